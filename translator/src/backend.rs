@@ -1,0 +1,274 @@
+//! backendRefs to weighted endpoints: Service lookup, ReferenceGrants, ExternalName, the
+//! application protocol of the Service port, and the endpoints from EndpointSlices.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::config::{Config, Strategy};
+use crate::gateway::Problem;
+use crate::ir::{AppProtocol, Backend, BackendTls, Endpoint};
+use crate::object::{self, GROUP, Meta};
+use crate::policy::backend_tls::Policies;
+use crate::reference_grant::{self, From, To};
+use crate::route::RouteKind;
+use crate::route::model::BackendRef;
+use crate::snapshot::Snapshot;
+use crate::status::condition::reason;
+
+/// Services and their EndpointSlices, indexed once per translation.
+pub struct Backends<'a> {
+    snapshot: &'a Snapshot,
+    config: &'a Config,
+    services: BTreeMap<(&'a str, &'a str), &'a Service>,
+    slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    pub policies: Policies<'a>,
+}
+
+/// A resolved backendRef.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub backend: Backend,
+    /// The BackendTLSPolicy applied, `namespace/name`.
+    pub policy: Option<String>,
+}
+
+impl<'a> Backends<'a> {
+    pub fn new(snapshot: &'a Snapshot, config: &'a Config) -> Self {
+        let services = snapshot
+            .services
+            .iter()
+            .filter(|s| config.watches_namespace(s.namespace()))
+            .map(|s| ((s.namespace(), s.name()), s))
+            .collect();
+        let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
+        for slice in &snapshot.endpoint_slices {
+            if let Some(svc) = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("kubernetes.io/service-name"))
+            {
+                slices.entry((slice.namespace(), svc.as_str())).or_default().push(slice);
+            }
+        }
+        Backends {
+            snapshot,
+            config,
+            services,
+            slices,
+            policies: Policies::build(snapshot, config),
+        }
+    }
+
+    /// Resolves `r`, referenced by a route of `kind` in `route_ns`.
+    ///
+    /// `tls` says whether BackendTLSPolicy applies (HTTP and gRPC backends, terminated TLS
+    /// routes); `client_certificate` is the Gateway's certificate for TLS backends.
+    pub fn resolve(
+        &self,
+        kind: RouteKind,
+        route_ns: &str,
+        r: &BackendRef,
+        tls: bool,
+        client_certificate: Option<&str>,
+    ) -> Result<Resolved, Problem> {
+        if !(r.group.is_empty() || r.group == "core") || r.kind != "Service" {
+            return Err(Problem::new(
+                reason::INVALID_KIND,
+                format!("backendRef kind {}/{} is not supported", r.group, r.kind),
+            ));
+        }
+        let ns = r.namespace.as_deref().unwrap_or(route_ns);
+        if !reference_grant::permits(
+            &self.snapshot.reference_grants,
+            From {
+                group: GROUP,
+                kind: kind.name(),
+                namespace: route_ns,
+            },
+            To {
+                group: "",
+                kind: "Service",
+                namespace: ns,
+                name: &r.name,
+            },
+        ) {
+            return Err(Problem::new(
+                reason::REF_NOT_PERMITTED,
+                format!(
+                    "Service {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                    r.name
+                ),
+            ));
+        }
+        let Some(port) = r.port else {
+            return Err(Problem::new(
+                reason::BACKEND_NOT_FOUND,
+                format!("backendRef to Service {ns}/{} has no port", r.name),
+            ));
+        };
+        let Some(service) = self.services.get(&(ns, r.name.as_str())) else {
+            return Err(Problem::new(
+                reason::BACKEND_NOT_FOUND,
+                format!("Service {ns}/{} does not exist", r.name),
+            ));
+        };
+        let spec = service.spec.as_ref();
+        let external_name = spec
+            .filter(|s| s.type_.as_deref() == Some("ExternalName"))
+            .and_then(|s| s.external_name.clone());
+        if external_name.is_some() && !self.config.backend.allow_external_name {
+            return Err(Problem::new(
+                reason::UNSUPPORTED_VALUE,
+                format!(
+                    "Service {ns}/{} is of type ExternalName, which backend.allow_external_name does not permit",
+                    r.name
+                ),
+            ));
+        }
+        let service_port: Option<&ServicePort> = spec
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|ports| ports.iter().find(|p| p.port == port));
+        if service_port.is_none() && external_name.is_none() {
+            return Err(Problem::new(
+                reason::BACKEND_NOT_FOUND,
+                format!("Service {ns}/{} has no port {port}", r.name),
+            ));
+        }
+        let protocol = match kind {
+            RouteKind::Http => match service_port.and_then(|p| p.app_protocol.as_deref()) {
+                None | Some("http") | Some("HTTP") => AppProtocol::Http,
+                Some("kubernetes.io/h2c") => AppProtocol::H2c,
+                Some("kubernetes.io/ws") => AppProtocol::Ws,
+                Some("kubernetes.io/wss") => AppProtocol::Wss,
+                Some(other) => {
+                    return Err(Problem::new(
+                        reason::UNSUPPORTED_PROTOCOL,
+                        format!(
+                            "appProtocol {other:?} of Service {ns}/{} port {port} is not supported",
+                            r.name
+                        ),
+                    ));
+                }
+            },
+            RouteKind::Grpc => AppProtocol::H2c,
+            RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => AppProtocol::Stream,
+        };
+        let endpoints = if let Some(host) = external_name {
+            vec![Endpoint {
+                address: host,
+                port: port as u16,
+            }]
+        } else if self.config.backend.use_service_ip {
+            spec.and_then(|s| s.cluster_ip.clone())
+                .filter(|ip| !ip.is_empty() && ip != "None")
+                .map(|ip| {
+                    vec![Endpoint {
+                        address: ip,
+                        port: port as u16,
+                    }]
+                })
+                .unwrap_or_default()
+        } else {
+            service_port.map(|p| self.endpoints(ns, &r.name, p)).unwrap_or_default()
+        };
+        let port_name = service_port.and_then(|p| p.name.as_deref());
+        let mut resolved = self.finish(kind, ns, &r.name, port, port_name, endpoints, tls, client_certificate);
+        resolved.backend.protocol = if resolved.backend.tls.is_some() && protocol == AppProtocol::Ws {
+            AppProtocol::Wss
+        } else {
+            protocol
+        };
+        Ok(resolved)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        kind: RouteKind,
+        ns: &str,
+        name: &str,
+        port: i32,
+        port_name: Option<&str>,
+        endpoints: Vec<Endpoint>,
+        tls: bool,
+        client_certificate: Option<&str>,
+    ) -> Resolved {
+        let (policy, backend_tls) = if tls {
+            match self.policies.lookup(ns, name, port_name) {
+                Some((key, settings)) => {
+                    let settings = BackendTls {
+                        client_certificate: client_certificate.map(str::to_string),
+                        ..settings
+                    };
+                    (Some(key), Some(settings))
+                }
+                None => (None, None),
+            }
+        } else {
+            (None, None)
+        };
+        let strategy = match kind {
+            RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls
+                if self.config.backend.strategy == Strategy::RoundRobin =>
+            {
+                Strategy::Random
+            }
+            _ => self.config.backend.strategy,
+        };
+        let mut id = format!("{}:{port}", object::key(ns, name));
+        if matches!(kind, RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls) {
+            id.push_str(if kind == RouteKind::Udp { "/udp" } else { "/tcp" });
+        }
+        if let Some(t) = &backend_tls {
+            id.push_str("/tls");
+            if let Some(c) = &t.client_certificate {
+                id.push_str(&format!("+{c}"));
+            }
+        }
+        Resolved {
+            backend: Backend {
+                id,
+                service: object::key(ns, name),
+                port: port as u16,
+                protocol: AppProtocol::Http,
+                endpoints,
+                tls: backend_tls,
+                strategy,
+            },
+            policy,
+        }
+    }
+
+    /// Ready endpoints of the Service port, from its EndpointSlices.
+    fn endpoints(&self, ns: &str, name: &str, port: &ServicePort) -> Vec<Endpoint> {
+        let mut out = Vec::new();
+        for slice in self.slices.get(&(ns, name)).into_iter().flatten() {
+            let Some(slice_port) = slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref().unwrap_or("") == port.name.as_deref().unwrap_or(""))
+            else {
+                continue;
+            };
+            let Some(number) = slice_port.port else { continue };
+            for ep in slice.endpoints.iter().flatten() {
+                if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                    continue;
+                }
+                for address in &ep.addresses {
+                    out.push(Endpoint {
+                        address: address.clone(),
+                        port: number as u16,
+                    });
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}

@@ -1,0 +1,58 @@
+//! What each proxy's certificate bundle Secret must contain.
+//!
+//! Only material a proxy serves: listener certificates and CA bundles that passed the
+//! ReferenceGrant checks, the Gateway's backend client certificate, and the CA bundles of the
+//! BackendTLSPolicies its backends use. The operator copies exactly this, nothing more.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ir::{Filter, Proxy};
+
+/// Secrets and ConfigMaps (`namespace/name`) one proxy needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bundle {
+    /// `kubernetes.io/tls` Secrets: `tls.crt` and `tls.key`.
+    pub secrets: BTreeSet<String>,
+    /// ConfigMaps: `ca.crt` only.
+    pub config_maps: BTreeSet<String>,
+}
+
+impl Bundle {
+    /// Everything `proxy` references.
+    pub fn of(proxy: &Proxy) -> Bundle {
+        let mut bundle = Bundle::default();
+        for port in &proxy.ports {
+            if let Some(v) = &port.frontend_validation {
+                bundle.config_maps.extend(v.ca_certificates.iter().cloned());
+            }
+            for l in &port.listeners {
+                if let Some(tls) = &l.tls {
+                    bundle.secrets.extend(tls.certificates.iter().cloned());
+                }
+            }
+        }
+        for backend in proxy.backends.values() {
+            if let Some(tls) = &backend.tls {
+                bundle.config_maps.extend(tls.ca_certificates.iter().cloned());
+                bundle.secrets.extend(tls.client_certificate.iter().cloned());
+            }
+        }
+        bundle
+    }
+}
+
+/// Whether any filter of a proxy mirrors traffic (used by tests of the bundle's closure).
+pub fn mirrors(proxy: &Proxy) -> usize {
+    proxy
+        .ports
+        .iter()
+        .flat_map(|p| &p.listeners)
+        .flat_map(|l| &l.virtual_hosts)
+        .flat_map(|v| &v.rules)
+        .flat_map(|r| &r.filters)
+        .filter(|f| matches!(f, Filter::RequestMirror(_)))
+        .count()
+}

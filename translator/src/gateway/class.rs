@@ -1,0 +1,113 @@
+//! GatewayClasses: which are Turna's, whether they are accepted, and their status.
+
+use std::collections::BTreeMap;
+
+use crate::api::GatewayClass;
+use crate::config::Config;
+use crate::object::Meta;
+use crate::snapshot::Snapshot;
+use crate::status::{Condition, GatewayClassStatus, condition::kind, condition::reason};
+
+/// Features Turna implements, as the conformance suite names them.
+pub const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
+    "GRPCRouteRequestHeaderModifier",
+    "Gateway",
+    "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
+    "GatewayHTTPListenerIsolation",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "GatewayInfrastructurePropagation",
+    "GatewayPort8080",
+    "GatewayStaticAddresses",
+    "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendRequestRedirect",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteBackendURLRewrite",
+    "HTTPRouteCORS",
+    "HTTPRouteDestinationPortMatching",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestMultipleMirrors",
+    "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetry",
+    "HTTPRouteRetryBackendTimeout",
+    "HTTPRouteRetryConnectionError",
+    "HTTPRouteSchemeRedirect",
+    "ListenerSet",
+    "ReferenceGrant",
+    "TCPRoute",
+    "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
+    "UDPRoute",
+];
+
+/// A GatewayClass Turna serves, by name, with whether it is accepted.
+pub fn ours<'a>(snapshot: &'a Snapshot, config: &Config) -> BTreeMap<String, (&'a GatewayClass, bool)> {
+    snapshot
+        .gateway_classes
+        .iter()
+        .filter(|c| c.spec.controller_name == config.controller_name)
+        .filter(|c| config.gateway_class.is_empty() || c.name() == config.gateway_class)
+        .map(|c| (c.name().to_string(), (c, c.spec.parameters_ref.is_none())))
+        .collect()
+}
+
+/// Status of each of our classes (none in namespace-scoped installs, which cannot write it).
+pub fn statuses(classes: &BTreeMap<String, (&GatewayClass, bool)>, config: &Config) -> Vec<GatewayClassStatus> {
+    if config.namespace_scoped {
+        return Vec::new();
+    }
+    classes
+        .iter()
+        .map(|(name, (class, accepted))| {
+            let g = class.generation();
+            let accepted = if *accepted {
+                Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "GatewayClass is accepted", g)
+            } else {
+                Condition::new(
+                    kind::ACCEPTED,
+                    false,
+                    reason::INVALID_PARAMETERS,
+                    "Turna takes no GatewayClass parametersRef",
+                    g,
+                )
+            };
+            GatewayClassStatus {
+                name: name.clone(),
+                conditions: vec![
+                    accepted,
+                    Condition::new(
+                        kind::SUPPORTED_VERSION,
+                        true,
+                        reason::SUPPORTED_VERSION,
+                        "Gateway API v1.7 is supported",
+                        g,
+                    ),
+                ],
+                supported_features: SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect(),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,491 @@
+//! Listeners of Gateways and ListenerSets: validation, supported kinds, certificates and the
+//! conditions of each.
+
+use std::collections::BTreeMap;
+
+use crate::api::{gateway as gw, listener_set as ls};
+use crate::config::Config;
+use crate::ir::{Protocol, TlsMode};
+use crate::object::GROUP;
+use crate::reference_grant::{self, From, To};
+use crate::selector::{self, Expression};
+use crate::snapshot::Snapshot;
+use crate::status::{Condition, ListenerStatus, RouteGroupKind, condition::kind, condition::reason};
+
+/// Who declared a listener.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Owner {
+    Gateway,
+    /// A ListenerSet, by namespace and name.
+    ListenerSet {
+        namespace: String,
+        name: String,
+    },
+}
+
+/// Which namespaces may attach routes.
+#[derive(Clone, Debug, Default)]
+pub enum AllowedNamespaces {
+    #[default]
+    Same,
+    All,
+    Selector {
+        match_labels: Option<BTreeMap<String, String>>,
+        expressions: Vec<(String, String, Vec<String>)>,
+    },
+}
+
+/// A listener's spec in one shape, whichever object declared it.
+#[derive(Clone, Debug)]
+pub struct ListenerSpec {
+    pub name: String,
+    pub port: i32,
+    pub protocol: String,
+    pub hostname: Option<String>,
+    pub tls_mode: Option<TlsMode>,
+    /// `(group, kind, namespace, name)` of each certificateRef.
+    pub certificate_refs: Vec<(String, String, Option<String>, String)>,
+    pub has_tls: bool,
+    pub allowed_kinds: Option<Vec<(String, String)>>,
+    pub allowed_namespaces: AllowedNamespaces,
+}
+
+macro_rules! listener_spec_from {
+    ($listener:ty, $mode:ident, $from:ident) => {
+        impl std::convert::From<&$listener> for ListenerSpec {
+            fn from(l: &$listener) -> Self {
+                let tls = l.tls.as_ref();
+                let allowed = l.allowed_routes.as_ref();
+                let namespaces = allowed.and_then(|a| a.namespaces.as_ref());
+                let allowed_namespaces = match namespaces.and_then(|n| n.from.as_ref()) {
+                    Some($from::All) => AllowedNamespaces::All,
+                    Some($from::Selector) => {
+                        let sel = namespaces.and_then(|n| n.selector.as_ref());
+                        AllowedNamespaces::Selector {
+                            match_labels: sel.and_then(|s| s.match_labels.clone()),
+                            expressions: sel
+                                .and_then(|s| s.match_expressions.as_ref())
+                                .into_iter()
+                                .flatten()
+                                .map(|e| {
+                                    (
+                                        e.key.clone(),
+                                        e.operator.clone(),
+                                        e.values.clone().unwrap_or_default(),
+                                    )
+                                })
+                                .collect(),
+                        }
+                    }
+                    _ => AllowedNamespaces::Same,
+                };
+                ListenerSpec {
+                    name: l.name.clone(),
+                    port: l.port,
+                    protocol: l.protocol.clone(),
+                    hostname: l.hostname.clone().filter(|h| !h.is_empty()),
+                    tls_mode: tls.map(|t| match t.mode {
+                        Some($mode::Passthrough) => TlsMode::Passthrough,
+                        _ => TlsMode::Terminate,
+                    }),
+                    certificate_refs: tls
+                        .and_then(|t| t.certificate_refs.as_ref())
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            (
+                                r.group.clone().unwrap_or_default(),
+                                r.kind.clone().unwrap_or_else(|| "Secret".into()),
+                                r.namespace.clone(),
+                                r.name.clone(),
+                            )
+                        })
+                        .collect(),
+                    has_tls: tls.is_some(),
+                    allowed_kinds: allowed.and_then(|a| a.kinds.as_ref()).map(|kinds| {
+                        kinds
+                            .iter()
+                            .map(|k| (k.group.clone().unwrap_or_else(|| GROUP.into()), k.kind.clone()))
+                            .collect()
+                    }),
+                    allowed_namespaces,
+                }
+            }
+        }
+    };
+}
+
+use gw::GatewayListenersAllowedRoutesNamespacesFrom as GwFrom;
+use gw::GatewayListenersTlsMode as GwMode;
+use ls::ListenerSetListenersAllowedRoutesNamespacesFrom as LsFrom;
+use ls::ListenerSetListenersTlsMode as LsMode;
+listener_spec_from!(gw::GatewayListeners, GwMode, GwFrom);
+listener_spec_from!(ls::ListenerSetListeners, LsMode, LsFrom);
+
+/// A problem that keeps a listener from being accepted or fully resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Problem {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// A validated listener and everything later stages need from it.
+#[derive(Clone, Debug)]
+pub struct ListenerModel {
+    pub owner: Owner,
+    /// Namespace of the declaring object: `allowedRoutes: Same` and certificate refs use it.
+    pub namespace: String,
+    pub spec: ListenerSpec,
+    pub protocol: Option<Protocol>,
+    /// Kinds routes may have, as listed in `supportedKinds`.
+    pub supported_kinds: Vec<RouteGroupKind>,
+    /// Certificates (`namespace/name`) that resolved.
+    pub certificates: Vec<String>,
+    /// Accepted=False.
+    pub not_accepted: Option<Problem>,
+    /// ResolvedRefs=False.
+    pub unresolved: Option<Problem>,
+    /// Conflicted=True reason.
+    pub conflicted: Option<&'static str>,
+    /// Routes attached (whatever their own state).
+    pub attached_routes: u32,
+    pub generation: i64,
+}
+
+impl ListenerModel {
+    /// Served: accepted, not conflicted, and its references resolved well enough to serve.
+    pub fn is_ready(&self) -> bool {
+        self.not_accepted.is_none() && self.conflicted.is_none() && self.protocol.is_some() && self.certificates_ok()
+    }
+
+    fn certificates_ok(&self) -> bool {
+        match (self.protocol, self.spec.tls_mode) {
+            (Some(Protocol::Https), _) | (Some(Protocol::Tls), Some(TlsMode::Terminate)) => {
+                !self.certificates.is_empty()
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether routes from `route_namespace` may attach, given Namespace labels.
+    pub fn allows_namespace(
+        &self,
+        route_namespace: &str,
+        namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> bool {
+        match &self.spec.allowed_namespaces {
+            AllowedNamespaces::Same => route_namespace == self.namespace,
+            AllowedNamespaces::All => true,
+            AllowedNamespaces::Selector {
+                match_labels,
+                expressions,
+            } => {
+                let Some(labels) = namespace_labels.get(route_namespace) else {
+                    return false;
+                };
+                let exprs: Vec<Expression<'_>> = expressions
+                    .iter()
+                    .map(|(key, operator, values)| Expression { key, operator, values })
+                    .collect();
+                selector::matches(labels, match_labels.as_ref(), &exprs)
+            }
+        }
+    }
+
+    /// Whether routes of `kind` may attach.
+    pub fn allows_kind(&self, kind: &str) -> bool {
+        self.supported_kinds.iter().any(|k| k.kind == kind && k.group == GROUP)
+    }
+
+    /// The listener's status entry.
+    pub fn status(&self) -> ListenerStatus {
+        let g = self.generation;
+        let mut conditions = Vec::new();
+        match &self.not_accepted {
+            Some(p) => conditions.push(Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g)),
+            None => conditions.push(Condition::new(
+                kind::ACCEPTED,
+                true,
+                reason::ACCEPTED,
+                "Listener is accepted",
+                g,
+            )),
+        }
+        match self.conflicted {
+            Some(r) => conditions.push(Condition::new(
+                kind::CONFLICTED,
+                true,
+                r,
+                "Listener conflicts with another listener on the same port",
+                g,
+            )),
+            None => conditions.push(Condition::new(
+                kind::CONFLICTED,
+                false,
+                reason::NO_CONFLICTS,
+                "No conflicts",
+                g,
+            )),
+        }
+        match &self.unresolved {
+            Some(p) => conditions.push(Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g)),
+            None => conditions.push(Condition::new(
+                kind::RESOLVED_REFS,
+                true,
+                reason::RESOLVED_REFS,
+                "References resolved",
+                g,
+            )),
+        }
+        if self.is_ready() {
+            conditions.push(Condition::new(
+                kind::PROGRAMMED,
+                true,
+                reason::PROGRAMMED,
+                "Listener is programmed",
+                g,
+            ));
+        } else {
+            conditions.push(Condition::new(
+                kind::PROGRAMMED,
+                false,
+                reason::INVALID,
+                "Listener is not served",
+                g,
+            ));
+        }
+        ListenerStatus {
+            name: self.spec.name.clone(),
+            supported_kinds: self.supported_kinds.clone(),
+            attached_routes: self.attached_routes,
+            conditions,
+        }
+    }
+}
+
+/// Route kinds a protocol can carry, given the TLS mode.
+fn kinds_for(protocol: Protocol, tls_mode: Option<TlsMode>) -> &'static [&'static str] {
+    match protocol {
+        Protocol::Http | Protocol::Https => &["HTTPRoute", "GRPCRoute"],
+        Protocol::Tls => match tls_mode {
+            Some(TlsMode::Terminate) | Some(TlsMode::Passthrough) | None => &["TLSRoute"],
+        },
+        Protocol::Tcp => &["TCPRoute"],
+        Protocol::Udp => &["UDPRoute"],
+    }
+}
+
+/// Parses a listener protocol Turna serves.
+pub fn protocol(name: &str) -> Option<Protocol> {
+    match name {
+        "HTTP" => Some(Protocol::Http),
+        "HTTPS" => Some(Protocol::Https),
+        "TLS" => Some(Protocol::Tls),
+        "TCP" => Some(Protocol::Tcp),
+        "UDP" => Some(Protocol::Udp),
+        _ => None,
+    }
+}
+
+/// Validates one listener declared by an object of `from_kind` in `namespace`.
+pub fn validate(
+    spec: ListenerSpec,
+    owner: Owner,
+    namespace: &str,
+    from_kind: &str,
+    generation: i64,
+    snapshot: &Snapshot,
+    config: &Config,
+) -> ListenerModel {
+    let mut model = ListenerModel {
+        owner,
+        namespace: namespace.to_string(),
+        protocol: protocol(&spec.protocol),
+        spec,
+        supported_kinds: Vec::new(),
+        certificates: Vec::new(),
+        not_accepted: None,
+        unresolved: None,
+        conflicted: None,
+        attached_routes: 0,
+        generation,
+    };
+    let Some(proto) = model.protocol else {
+        model.not_accepted = Some(Problem::new(
+            reason::UNSUPPORTED_PROTOCOL,
+            format!("Protocol {:?} is not supported", model.spec.protocol),
+        ));
+        return model;
+    };
+
+    // Ports: valid range, and the local port must not collide with the health port.
+    let local = i64::from(model.spec.port) + i64::from(config.port_offset);
+    if !(1..=65535).contains(&model.spec.port) || local > 65535 {
+        model.not_accepted = Some(Problem::new(
+            reason::PORT_UNAVAILABLE,
+            format!(
+                "Port {} plus offset {} is not a valid port",
+                model.spec.port, config.port_offset
+            ),
+        ));
+    } else if local == i64::from(config.health_port) {
+        model.not_accepted = Some(Problem::new(
+            reason::PORT_UNAVAILABLE,
+            format!(
+                "Port {} maps to the proxy health port {}",
+                model.spec.port, config.health_port
+            ),
+        ));
+    }
+
+    // TLS settings per protocol.
+    match proto {
+        Protocol::Https if model.spec.tls_mode == Some(TlsMode::Passthrough) => {
+            model.not_accepted.get_or_insert(Problem::new(
+                reason::UNSUPPORTED_VALUE,
+                "HTTPS listeners only support TLS mode Terminate",
+            ));
+        }
+        Protocol::Https | Protocol::Tls if !model.spec.has_tls => {
+            model.not_accepted.get_or_insert(Problem::new(
+                reason::INVALID,
+                format!("{} listeners need a tls block", model.spec.protocol),
+            ));
+        }
+        Protocol::Http | Protocol::Tcp | Protocol::Udp if model.spec.has_tls => {
+            model.not_accepted.get_or_insert(Problem::new(
+                reason::INVALID,
+                format!("{} listeners must not set tls", model.spec.protocol),
+            ));
+        }
+        _ => {}
+    }
+    if proto == Protocol::Tls && model.spec.tls_mode.is_none() {
+        model.spec.tls_mode = Some(TlsMode::Terminate);
+    }
+    if proto == Protocol::Https && model.spec.tls_mode.is_none() {
+        model.spec.tls_mode = Some(TlsMode::Terminate);
+    }
+
+    // Supported kinds: what the protocol carries, whose CRD is installed, and what allowedRoutes asks.
+    let carried: Vec<&str> = kinds_for(proto, model.spec.tls_mode)
+        .iter()
+        .copied()
+        .filter(|k| snapshot.facts.installed(k))
+        .collect();
+    match &model.spec.allowed_kinds {
+        None => {
+            model.supported_kinds = carried
+                .iter()
+                .map(|k| RouteGroupKind {
+                    group: GROUP.into(),
+                    kind: (*k).into(),
+                })
+                .collect();
+        }
+        Some(asked) => {
+            let mut invalid = Vec::new();
+            for (group, k) in asked {
+                if group == GROUP && carried.contains(&k.as_str()) {
+                    let rgk = RouteGroupKind {
+                        group: group.clone(),
+                        kind: k.clone(),
+                    };
+                    if !model.supported_kinds.contains(&rgk) {
+                        model.supported_kinds.push(rgk);
+                    }
+                } else {
+                    invalid.push(format!("{group}/{k}"));
+                }
+            }
+            if !invalid.is_empty() {
+                model.unresolved = Some(Problem::new(
+                    reason::INVALID_ROUTE_KINDS,
+                    format!("Route kinds not supported on this listener: {}", invalid.join(", ")),
+                ));
+            }
+        }
+    }
+
+    // Certificates for terminating listeners.
+    let terminates =
+        matches!(proto, Protocol::Https) || (proto == Protocol::Tls && model.spec.tls_mode == Some(TlsMode::Terminate));
+    if terminates && model.spec.has_tls {
+        let mut first_problem = None;
+        for (group, kind_, ns, name) in &model.spec.certificate_refs {
+            let target_ns = ns.as_deref().unwrap_or(namespace);
+            let problem = if !(group.is_empty() || group == "core") || kind_ != "Secret" {
+                Some(Problem::new(
+                    reason::INVALID_CERTIFICATE_REF,
+                    format!("Certificate reference {group}/{kind_} {name} is not a Secret"),
+                ))
+            } else if !reference_grant::permits(
+                &snapshot.reference_grants,
+                From {
+                    group: GROUP,
+                    kind: from_kind,
+                    namespace,
+                },
+                To {
+                    group: "",
+                    kind: "Secret",
+                    namespace: target_ns,
+                    name,
+                },
+            ) {
+                Some(Problem::new(
+                    reason::REF_NOT_PERMITTED,
+                    format!("Secret {target_ns}/{name} is in another namespace and no ReferenceGrant allows it"),
+                ))
+            } else {
+                match snapshot
+                    .secrets
+                    .iter()
+                    .find(|s| s.namespace == target_ns && s.name == *name)
+                {
+                    None => Some(Problem::new(
+                        reason::INVALID_CERTIFICATE_REF,
+                        format!("Secret {target_ns}/{name} does not exist"),
+                    )),
+                    Some(s)
+                        if !s
+                            .tls
+                            .as_ref()
+                            .is_some_and(|t| t.certificate_valid && t.private_key_valid) =>
+                    {
+                        Some(Problem::new(
+                            reason::INVALID_CERTIFICATE_REF,
+                            format!("Secret {target_ns}/{name} does not hold a valid tls.crt and tls.key"),
+                        ))
+                    }
+                    Some(_) => {
+                        model.certificates.push(crate::object::key(target_ns, name));
+                        None
+                    }
+                }
+            };
+            if first_problem.is_none() {
+                first_problem = problem;
+            }
+        }
+        if model.spec.certificate_refs.is_empty() {
+            first_problem = Some(Problem::new(
+                reason::INVALID_CERTIFICATE_REF,
+                "Listener has no certificateRefs",
+            ));
+        }
+        if let Some(p) = first_problem {
+            model.unresolved.get_or_insert(p);
+        }
+    }
+    model
+}

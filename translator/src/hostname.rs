@@ -1,0 +1,120 @@
+//! Hostname matching, intersection and specificity, as the Gateway API defines them.
+//!
+//! A hostname is exact (`foo.example.com`) or a wildcard (`*.example.com`, which matches one or
+//! more labels in place of `*`, never the bare suffix).
+
+use std::cmp::Ordering;
+
+/// Whether `host` (exact, lower-case) is matched by `pattern` (exact or wildcard).
+pub fn matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix('*') {
+        Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+        None => pattern.eq_ignore_ascii_case(host),
+    }
+}
+
+/// The intersection of a listener hostname and a route hostname, if any.
+///
+/// `None` on either side matches everything. The result is the more specific of the two when
+/// one contains the other.
+pub fn intersect(listener: Option<&str>, route: &str) -> Option<String> {
+    let Some(listener) = listener else {
+        return Some(route.to_string());
+    };
+    if listener == route {
+        return Some(route.to_string());
+    }
+    let l_wild = listener.starts_with("*.");
+    let r_wild = route.starts_with("*.");
+    match (l_wild, r_wild) {
+        (false, false) => None,
+        (true, false) => matches(listener, route).then(|| route.to_string()),
+        (false, true) => matches(route, listener).then(|| listener.to_string()),
+        (true, true) => {
+            if route.ends_with(&listener[1..]) {
+                Some(route.to_string())
+            } else if listener.ends_with(&route[1..]) {
+                Some(listener.to_string())
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// The hostnames a route serves on a listener: the intersections, or the listener's hostname
+/// (or `*`) when the route names none. Empty when nothing intersects.
+pub fn effective(listener: Option<&str>, route_hostnames: &[String]) -> Vec<String> {
+    if route_hostnames.is_empty() {
+        return vec![listener.unwrap_or("*").to_string()];
+    }
+    let mut out: Vec<String> = route_hostnames.iter().filter_map(|h| intersect(listener, h)).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Orders hostnames from most to least specific: exact before wildcard, then more characters,
+/// then alphabetically; `*` (any) last.
+pub fn by_specificity(a: &str, b: &str) -> Ordering {
+    let rank = |h: &str| match h {
+        "*" => 2,
+        h if h.starts_with('*') => 1,
+        _ => 0,
+    };
+    rank(a)
+        .cmp(&rank(b))
+        .then_with(|| b.len().cmp(&a.len()))
+        .then_with(|| a.cmp(b))
+}
+
+/// Orders optional listener hostnames most specific first (`None` last).
+pub fn by_listener_specificity(a: Option<&str>, b: Option<&str>) -> Ordering {
+    by_specificity(a.unwrap_or("*"), b.unwrap_or("*"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_matches_subdomains_only() {
+        assert!(matches("*.example.com", "a.example.com"));
+        assert!(matches("*.example.com", "a.b.example.com"));
+        assert!(!matches("*.example.com", "example.com"));
+        assert!(matches("Foo.example.com", "foo.example.com"));
+    }
+
+    #[test]
+    fn intersections() {
+        assert_eq!(
+            intersect(Some("*.example.com"), "a.example.com").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(
+            intersect(Some("a.example.com"), "*.example.com").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(
+            intersect(Some("*.example.com"), "*.a.example.com").as_deref(),
+            Some("*.a.example.com")
+        );
+        assert_eq!(
+            intersect(Some("*.a.example.com"), "*.example.com").as_deref(),
+            Some("*.a.example.com")
+        );
+        assert_eq!(intersect(Some("a.example.com"), "b.example.com"), None);
+        assert_eq!(intersect(Some("*.example.com"), "example.com"), None);
+        assert_eq!(intersect(None, "x.test").as_deref(), Some("x.test"));
+    }
+
+    #[test]
+    fn specificity() {
+        let mut hosts = vec!["*", "*.example.com", "a.example.com", "*.a.example.com", "b.com"];
+        hosts.sort_by(|a, b| by_specificity(a, b));
+        assert_eq!(
+            hosts,
+            ["a.example.com", "b.com", "*.a.example.com", "*.example.com", "*"]
+        );
+    }
+}

@@ -1,0 +1,440 @@
+//! The intermediate representation the dataplane consumes: plain serde data, versioned.
+//!
+//! One [`Proxy`] per proxy Deployment (a Gateway in controller mode, every Gateway in standalone
+//! mode). Route tables are already ordered by the Gateway API precedence rules, so the
+//! dataplane takes the first match. Certificates and CA bundles are named, never embedded: the
+//! proxy reads them from its bundle Secret (see [`crate::bundle`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Shape version of the IR. Bump on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything one proxy serves.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Proxy {
+    pub schema: u32,
+    /// `namespace/name` of the Gateway, or `standalone`.
+    pub id: String,
+    /// Gateways served, as `namespace/name`.
+    pub gateways: Vec<String>,
+    /// Sockets by transport and port, ascending.
+    pub ports: Vec<Port>,
+    /// Backends referenced by the routes, by [`Backend::id`].
+    pub backends: BTreeMap<String, Backend>,
+    /// Retries on another endpoint when one is unreachable, for rules without a route retry.
+    pub connect_retries: u32,
+    /// Controller mode: what provisioning needs from the Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure: Option<Infrastructure>,
+}
+
+/// Provisioning facts of one Gateway's proxy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Infrastructure {
+    /// `spec.infrastructure.labels`, for the proxy Service and pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// `spec.infrastructure.annotations`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// IP addresses requested in `spec.addresses`; an empty value asks for any address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+}
+
+/// Transport of a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Transport {
+    Tcp,
+    Udp,
+}
+
+/// One socket and the listeners sharing it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Port {
+    pub transport: Transport,
+    /// The listener port the Service exposes.
+    pub port: u16,
+    /// The local port the proxy binds (`port + port_offset`).
+    pub bind_port: u16,
+    /// Listeners on this port, most specific hostname first.
+    pub listeners: Vec<Listener>,
+    /// Client-certificate validation of HTTPS listeners on this port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend_validation: Option<FrontendValidation>,
+}
+
+/// Listener protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Protocol {
+    Http,
+    Https,
+    Tls,
+    Tcp,
+    Udp,
+}
+
+/// One accepted Gateway or ListenerSet listener.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listener {
+    /// `namespace/gateway/listener` or `namespace/listenerset/listener`.
+    pub name: String,
+    pub protocol: Protocol,
+    /// Exact or `*.`-wildcard hostname; `None` matches every host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ListenerTls>,
+    /// HTTP and HTTPS: virtual hosts, most specific first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub virtual_hosts: Vec<VirtualHost>,
+    /// TLS, TCP and UDP: routes; TCP and UDP hold at most one (the oldest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream_routes: Vec<StreamRoute>,
+}
+
+/// TLS handling of a listener.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerTls {
+    pub mode: TlsMode,
+    /// Terminate: certificate Secrets (`namespace/name` in the bundle), chosen by SNI.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<String>,
+}
+
+/// TLS mode of a listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TlsMode {
+    Terminate,
+    Passthrough,
+}
+
+/// Client-certificate validation of a port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendValidation {
+    pub mode: FrontendValidationMode,
+    /// CA bundle ConfigMaps (`namespace/name`, key `ca.crt`).
+    pub ca_certificates: Vec<String>,
+}
+
+/// Whether a client without a valid certificate is rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FrontendValidationMode {
+    AllowValidOnly,
+    AllowInsecureFallback,
+}
+
+/// The routes of one hostname on a listener.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualHost {
+    /// Exact, `*.`-wildcard, or `*` for any host.
+    pub hostname: String,
+    /// Match entries in precedence order: the first that matches wins.
+    pub rules: Vec<HttpRule>,
+}
+
+/// Which route and rule an entry came from (for metrics and logs).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteRef {
+    /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` or `UDPRoute`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub rule: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_name: Option<String>,
+}
+
+/// One match of one rule, with the rule's behaviour.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRule {
+    pub route: RouteRef,
+    /// Errors are answered as gRPC status codes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grpc: bool,
+    #[serde(rename = "match")]
+    pub matcher: HttpMatch,
+    /// Applied in order; a redirect ends processing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<Filter>,
+    /// Weighted backends; empty with no redirect answers 500.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<WeightedBackend>,
+    #[serde(default, skip_serializing_if = "Timeouts::is_empty")]
+    pub timeouts: Timeouts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+}
+
+/// Request predicates; all must hold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpMatch {
+    pub path: PathMatch,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<ValueMatch>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_params: Vec<ValueMatch>,
+}
+
+/// Path predicate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value")]
+pub enum PathMatch {
+    Exact(String),
+    /// Matches whole path segments: `/foo` matches `/foo` and `/foo/bar`, not `/foobar`.
+    Prefix(String),
+    RegularExpression(String),
+}
+
+impl Default for PathMatch {
+    fn default() -> Self {
+        PathMatch::Prefix("/".into())
+    }
+}
+
+/// Header or query parameter predicate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValueMatch {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: ValueMatchKind,
+    pub value: String,
+}
+
+/// Exact or regular-expression comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ValueMatchKind {
+    Exact,
+    RegularExpression,
+}
+
+/// A request or response transformation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Filter {
+    RequestHeaderModifier(HeaderModifier),
+    ResponseHeaderModifier(HeaderModifier),
+    RequestRedirect(Redirect),
+    UrlRewrite(UrlRewrite),
+    RequestMirror(Mirror),
+    Cors(Cors),
+}
+
+/// Header edits: set replaces, add appends, remove deletes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderModifier {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+}
+
+/// Path rewrite of a redirect or URL rewrite.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value")]
+pub enum PathModifier {
+    ReplaceFullPath(String),
+    /// Replaces the matched `Prefix` path of the rule.
+    ReplacePrefixMatch(String),
+}
+
+/// A redirect response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Redirect {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathModifier>,
+    /// Explicit port; `None` derives it from the scheme as the spec requires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    pub status_code: u16,
+}
+
+/// A rewrite of the request before it is forwarded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UrlRewrite {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathModifier>,
+}
+
+/// A copy of the request sent to another backend; its response is discarded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mirror {
+    /// `None` when the mirror's backendRef is invalid: nothing is mirrored.
+    pub backend: Option<String>,
+    /// Share of requests mirrored, as numerator/denominator.
+    pub numerator: u32,
+    pub denominator: u32,
+}
+
+/// CORS policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cors {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_origins: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_methods: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expose_headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_credentials: bool,
+}
+
+/// Request timeouts in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeouts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_request_ms: Option<u64>,
+}
+
+impl Timeouts {
+    pub fn is_empty(&self) -> bool {
+        self.request_ms.is_none() && self.backend_request_ms.is_none()
+    }
+}
+
+/// Route retry policy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Retry {
+    /// Statuses retried; connection errors and timed-out attempts are always retried.
+    pub codes: Vec<u16>,
+    /// Retries after the first attempt.
+    pub attempts: u32,
+    /// Wait between attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<u64>,
+}
+
+/// A share of a rule's traffic.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WeightedBackend {
+    /// Key into [`Proxy::backends`]; `None` for an invalid backendRef, whose share fails
+    /// (HTTP 500, gRPC Internal, closed connection).
+    pub backend: Option<String>,
+    pub weight: u32,
+    /// Per-backend filters, applied after the rule's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<Filter>,
+}
+
+/// TLS, TCP or UDP route entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRoute {
+    pub route: RouteRef,
+    /// TLS: SNI hostnames, intersected with the listener's; empty matches every name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hostnames: Vec<String>,
+    pub backends: Vec<WeightedBackend>,
+}
+
+/// Application protocol spoken to a backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppProtocol {
+    /// HTTP/1.1 (and whatever the request upgrades to).
+    #[default]
+    Http,
+    /// HTTP/2 without TLS (`kubernetes.io/h2c`).
+    H2c,
+    /// WebSocket over plain TCP (`kubernetes.io/ws`).
+    Ws,
+    /// WebSocket over TLS (`kubernetes.io/wss`).
+    Wss,
+    /// Raw bytes (TCP, TLS and UDP routes).
+    Stream,
+}
+
+/// A Service port and where its traffic goes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backend {
+    /// Stable key: `namespace/service:port`, plus a suffix when TLS settings differ.
+    pub id: String,
+    /// `namespace/name` of the Service.
+    pub service: String,
+    pub port: u16,
+    pub protocol: AppProtocol,
+    /// Endpoints ready to serve, sorted.
+    pub endpoints: Vec<Endpoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<BackendTls>,
+    pub strategy: crate::config::Strategy,
+}
+
+/// Address of an endpoint: an IP or, for ExternalName Services, a DNS name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    pub address: String,
+    pub port: u16,
+}
+
+/// How to connect to a backend over TLS (BackendTLSPolicy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTls {
+    /// SNI sent, and the name verified unless `subject_alt_names` is set.
+    pub hostname: String,
+    /// CA bundle ConfigMaps (`namespace/name`, key `ca.crt`); empty with `system_roots`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ca_certificates: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub system_roots: bool,
+    /// Names accepted instead of `hostname`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<SubjectAltName>,
+    /// Client certificate Secret (`namespace/name`) presented to the backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<String>,
+    /// The policy has no usable CA: connections fail instead of skipping verification.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub invalid: bool,
+}
+
+/// A subject alternative name to verify.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value")]
+pub enum SubjectAltName {
+    Hostname(String),
+    Uri(String),
+}

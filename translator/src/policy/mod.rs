@@ -1,0 +1,3 @@
+//! Policies attached to Gateway API objects.
+
+pub mod backend_tls;

@@ -1,0 +1,529 @@
+//! HTTPRoute and GRPCRoute rules to IR match entries: matches, filters, backends, timeouts and
+//! retries, and the precedence order of entries sharing a hostname.
+
+use std::cmp::Ordering;
+
+use crate::api::grpc::{GrpcRouteRules, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType};
+use crate::api::http::{
+    HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
+    HttpRouteRulesFiltersRequestRedirectScheme as Scheme, HttpRouteRulesFiltersType as FilterType,
+    HttpRouteRulesFiltersUrlRewritePathType as RewritePath, HttpRouteRulesMatchesHeadersType as HeaderType,
+    HttpRouteRulesMatchesPathType as PathType, HttpRouteRulesMatchesQueryParamsType as QueryType,
+};
+use crate::backend::Backends;
+use crate::duration;
+use crate::gateway::Problem;
+use crate::ir::{
+    Backend, Cors, Filter, HeaderModifier, HttpMatch, HttpRule, Mirror, PathMatch, PathModifier, Redirect, Retry,
+    RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind, WeightedBackend,
+};
+use crate::status::condition::reason;
+
+use super::RouteOutcome;
+use super::model::{BackendRef, RouteKind, RouteModel, RuleSpec};
+
+/// The compiled entries of one route for one Gateway.
+#[derive(Clone, Debug, Default)]
+pub struct Compiled {
+    pub rules: Vec<HttpRule>,
+    /// Backends the entries reference.
+    pub backends: Vec<Backend>,
+    /// BackendTLSPolicies the backends use.
+    pub policies: Vec<String>,
+}
+
+/// Compiles the rules of an HTTP or gRPC route; problems go to `outcome`.
+pub fn compile(
+    route: &RouteModel<'_>,
+    backends: &Backends<'_>,
+    client_certificate: Option<&str>,
+    outcome: &mut RouteOutcome,
+) -> Compiled {
+    let mut out = Compiled::default();
+    let mut dropped = 0;
+    for (index, rule) in route.rules.iter().enumerate() {
+        let route_ref = RouteRef {
+            kind: route.kind.name().into(),
+            namespace: route.namespace.clone(),
+            name: route.name.clone(),
+            rule: index,
+            rule_name: rule.name.clone(),
+        };
+        let parts = match rule.spec {
+            RuleSpec::Http(r) => http_parts(r),
+            RuleSpec::Grpc(r) => grpc_parts(r),
+            RuleSpec::Stream => continue,
+        };
+        let parts = match parts {
+            Ok(p) => p,
+            Err(problem) => {
+                dropped += 1;
+                outcome.partially_invalid.get_or_insert(problem);
+                continue;
+            }
+        };
+        if parts.session_persistence {
+            outcome.unresolved.get_or_insert(Problem::new(
+                reason::UNSUPPORTED_VALUE,
+                "sessionPersistence is not supported; the rule routes without it",
+            ));
+        }
+        let mut filters = Vec::new();
+        let mut failed = false;
+        for f in &parts.filters {
+            match filter(f, route, backends, client_certificate, &mut out, outcome) {
+                Ok(Some(f)) => filters.push(f),
+                Ok(None) => {}
+                Err(p) => {
+                    outcome.not_accepted.get_or_insert(p);
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            continue;
+        }
+        let mut weighted = Vec::new();
+        for b in &rule.backend_refs {
+            let mut backend_filters = Vec::new();
+            for f in &b.filters {
+                match filter(f, route, backends, client_certificate, &mut out, outcome) {
+                    Ok(Some(f)) => backend_filters.push(f),
+                    Ok(None) => {}
+                    Err(p) => {
+                        outcome.not_accepted.get_or_insert(p);
+                    }
+                }
+            }
+            let backend = resolve(route, b, backends, client_certificate, &mut out, outcome);
+            weighted.push(WeightedBackend {
+                backend,
+                weight: b.weight.max(0) as u32,
+                filters: backend_filters,
+            });
+        }
+        for m in parts.matches {
+            out.rules.push(HttpRule {
+                route: route_ref.clone(),
+                grpc: route.kind == RouteKind::Grpc,
+                matcher: m,
+                filters: filters.clone(),
+                backends: weighted.clone(),
+                timeouts: parts.timeouts.clone(),
+                retry: parts.retry.clone(),
+            });
+        }
+    }
+    if dropped > 0 && dropped == route.rules.len() {
+        if let Some(p) = outcome.partially_invalid.take() {
+            outcome.not_accepted.get_or_insert(p);
+        }
+    }
+    out
+}
+
+/// Resolves a backendRef, recording the backend and any problem. `None` for an invalid ref.
+pub fn resolve(
+    route: &RouteModel<'_>,
+    b: &BackendRef,
+    backends: &Backends<'_>,
+    client_certificate: Option<&str>,
+    out: &mut Compiled,
+    outcome: &mut RouteOutcome,
+) -> Option<String> {
+    let tls = matches!(route.kind, RouteKind::Http | RouteKind::Grpc);
+    match backends.resolve(route.kind, &route.namespace, b, tls, client_certificate) {
+        Ok(resolved) => {
+            let id = resolved.backend.id.clone();
+            if let Some(p) = resolved.policy {
+                out.policies.push(p);
+            }
+            out.backends.push(resolved.backend);
+            Some(id)
+        }
+        Err(p) => {
+            outcome.unresolved.get_or_insert(p);
+            None
+        }
+    }
+}
+
+struct Parts {
+    matches: Vec<HttpMatch>,
+    filters: Vec<HttpRouteRulesFilters>,
+    timeouts: Timeouts,
+    retry: Option<Retry>,
+    session_persistence: bool,
+}
+
+fn check_regex(pattern: &str) -> Result<(), Problem> {
+    regex_syntax::Parser::new().parse(pattern).map(|_| ()).map_err(|e| {
+        Problem::new(
+            reason::UNSUPPORTED_VALUE,
+            format!("Invalid regular expression {pattern:?}: {e}"),
+        )
+    })
+}
+
+fn value_match(name: &str, value: &str, regex: bool, lower: bool) -> Result<ValueMatch, Problem> {
+    if regex {
+        check_regex(value)?;
+    }
+    Ok(ValueMatch {
+        name: if lower {
+            name.to_ascii_lowercase()
+        } else {
+            name.to_string()
+        },
+        kind: if regex {
+            ValueMatchKind::RegularExpression
+        } else {
+            ValueMatchKind::Exact
+        },
+        value: value.to_string(),
+    })
+}
+
+fn http_parts(rule: &HttpRouteRules) -> Result<Parts, Problem> {
+    let mut matches = Vec::new();
+    for m in rule.matches.iter().flatten() {
+        let path = match &m.path {
+            None => PathMatch::Prefix("/".into()),
+            Some(p) => {
+                let value = p.value.clone().unwrap_or_else(|| "/".into());
+                match p.r#type {
+                    Some(PathType::Exact) => PathMatch::Exact(value),
+                    Some(PathType::RegularExpression) => {
+                        check_regex(&value)?;
+                        PathMatch::RegularExpression(value)
+                    }
+                    Some(PathType::PathPrefix) | None => {
+                        let trimmed = value.trim_end_matches('/');
+                        PathMatch::Prefix(if trimmed.is_empty() { "/".into() } else { trimmed.into() })
+                    }
+                }
+            }
+        };
+        let headers = m
+            .headers
+            .iter()
+            .flatten()
+            .map(|h| {
+                value_match(
+                    &h.name,
+                    &h.value,
+                    matches!(h.r#type, Some(HeaderType::RegularExpression)),
+                    true,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        let query_params = m
+            .query_params
+            .iter()
+            .flatten()
+            .map(|q| {
+                value_match(
+                    &q.name,
+                    &q.value,
+                    matches!(q.r#type, Some(QueryType::RegularExpression)),
+                    false,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        let method = m.method.as_ref().map(|m| {
+            serde_json::to_value(m)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        });
+        matches.push(HttpMatch {
+            path,
+            method,
+            headers,
+            query_params,
+        });
+    }
+    if matches.is_empty() {
+        matches.push(HttpMatch::default());
+    }
+    let filters = rule.filters.clone().unwrap_or_default();
+    let has = |t: FilterType| filters.iter().any(|f| f.r#type == t);
+    if has(FilterType::RequestRedirect) && has(FilterType::UrlRewrite) {
+        return Err(Problem::new(
+            reason::INCOMPATIBLE_FILTERS,
+            "RequestRedirect and URLRewrite cannot be combined",
+        ));
+    }
+    let timeouts = rule
+        .timeouts
+        .as_ref()
+        .map(|t| -> Result<Timeouts, Problem> {
+            let parse = |d: &Option<String>| -> Result<Option<u64>, Problem> {
+                match d {
+                    None => Ok(None),
+                    Some(s) => match duration::parse_ms(s) {
+                        Some(0) => Ok(None),
+                        Some(ms) => Ok(Some(ms)),
+                        None => Err(Problem::new(
+                            reason::UNSUPPORTED_VALUE,
+                            format!("Invalid duration {s:?}"),
+                        )),
+                    },
+                }
+            };
+            let t = Timeouts {
+                request_ms: parse(&t.request)?,
+                backend_request_ms: parse(&t.backend_request)?,
+            };
+            if let (Some(r), Some(b)) = (t.request_ms, t.backend_request_ms)
+                && b > r
+            {
+                return Err(Problem::new(
+                    reason::UNSUPPORTED_VALUE,
+                    "backendRequest timeout exceeds the request timeout",
+                ));
+            }
+            Ok(t)
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let retry = match &rule.retry {
+        None => None,
+        Some(r) => {
+            let backoff_ms =
+                match &r.backoff {
+                    None => None,
+                    Some(b) => Some(duration::parse_ms(b).ok_or_else(|| {
+                        Problem::new(reason::UNSUPPORTED_VALUE, format!("Invalid retry backoff {b:?}"))
+                    })?),
+                };
+            let mut codes: Vec<u16> = r
+                .codes
+                .iter()
+                .flatten()
+                .filter_map(|c| u16::try_from(*c).ok())
+                .collect();
+            if codes.is_empty() {
+                codes = vec![502, 503, 504];
+            }
+            Some(Retry {
+                codes,
+                attempts: r.attempts.unwrap_or(1).clamp(0, 100) as u32,
+                backoff_ms,
+            })
+        }
+    };
+    Ok(Parts {
+        matches,
+        filters,
+        timeouts,
+        retry,
+        session_persistence: rule.session_persistence.is_some(),
+    })
+}
+
+fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts, Problem> {
+    let mut matches = Vec::new();
+    for m in rule.matches.iter().flatten() {
+        let path = match &m.method {
+            None => PathMatch::Prefix("/".into()),
+            Some(method) => {
+                let regex = matches!(method.r#type, Some(GrpcRouteRulesMatchesMethodType::RegularExpression));
+                match (method.service.as_deref(), method.method.as_deref(), regex) {
+                    (Some(s), Some(me), false) => PathMatch::Exact(format!("/{s}/{me}")),
+                    (Some(s), None, false) => PathMatch::Prefix(format!("/{s}")),
+                    (None, Some(me), false) => {
+                        PathMatch::RegularExpression(format!("/[^/]+/{}", regex_syntax::escape(me)))
+                    }
+                    (None, None, _) => PathMatch::Prefix("/".into()),
+                    (s, me, true) => {
+                        let s = s.unwrap_or("[^/]+");
+                        let me = me.unwrap_or("[^/]+");
+                        check_regex(s)?;
+                        check_regex(me)?;
+                        PathMatch::RegularExpression(format!("/{s}/{me}"))
+                    }
+                }
+            }
+        };
+        let headers = m
+            .headers
+            .iter()
+            .flatten()
+            .map(|h| {
+                value_match(
+                    &h.name,
+                    &h.value,
+                    matches!(h.r#type, Some(GrpcRouteRulesMatchesHeadersType::RegularExpression)),
+                    true,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        matches.push(HttpMatch {
+            path,
+            method: None,
+            headers,
+            query_params: Vec::new(),
+        });
+    }
+    if matches.is_empty() {
+        matches.push(HttpMatch::default());
+    }
+    let filters = rule
+        .filters
+        .iter()
+        .flatten()
+        .filter_map(crate::object::recast)
+        .collect();
+    Ok(Parts {
+        matches,
+        filters,
+        timeouts: Timeouts::default(),
+        retry: None,
+        session_persistence: rule.session_persistence.is_some(),
+    })
+}
+
+fn pairs<T: serde::Serialize>(items: &Option<Vec<T>>) -> Vec<(String, String)> {
+    items
+        .iter()
+        .flatten()
+        .filter_map(|i| {
+            let v = serde_json::to_value(i).ok()?;
+            Some((
+                v.get("name")?.as_str()?.to_string(),
+                v.get("value")?.as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// One filter to its IR form. `Ok(None)` for filters without effect.
+fn filter(
+    f: &HttpRouteRulesFilters,
+    route: &RouteModel<'_>,
+    backends: &Backends<'_>,
+    client_certificate: Option<&str>,
+    out: &mut Compiled,
+    outcome: &mut RouteOutcome,
+) -> Result<Option<Filter>, Problem> {
+    Ok(Some(match f.r#type {
+        FilterType::RequestHeaderModifier => {
+            let Some(m) = &f.request_header_modifier else {
+                return Ok(None);
+            };
+            Filter::RequestHeaderModifier(HeaderModifier {
+                set: pairs(&m.set),
+                add: pairs(&m.add),
+                remove: m.remove.clone().unwrap_or_default(),
+            })
+        }
+        FilterType::ResponseHeaderModifier => {
+            let Some(m) = &f.response_header_modifier else {
+                return Ok(None);
+            };
+            Filter::ResponseHeaderModifier(HeaderModifier {
+                set: pairs(&m.set),
+                add: pairs(&m.add),
+                remove: m.remove.clone().unwrap_or_default(),
+            })
+        }
+        FilterType::RequestRedirect => {
+            let Some(r) = &f.request_redirect else { return Ok(None) };
+            let path = r.path.as_ref().and_then(|p| match p.r#type {
+                RedirectPath::ReplaceFullPath => p.replace_full_path.clone().map(PathModifier::ReplaceFullPath),
+                RedirectPath::ReplacePrefixMatch => {
+                    p.replace_prefix_match.clone().map(PathModifier::ReplacePrefixMatch)
+                }
+            });
+            Filter::RequestRedirect(Redirect {
+                scheme: r.scheme.as_ref().map(|s| match s {
+                    Scheme::Http => "http".to_string(),
+                    Scheme::Https => "https".to_string(),
+                }),
+                hostname: r.hostname.clone(),
+                path,
+                port: r.port.and_then(|p| u16::try_from(p).ok()),
+                status_code: r.status_code.and_then(|c| u16::try_from(c).ok()).unwrap_or(302),
+            })
+        }
+        FilterType::UrlRewrite => {
+            let Some(r) = &f.url_rewrite else { return Ok(None) };
+            let path = r.path.as_ref().and_then(|p| match p.r#type {
+                RewritePath::ReplaceFullPath => p.replace_full_path.clone().map(PathModifier::ReplaceFullPath),
+                RewritePath::ReplacePrefixMatch => p.replace_prefix_match.clone().map(PathModifier::ReplacePrefixMatch),
+            });
+            Filter::UrlRewrite(UrlRewrite {
+                hostname: r.hostname.clone(),
+                path,
+            })
+        }
+        FilterType::RequestMirror => {
+            let Some(m) = &f.request_mirror else { return Ok(None) };
+            let b = &m.backend_ref;
+            let backend_ref = BackendRef {
+                group: b.group.clone().unwrap_or_default(),
+                kind: b.kind.clone().unwrap_or_else(|| "Service".into()),
+                namespace: b.namespace.clone(),
+                name: b.name.clone(),
+                port: b.port,
+                weight: 1,
+                filters: Vec::new(),
+            };
+            let backend = resolve(route, &backend_ref, backends, client_certificate, out, outcome);
+            let (numerator, denominator) = match (&m.fraction, m.percent) {
+                (Some(fr), _) => (fr.numerator.max(0) as u32, fr.denominator.unwrap_or(100).max(1) as u32),
+                (None, Some(p)) => (p.clamp(0, 100) as u32, 100),
+                (None, None) => (100, 100),
+            };
+            Filter::RequestMirror(Mirror {
+                backend,
+                numerator,
+                denominator,
+            })
+        }
+        FilterType::Cors => {
+            let Some(c) = &f.cors else { return Ok(None) };
+            Filter::Cors(Cors {
+                allow_origins: c.allow_origins.clone().unwrap_or_default(),
+                allow_methods: c.allow_methods.clone().unwrap_or_default(),
+                allow_headers: c.allow_headers.clone().unwrap_or_default(),
+                expose_headers: c.expose_headers.clone().unwrap_or_default(),
+                max_age: c.max_age.and_then(|a| u32::try_from(a).ok()),
+                allow_credentials: c.allow_credentials.unwrap_or(false),
+            })
+        }
+        FilterType::ExtensionRef => {
+            return Err(Problem::new(
+                reason::UNSUPPORTED_VALUE,
+                "ExtensionRef filters are not supported",
+            ));
+        }
+        FilterType::ExternalAuth => {
+            return Err(Problem::new(
+                reason::UNSUPPORTED_VALUE,
+                "ExternalAuth filters are not supported",
+            ));
+        }
+    }))
+}
+
+/// The precedence of a match entry among those sharing a hostname: the Gateway API order
+/// (exact path, longest prefix, method, most headers, most query params), then the oldest route,
+/// then the rule and match order.
+pub fn precedence(a: &HttpRule, b: &HttpRule, age: impl Fn(&RouteRef) -> usize) -> Ordering {
+    fn path_rank(p: &PathMatch) -> (u8, std::cmp::Reverse<usize>) {
+        match p {
+            PathMatch::Exact(v) => (0, std::cmp::Reverse(v.len())),
+            PathMatch::RegularExpression(v) => (1, std::cmp::Reverse(v.len())),
+            PathMatch::Prefix(v) => (2, std::cmp::Reverse(v.len())),
+        }
+    }
+    path_rank(&a.matcher.path)
+        .cmp(&path_rank(&b.matcher.path))
+        .then_with(|| b.matcher.method.is_some().cmp(&a.matcher.method.is_some()))
+        .then_with(|| b.matcher.headers.len().cmp(&a.matcher.headers.len()))
+        .then_with(|| b.matcher.query_params.len().cmp(&a.matcher.query_params.len()))
+        .then_with(|| age(&a.route).cmp(&age(&b.route)))
+        .then_with(|| a.route.rule.cmp(&b.route.rule))
+}

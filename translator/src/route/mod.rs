@@ -1,0 +1,207 @@
+//! Routes of every kind: one normalized model, attachment to Gateways and ListenerSets, and the
+//! route parent statuses.
+//!
+//! Attachment follows the spec: a parentRef selects a Gateway (only its own listeners) or a
+//! ListenerSet, narrowed by `sectionName` and `port`; a listener accepts the route when its
+//! `allowedRoutes` admit the route's namespace and kind and, for HTTP, gRPC and TLS routes,
+//! hostnames intersect. Attachment does not depend on the listener's own state.
+
+pub mod http;
+pub mod model;
+pub mod stream;
+
+use std::collections::BTreeMap;
+
+use crate::config::Config;
+use crate::gateway::{GatewayModel, Owner, Problem};
+use crate::hostname;
+use crate::object::GROUP;
+use crate::status::{Condition, ParentReference, RouteParentStatus, RouteStatus, condition::kind, condition::reason};
+pub use model::{RouteKind, RouteModel};
+
+/// Where one parentRef of a route landed.
+#[derive(Clone, Debug)]
+pub struct Attachment {
+    pub parent_ref: ParentReference,
+    /// Index of the Gateway in the gateway models.
+    pub gateway: usize,
+    /// Indices of the listeners (of that Gateway) the route attached to.
+    pub listeners: Vec<usize>,
+    /// Accepted=False.
+    pub problem: Option<Problem>,
+}
+
+/// Resolves the parentRefs of `route` against our Gateways. ParentRefs to objects that are not
+/// ours produce no attachment, and so no status entry.
+pub fn attach(
+    route: &RouteModel<'_>,
+    gateways: &[GatewayModel<'_>],
+    namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<Attachment> {
+    let mut out = Vec::new();
+    for parent_ref in &route.parent_refs {
+        if parent_ref.group != GROUP {
+            continue;
+        }
+        let (gateway, owner) = match parent_ref.kind.as_str() {
+            "Gateway" => {
+                let Some(g) = gateways
+                    .iter()
+                    .position(|g| g.namespace == parent_ref.namespace && g.name == parent_ref.name)
+                else {
+                    continue;
+                };
+                (g, Owner::Gateway)
+            }
+            "ListenerSet" => {
+                let Some(g) = gateways.iter().position(|g| {
+                    g.listener_sets
+                        .iter()
+                        .any(|s| s.namespace == parent_ref.namespace && s.name == parent_ref.name)
+                }) else {
+                    continue;
+                };
+                (
+                    g,
+                    Owner::ListenerSet {
+                        namespace: parent_ref.namespace.clone(),
+                        name: parent_ref.name.clone(),
+                    },
+                )
+            }
+            _ => continue,
+        };
+        let gw = &gateways[gateway];
+        let mut attachment = Attachment {
+            parent_ref: parent_ref.clone(),
+            gateway,
+            listeners: Vec::new(),
+            problem: None,
+        };
+        if let Owner::ListenerSet { namespace, name } = &owner
+            && gw
+                .listener_sets
+                .iter()
+                .any(|s| s.namespace == *namespace && s.name == *name && !s.is_accepted())
+        {
+            attachment.problem = Some(Problem::new(
+                reason::NOT_ALLOWED_BY_LISTENERS,
+                "ListenerSet is not accepted",
+            ));
+            out.push(attachment);
+            continue;
+        }
+        let candidates: Vec<usize> = gw
+            .listeners
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.owner == owner)
+            .filter(|(_, l)| parent_ref.section_name.as_ref().is_none_or(|s| *s == l.spec.name))
+            .filter(|(_, l)| parent_ref.port.is_none_or(|p| p == l.spec.port))
+            .map(|(i, _)| i)
+            .collect();
+        if candidates.is_empty() {
+            attachment.problem = Some(Problem::new(
+                reason::NO_MATCHING_PARENT,
+                "No listener matches the parentRef's sectionName and port",
+            ));
+            out.push(attachment);
+            continue;
+        }
+        let allowed: Vec<usize> = candidates
+            .into_iter()
+            .filter(|i| {
+                let l = &gw.listeners[*i];
+                l.allows_kind(route.kind.name()) && l.allows_namespace(&route.namespace, namespace_labels)
+            })
+            .collect();
+        if allowed.is_empty() {
+            attachment.problem = Some(Problem::new(
+                reason::NOT_ALLOWED_BY_LISTENERS,
+                "No listener allows this route's kind and namespace",
+            ));
+            out.push(attachment);
+            continue;
+        }
+        let matching: Vec<usize> = if route.kind.has_hostnames() {
+            allowed
+                .into_iter()
+                .filter(|i| {
+                    !hostname::effective(gw.listeners[*i].spec.hostname.as_deref(), &route.hostnames).is_empty()
+                })
+                .collect()
+        } else {
+            allowed
+        };
+        if matching.is_empty() {
+            attachment.problem = Some(Problem::new(
+                reason::NO_MATCHING_LISTENER_HOSTNAME,
+                "No listener hostname intersects the route's hostnames",
+            ));
+        }
+        attachment.listeners = matching;
+        out.push(attachment);
+    }
+    out
+}
+
+/// Route-wide outcome of translating rules and backends.
+#[derive(Clone, Debug, Default)]
+pub struct RouteOutcome {
+    /// Accepted=False for every parent (for example an unsupported filter).
+    pub not_accepted: Option<Problem>,
+    /// ResolvedRefs=False.
+    pub unresolved: Option<Problem>,
+    /// Some rules were dropped; the others are served.
+    pub partially_invalid: Option<Problem>,
+}
+
+/// The route's status entry: one parent per attachment.
+pub fn status(
+    route: &RouteModel<'_>,
+    attachments: &[Attachment],
+    outcome: &RouteOutcome,
+    config: &Config,
+) -> RouteStatus {
+    let g = route.generation;
+    let parents = attachments
+        .iter()
+        .map(|a| {
+            let mut conditions = Vec::new();
+            match a.problem.as_ref().or(outcome.not_accepted.as_ref()) {
+                Some(p) => conditions.push(Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g)),
+                None => conditions.push(Condition::new(
+                    kind::ACCEPTED,
+                    true,
+                    reason::ACCEPTED,
+                    "Route is accepted",
+                    g,
+                )),
+            }
+            match &outcome.unresolved {
+                Some(p) => conditions.push(Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g)),
+                None => conditions.push(Condition::new(
+                    kind::RESOLVED_REFS,
+                    true,
+                    reason::RESOLVED_REFS,
+                    "All references resolved",
+                    g,
+                )),
+            }
+            if let Some(p) = &outcome.partially_invalid {
+                conditions.push(Condition::new(kind::PARTIALLY_INVALID, true, p.reason, &p.message, g));
+            }
+            RouteParentStatus {
+                parent_ref: a.parent_ref.clone(),
+                controller_name: config.controller_name.clone(),
+                conditions,
+            }
+        })
+        .collect();
+    RouteStatus {
+        kind: route.kind.name().to_string(),
+        namespace: route.namespace.clone(),
+        name: route.name.clone(),
+        parents,
+    }
+}

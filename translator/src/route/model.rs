@@ -1,0 +1,229 @@
+//! One shape for the routes of every kind, so attachment and backends are written once.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute, grpc, http};
+use crate::object::{GROUP, Meta};
+use crate::status::ParentReference;
+
+/// The five route kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteKind {
+    Http,
+    Grpc,
+    Tls,
+    Tcp,
+    Udp,
+}
+
+impl RouteKind {
+    /// The kind as the API spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteKind::Http => "HTTPRoute",
+            RouteKind::Grpc => "GRPCRoute",
+            RouteKind::Tls => "TLSRoute",
+            RouteKind::Tcp => "TCPRoute",
+            RouteKind::Udp => "UDPRoute",
+        }
+    }
+
+    /// Whether routes of this kind carry hostnames that must intersect the listener's.
+    pub fn has_hostnames(self) -> bool {
+        matches!(self, RouteKind::Http | RouteKind::Grpc | RouteKind::Tls)
+    }
+}
+
+/// A backendRef in one shape.
+#[derive(Clone, Debug)]
+pub struct BackendRef {
+    pub group: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub port: Option<i32>,
+    pub weight: i32,
+    /// Per-backend filters (HTTPRoute and GRPCRoute), in the HTTPRoute filter shape.
+    pub filters: Vec<http::HttpRouteRulesFilters>,
+}
+
+/// Kind-specific parts of a rule.
+#[derive(Clone, Copy, Debug)]
+pub enum RuleSpec<'a> {
+    Http(&'a http::HttpRouteRules),
+    Grpc(&'a grpc::GrpcRouteRules),
+    Stream,
+}
+
+/// A rule in one shape.
+#[derive(Clone, Debug)]
+pub struct RuleModel<'a> {
+    pub name: Option<String>,
+    pub backend_refs: Vec<BackendRef>,
+    pub spec: RuleSpec<'a>,
+}
+
+/// A route in one shape.
+#[derive(Clone, Debug)]
+pub struct RouteModel<'a> {
+    pub kind: RouteKind,
+    pub namespace: String,
+    pub name: String,
+    pub generation: i64,
+    pub created: Option<Time>,
+    pub hostnames: Vec<String>,
+    pub parent_refs: Vec<ParentReference>,
+    pub rules: Vec<RuleModel<'a>>,
+}
+
+macro_rules! parent_refs {
+    ($refs:expr, $ns:expr) => {
+        $refs
+            .iter()
+            .flatten()
+            .map(|p| ParentReference {
+                group: p.group.clone().unwrap_or_else(|| GROUP.into()),
+                kind: p.kind.clone().unwrap_or_else(|| "Gateway".into()),
+                namespace: p.namespace.clone().unwrap_or_else(|| $ns.to_string()),
+                name: p.name.clone(),
+                section_name: p.section_name.clone(),
+                port: p.port,
+            })
+            .collect()
+    };
+}
+
+macro_rules! backend_ref {
+    ($b:expr, $filters:expr) => {
+        BackendRef {
+            group: $b.group.clone().unwrap_or_default(),
+            kind: $b.kind.clone().unwrap_or_else(|| "Service".into()),
+            namespace: $b.namespace.clone(),
+            name: $b.name.clone(),
+            port: $b.port,
+            weight: $b.weight.unwrap_or(1),
+            filters: $filters,
+        }
+    };
+}
+
+fn base<'a, T: Meta>(obj: &T, kind: RouteKind) -> RouteModel<'a> {
+    RouteModel {
+        kind,
+        namespace: obj.namespace().to_string(),
+        name: obj.name().to_string(),
+        generation: obj.generation(),
+        created: obj.meta().creation_timestamp.clone(),
+        hostnames: Vec::new(),
+        parent_refs: Vec::new(),
+        rules: Vec::new(),
+    }
+}
+
+impl<'a> RouteModel<'a> {
+    pub fn from_http(r: &'a HttpRoute) -> Self {
+        let mut m = base(r, RouteKind::Http);
+        m.hostnames = r.spec.hostnames.clone().unwrap_or_default();
+        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.rules = r
+            .spec
+            .rules
+            .iter()
+            .flatten()
+            .map(|rule| RuleModel {
+                name: rule.name.clone(),
+                backend_refs: rule
+                    .backend_refs
+                    .iter()
+                    .flatten()
+                    .map(|b| {
+                        let filters = b.filters.iter().flatten().filter_map(crate::object::recast).collect();
+                        backend_ref!(b, filters)
+                    })
+                    .collect(),
+                spec: RuleSpec::Http(rule),
+            })
+            .collect();
+        m
+    }
+
+    pub fn from_grpc(r: &'a GrpcRoute) -> Self {
+        let mut m = base(r, RouteKind::Grpc);
+        m.hostnames = r.spec.hostnames.clone().unwrap_or_default();
+        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.rules = r
+            .spec
+            .rules
+            .iter()
+            .flatten()
+            .map(|rule| RuleModel {
+                name: rule.name.clone(),
+                backend_refs: rule
+                    .backend_refs
+                    .iter()
+                    .flatten()
+                    .map(|b| {
+                        let filters = b.filters.iter().flatten().filter_map(crate::object::recast).collect();
+                        backend_ref!(b, filters)
+                    })
+                    .collect(),
+                spec: RuleSpec::Grpc(rule),
+            })
+            .collect();
+        m
+    }
+
+    pub fn from_tls(r: &'a TlsRoute) -> Self {
+        let mut m = base(r, RouteKind::Tls);
+        m.hostnames = r.spec.hostnames.clone();
+        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.rules = r
+            .spec
+            .rules
+            .iter()
+            .map(|rule| RuleModel {
+                name: rule.name.clone(),
+                backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
+                spec: RuleSpec::Stream,
+            })
+            .collect();
+        m
+    }
+
+    pub fn from_tcp(r: &'a TcpRoute) -> Self {
+        let mut m = base(r, RouteKind::Tcp);
+        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.rules = r
+            .spec
+            .rules
+            .iter()
+            .map(|rule| RuleModel {
+                name: rule.name.clone(),
+                backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
+                spec: RuleSpec::Stream,
+            })
+            .collect();
+        m
+    }
+
+    pub fn from_udp(r: &'a UdpRoute) -> Self {
+        let mut m = base(r, RouteKind::Udp);
+        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.rules = r
+            .spec
+            .rules
+            .iter()
+            .map(|rule| RuleModel {
+                name: rule.name.clone(),
+                backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
+                spec: RuleSpec::Stream,
+            })
+            .collect();
+        m
+    }
+
+    /// Oldest first, then namespace/name: precedence between conflicting routes.
+    pub fn age_key(&self) -> (Option<Time>, &str, &str) {
+        (self.created.clone(), &self.namespace, &self.name)
+    }
+}

@@ -1,0 +1,248 @@
+//! Every object the translation may read, already fetched.
+//!
+//! The operator fills a [`Snapshot`] from its reflector stores; local mode and the golden tests
+//! fill it from multi-document YAML with [`Snapshot::from_yaml`]. Secrets and ConfigMaps enter
+//! only as [`SecretFacts`] and [`ConfigMapFacts`]: what the semantics need, never key material.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::{
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
+    UdpRoute,
+};
+use crate::certificate;
+
+/// The inputs of one translation.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub gateway_classes: Vec<GatewayClass>,
+    pub gateways: Vec<Gateway>,
+    pub listener_sets: Vec<ListenerSet>,
+    pub http_routes: Vec<HttpRoute>,
+    pub grpc_routes: Vec<GrpcRoute>,
+    pub tls_routes: Vec<TlsRoute>,
+    pub tcp_routes: Vec<TcpRoute>,
+    pub udp_routes: Vec<UdpRoute>,
+    /// ReferenceGrants of both `v1` and `v1beta1` (same schema).
+    pub reference_grants: Vec<ReferenceGrant>,
+    pub backend_tls_policies: Vec<BackendTlsPolicy>,
+    pub services: Vec<Service>,
+    pub endpoint_slices: Vec<EndpointSlice>,
+    pub namespaces: Vec<Namespace>,
+    pub secrets: Vec<SecretFacts>,
+    pub config_maps: Vec<ConfigMapFacts>,
+    pub facts: Facts,
+}
+
+/// What the operator observed about the cluster rather than read from an object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Facts {
+    /// Kinds whose CRDs are installed (`HTTPRoute`, `ListenerSet`, `BackendTLSPolicy`, ...).
+    /// `None` means every kind Turna knows is installed.
+    pub installed_kinds: Option<BTreeSet<String>>,
+    /// Addresses the load balancer assigned to each Gateway's proxy Service, by `namespace/name`.
+    pub gateway_addresses: BTreeMap<String, Vec<AssignedAddress>>,
+    /// Standalone mode: addresses of the shared Service (`status.service`).
+    pub standalone_addresses: Vec<AssignedAddress>,
+}
+
+/// One address a load balancer assigned.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignedAddress {
+    /// `IPAddress` or `Hostname`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub value: String,
+}
+
+impl Facts {
+    /// Whether the CRD of `kind` is installed.
+    pub fn installed(&self, kind: &str) -> bool {
+        self.installed_kinds.as_ref().is_none_or(|k| k.contains(kind))
+    }
+}
+
+/// The parts of a Secret the translation needs: its type, key names and parsed certificate facts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretFacts {
+    pub namespace: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub keys: BTreeSet<String>,
+    /// Present when the Secret has both `tls.crt` and `tls.key`.
+    pub tls: Option<TlsFacts>,
+}
+
+/// Validity of a `tls.crt`/`tls.key` pair.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsFacts {
+    /// `tls.crt` holds at least one parseable X.509 certificate and nothing else.
+    pub certificate_valid: bool,
+    /// `tls.key` holds one PEM private key.
+    pub private_key_valid: bool,
+    /// DNS subject alternative names of the leaf certificate.
+    pub dns_names: Vec<String>,
+}
+
+/// The `ca.crt` key of a ConfigMap: the only key Turna caches.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapFacts {
+    pub namespace: String,
+    pub name: String,
+    /// Number of parseable certificates in `ca.crt`; `None` when the key is missing.
+    pub ca_certificates: Option<usize>,
+}
+
+impl SecretFacts {
+    /// Extracts the facts of a Secret; the key material itself is dropped.
+    pub fn from_secret(secret: &Secret) -> SecretFacts {
+        let data = secret.data.as_ref();
+        let get = |k: &str| data.and_then(|d| d.get(k)).map(|b| b.0.as_slice());
+        let mut keys: BTreeSet<String> = data.map(|d| d.keys().cloned().collect()).unwrap_or_default();
+        if let Some(sd) = &secret.string_data {
+            keys.extend(sd.keys().cloned());
+        }
+        let string = |k: &str| secret.string_data.as_ref().and_then(|d| d.get(k)).map(|s| s.as_bytes());
+        let crt = get("tls.crt").or_else(|| string("tls.crt"));
+        let key = get("tls.key").or_else(|| string("tls.key"));
+        let tls = match (crt, key) {
+            (Some(crt), Some(key)) => Some(certificate::tls_facts(crt, key)),
+            _ => None,
+        };
+        SecretFacts {
+            namespace: secret.metadata.namespace.clone().unwrap_or_default(),
+            name: secret.metadata.name.clone().unwrap_or_default(),
+            kind: secret.type_.clone().unwrap_or_else(|| "Opaque".into()),
+            keys,
+            tls,
+        }
+    }
+}
+
+impl ConfigMapFacts {
+    /// Extracts the `ca.crt` facts of a ConfigMap.
+    pub fn from_config_map(cm: &ConfigMap) -> ConfigMapFacts {
+        let ca = cm.data.as_ref().and_then(|d| d.get("ca.crt"));
+        ConfigMapFacts {
+            namespace: cm.metadata.namespace.clone().unwrap_or_default(),
+            name: cm.metadata.name.clone().unwrap_or_default(),
+            ca_certificates: ca.map(|pem| certificate::count_certificates(pem.as_bytes())),
+        }
+    }
+}
+
+/// Why a YAML document could not become part of a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("document {index}: invalid YAML: {source}")]
+    Yaml { index: usize, source: serde_yaml::Error },
+    #[error("document {index} ({kind} {name}): {source}")]
+    Object {
+        index: usize,
+        kind: String,
+        name: String,
+        source: serde_json::Error,
+    },
+}
+
+impl Snapshot {
+    /// Reads a multi-document YAML stream of Kubernetes objects (`List` objects are expanded).
+    /// Kinds that do not affect translation (Deployments, Pods, ...) are skipped.
+    pub fn from_yaml(text: &str) -> Result<Snapshot, SnapshotError> {
+        let mut snapshot = Snapshot::default();
+        snapshot.add_yaml(text)?;
+        Ok(snapshot)
+    }
+
+    /// Adds the objects of a multi-document YAML stream.
+    pub fn add_yaml(&mut self, text: &str) -> Result<(), SnapshotError> {
+        for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let value = Value::deserialize(doc).map_err(|source| SnapshotError::Yaml { index, source })?;
+            self.add_value(index, value)?;
+        }
+        Ok(())
+    }
+
+    /// Adds one object given as JSON.
+    pub fn add_value(&mut self, index: usize, value: Value) -> Result<(), SnapshotError> {
+        if value.is_null() {
+            return Ok(());
+        }
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if kind == "List" || kind.ends_with("List") {
+            if let Some(Value::Array(items)) = value.get("items") {
+                for item in items.clone() {
+                    self.add_value(index, item)?;
+                }
+            }
+            return Ok(());
+        }
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let err = |source| SnapshotError::Object {
+            index,
+            kind: kind.clone(),
+            name: name.clone(),
+            source,
+        };
+        let group = value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.rsplit_once('/').map(|(g, _)| g.to_string()))
+            .unwrap_or_default();
+        match (group.as_str(), kind.as_str()) {
+            (crate::GROUP, "GatewayClass") => self.gateway_classes.push(from(value).map_err(err)?),
+            (crate::GROUP, "Gateway") => self.gateways.push(from(value).map_err(err)?),
+            (crate::GROUP, "ListenerSet") | (crate::X_GROUP, "XListenerSet") => {
+                self.listener_sets.push(from(value).map_err(err)?)
+            }
+            (crate::GROUP, "HTTPRoute") => self.http_routes.push(from(value).map_err(err)?),
+            (crate::GROUP, "GRPCRoute") => self.grpc_routes.push(from(value).map_err(err)?),
+            (crate::GROUP, "TLSRoute") => self.tls_routes.push(from(value).map_err(err)?),
+            (crate::GROUP, "TCPRoute") => self.tcp_routes.push(from(value).map_err(err)?),
+            (crate::GROUP, "UDPRoute") => self.udp_routes.push(from(value).map_err(err)?),
+            (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(from(value).map_err(err)?),
+            (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(from(value).map_err(err)?),
+            ("", "Service") => self.services.push(from(value).map_err(err)?),
+            ("discovery.k8s.io", "EndpointSlice") => self.endpoint_slices.push(from(value).map_err(err)?),
+            ("", "Namespace") => self.namespaces.push(from(value).map_err(err)?),
+            ("", "Secret") => {
+                let secret: Secret = from(value).map_err(err)?;
+                self.secrets.push(SecretFacts::from_secret(&secret));
+            }
+            ("", "ConfigMap") => {
+                let cm: ConfigMap = from(value).map_err(err)?;
+                self.config_maps.push(ConfigMapFacts::from_config_map(&cm));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn from<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, serde_json::Error> {
+    // Objects applied by hand often lack a namespace; Kubernetes would default it.
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.entry("namespace")
+            .or_insert_with(|| Value::String("default".into()));
+    }
+    serde_json::from_value(value)
+}

@@ -1,0 +1,140 @@
+//! The desired status of every object Turna owns a part of.
+//!
+//! Conditions carry no timestamps: the translator has no clock. The operator keeps
+//! `lastTransitionTime` when a condition's status did not change, and merges these conditions
+//! and route parents with those of other controllers, which never appear here.
+
+pub mod condition;
+
+use serde::{Deserialize, Serialize};
+
+pub use condition::{Condition, ConditionStatus};
+
+/// Statuses of one translation, each list sorted by its key.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Statuses {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateway_classes: Vec<GatewayClassStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<GatewayStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listener_sets: Vec<ListenerSetStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_tls_policies: Vec<PolicyStatus>,
+}
+
+/// GatewayClass status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayClassStatus {
+    pub name: String,
+    pub conditions: Vec<Condition>,
+    /// Features Turna implements, sorted (`status.supportedFeatures[].name`).
+    pub supported_features: Vec<String>,
+}
+
+/// Gateway status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayStatus {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<Address>,
+    pub conditions: Vec<Condition>,
+    pub listeners: Vec<ListenerStatus>,
+    /// Accepted ListenerSets attached to this Gateway.
+    pub attached_listener_sets: u32,
+}
+
+/// A `status.addresses` entry.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Address {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub value: String,
+}
+
+/// A listener's status (Gateway or ListenerSet).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatus {
+    pub name: String,
+    pub supported_kinds: Vec<RouteGroupKind>,
+    pub attached_routes: u32,
+    pub conditions: Vec<Condition>,
+}
+
+/// A route kind a listener accepts.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteGroupKind {
+    pub group: String,
+    pub kind: String,
+}
+
+/// ListenerSet status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetStatus {
+    pub namespace: String,
+    pub name: String,
+    pub conditions: Vec<Condition>,
+    pub listeners: Vec<ListenerStatus>,
+}
+
+/// The parents Turna owns of one route.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteStatus {
+    /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` or `UDPRoute`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub parents: Vec<RouteParentStatus>,
+}
+
+/// One `status.parents` entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentStatus {
+    pub parent_ref: ParentReference,
+    pub controller_name: String,
+    pub conditions: Vec<Condition>,
+}
+
+/// A parentRef as the route wrote it, with defaults filled in.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentReference {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// BackendTLSPolicy status: one ancestor per Gateway using a targeted Service (at most 16).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    pub namespace: String,
+    pub name: String,
+    pub ancestors: Vec<PolicyAncestorStatus>,
+}
+
+/// One `status.ancestors` entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAncestorStatus {
+    pub ancestor_ref: ParentReference,
+    pub controller_name: String,
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,407 @@
+//! The pipeline: classes, Gateways and their listeners, route attachment, backends and policies,
+//! then one IR per proxy and every status.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backends;
+use crate::bundle::Bundle;
+use crate::config::{Config, Mode};
+use crate::gateway::{self, GatewayModel, listener_set};
+use crate::hostname;
+use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
+use crate::object::{self, Meta};
+use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
+use crate::snapshot::Snapshot;
+use crate::status::Statuses;
+
+/// The result of one translation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Output {
+    /// One IR per proxy, sorted by id.
+    pub proxies: Vec<Proxy>,
+    pub statuses: Statuses,
+    /// What each proxy's certificate bundle holds, by proxy id.
+    pub bundles: BTreeMap<String, Bundle>,
+}
+
+/// Id of the single proxy of standalone mode.
+pub const STANDALONE: &str = "standalone";
+
+/// What one route contributes to one listener.
+struct Contribution {
+    route: usize,
+    rules: Vec<ir::HttpRule>,
+    stream: Option<StreamRoute>,
+}
+
+/// Translates a snapshot.
+pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
+    let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = snapshot
+        .namespaces
+        .iter()
+        .map(|n| (n.name().to_string(), n.metadata.labels.clone().unwrap_or_default()))
+        .collect();
+    let classes = gateway::class::ours(snapshot, config);
+    let mut gateways = gateway::build(snapshot, config, &classes, &namespace_labels);
+    let backends = Backends::new(snapshot, config);
+
+    let mut routes = collect_routes(snapshot, config);
+    routes.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    routes.dedup_by(|a, b| (a.kind, &a.namespace, &a.name) == (b.kind, &b.namespace, &b.name));
+    // Age rank of each route, oldest first: precedence between routes.
+    let mut by_age: Vec<usize> = (0..routes.len()).collect();
+    by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
+    let mut age_rank = vec![0; routes.len()];
+    for (rank, i) in by_age.iter().enumerate() {
+        age_rank[*i] = rank;
+    }
+
+    // Per Gateway: listener index -> contributions; the backends and policies they use.
+    let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
+    let mut gateway_backends: Vec<BTreeMap<String, ir::Backend>> = gateways.iter().map(|_| BTreeMap::new()).collect();
+    let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut route_statuses = Vec::new();
+
+    for (ri, route) in routes.iter().enumerate() {
+        let attachments = route::attach(route, &gateways, &namespace_labels);
+        if attachments.is_empty() {
+            continue;
+        }
+        let mut outcome = RouteOutcome::default();
+        let mut attached: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+        for a in attachments.iter().filter(|a| a.problem.is_none()) {
+            attached
+                .entry(a.gateway)
+                .or_default()
+                .extend(a.listeners.iter().copied());
+        }
+        for (gi, listeners) in &attached {
+            for li in listeners {
+                gateways[*gi].listeners[*li].attached_routes += 1;
+            }
+        }
+        for (gi, listeners) in &attached {
+            let gw = &gateways[*gi];
+            let client_certificate = gw.client_certificate.as_deref();
+            let (rules, stream, compiled) = match route.kind {
+                RouteKind::Http | RouteKind::Grpc => {
+                    let c = route::http::compile(route, &backends, client_certificate, &mut outcome);
+                    (c.rules.clone(), None, c)
+                }
+                RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {
+                    let terminated = listeners
+                        .iter()
+                        .any(|li| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate));
+                    let (entry, c) =
+                        route::stream::compile(route, &backends, terminated, client_certificate, &mut outcome);
+                    (Vec::new(), Some(entry), c)
+                }
+            };
+            for b in compiled.backends {
+                gateway_backends[*gi].entry(b.id.clone()).or_insert(b);
+            }
+            for p in compiled.policies {
+                policy_usage.entry(p).or_default().insert(gw.key());
+            }
+            for li in listeners {
+                contributions[*gi].entry(*li).or_default().push(Contribution {
+                    route: ri,
+                    rules: rules.clone(),
+                    stream: stream.clone(),
+                });
+            }
+        }
+        if outcome.not_accepted.is_some() {
+            // A route that is not accepted serves nothing.
+            for per_gateway in &mut contributions {
+                for list in per_gateway.values_mut() {
+                    list.retain(|c| c.route != ri);
+                }
+            }
+        }
+        route_statuses.push(route::status(route, &attachments, &outcome, config));
+    }
+
+    let mut statuses = Statuses {
+        gateway_classes: gateway::class::statuses(&classes, config),
+        gateways: gateways.iter().map(gateway::status).collect(),
+        listener_sets: gateways
+            .iter()
+            .flat_map(|g| g.listener_sets.iter().map(move |s| listener_set::status(s, g)))
+            .collect(),
+        routes: route_statuses,
+        backend_tls_policies: backends.policies.statuses(&policy_usage, config),
+    };
+    statuses
+        .listener_sets
+        .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+
+    let mut proxies: BTreeMap<String, Proxy> = BTreeMap::new();
+    for (gi, gw) in gateways.iter().enumerate() {
+        if gw.not_accepted.is_some() || !gw.is_accepted() {
+            continue;
+        }
+        let id = match config.mode {
+            Mode::Controller => gw.key(),
+            Mode::Standalone => STANDALONE.to_string(),
+        };
+        let proxy = proxies.entry(id.clone()).or_insert_with(|| Proxy {
+            schema: ir::SCHEMA_VERSION,
+            id: id.clone(),
+            connect_retries: config.backend.retry,
+            ..Proxy::default()
+        });
+        proxy.gateways.push(gw.key());
+        if config.mode == Mode::Controller {
+            let infra = gw.gateway.spec.infrastructure.as_ref();
+            proxy.infrastructure = Some(ir::Infrastructure {
+                labels: infra.and_then(|i| i.labels.clone()).unwrap_or_default(),
+                annotations: infra.and_then(|i| i.annotations.clone()).unwrap_or_default(),
+                addresses: gw.requested_addresses.clone(),
+            });
+        }
+        add_listeners(proxy, gw, contributions[gi].get_mut_all(), &routes, &age_rank, config);
+        for (id, b) in &gateway_backends[gi] {
+            proxy.backends.entry(id.clone()).or_insert_with(|| b.clone());
+        }
+    }
+    let mut out = Output {
+        proxies: proxies.into_values().collect(),
+        statuses,
+        bundles: BTreeMap::new(),
+    };
+    for proxy in &mut out.proxies {
+        finish_proxy(proxy);
+        out.bundles.insert(proxy.id.clone(), Bundle::of(proxy));
+    }
+    out
+}
+
+trait TakeAll {
+    fn get_mut_all(&mut self) -> &mut BTreeMap<usize, Vec<Contribution>>;
+}
+
+impl TakeAll for BTreeMap<usize, Vec<Contribution>> {
+    fn get_mut_all(&mut self) -> &mut BTreeMap<usize, Vec<Contribution>> {
+        self
+    }
+}
+
+fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel<'a>> {
+    let installed = |k: RouteKind| snapshot.facts.installed(k.name());
+    let watched = |ns: &str| config.watches_namespace(ns);
+    let mut routes = Vec::new();
+    if installed(RouteKind::Http) {
+        routes.extend(
+            snapshot
+                .http_routes
+                .iter()
+                .filter(|r| watched(r.namespace()))
+                .map(RouteModel::from_http),
+        );
+    }
+    if installed(RouteKind::Grpc) {
+        routes.extend(
+            snapshot
+                .grpc_routes
+                .iter()
+                .filter(|r| watched(r.namespace()))
+                .map(RouteModel::from_grpc),
+        );
+    }
+    if installed(RouteKind::Tls) {
+        routes.extend(
+            snapshot
+                .tls_routes
+                .iter()
+                .filter(|r| watched(r.namespace()))
+                .map(RouteModel::from_tls),
+        );
+    }
+    if installed(RouteKind::Tcp) {
+        routes.extend(
+            snapshot
+                .tcp_routes
+                .iter()
+                .filter(|r| watched(r.namespace()))
+                .map(RouteModel::from_tcp),
+        );
+    }
+    if installed(RouteKind::Udp) {
+        routes.extend(
+            snapshot
+                .udp_routes
+                .iter()
+                .filter(|r| watched(r.namespace()))
+                .map(RouteModel::from_udp),
+        );
+    }
+    routes
+}
+
+/// Adds the ready listeners of `gw` to `proxy`, with their route tables.
+fn add_listeners(
+    proxy: &mut Proxy,
+    gw: &GatewayModel<'_>,
+    contributions: &mut BTreeMap<usize, Vec<Contribution>>,
+    routes: &[RouteModel<'_>],
+    age_rank: &[usize],
+    config: &Config,
+) {
+    for (li, l) in gw.listeners.iter().enumerate() {
+        if !l.is_ready() {
+            continue;
+        }
+        let Some(protocol) = l.protocol else { continue };
+        let transport = if protocol == Protocol::Udp {
+            Transport::Udp
+        } else {
+            Transport::Tcp
+        };
+        let port_number = l.spec.port as u16;
+        let owner_name = match &l.owner {
+            gateway::Owner::Gateway => gw.name.clone(),
+            gateway::Owner::ListenerSet { name, .. } => name.clone(),
+        };
+        let mut listener = Listener {
+            name: format!("{}/{}/{}", l.namespace, owner_name, l.spec.name),
+            protocol,
+            hostname: l.spec.hostname.clone(),
+            tls: l.spec.tls_mode.map(|mode| ListenerTls {
+                mode,
+                certificates: if mode == TlsMode::Terminate {
+                    l.certificates.clone()
+                } else {
+                    Vec::new()
+                },
+            }),
+            virtual_hosts: Vec::new(),
+            stream_routes: Vec::new(),
+        };
+        let list = contributions.remove(&li).unwrap_or_default();
+        match protocol {
+            Protocol::Http | Protocol::Https => {
+                listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), &list, routes, age_rank);
+            }
+            Protocol::Tls => {
+                for c in &list {
+                    let Some(mut s) = c.stream.clone() else { continue };
+                    s.hostnames = hostname::effective(l.spec.hostname.as_deref(), &routes[c.route].hostnames)
+                        .into_iter()
+                        .filter(|h| h != "*")
+                        .collect();
+                    listener.stream_routes.push(s);
+                }
+                listener.stream_routes.sort_by(|a, b| {
+                    let spec = |s: &StreamRoute| s.hostnames.first().cloned().unwrap_or_else(|| "*".into());
+                    hostname::by_specificity(&spec(a), &spec(b)).then_with(|| a.route.cmp(&b.route))
+                });
+            }
+            Protocol::Tcp | Protocol::Udp => {
+                // Without hostnames routes cannot be told apart: the oldest receives the traffic.
+                if let Some(c) = list
+                    .iter()
+                    .filter(|c| c.stream.is_some())
+                    .min_by_key(|c| age_rank[c.route])
+                {
+                    listener
+                        .stream_routes
+                        .push(c.stream.clone().unwrap_or_else(|| unreachable_stream()));
+                }
+            }
+        }
+        let port = match proxy
+            .ports
+            .iter_mut()
+            .find(|p| p.transport == transport && p.port == port_number)
+        {
+            Some(p) => p,
+            None => {
+                proxy.ports.push(Port {
+                    transport,
+                    port: port_number,
+                    bind_port: port_number.saturating_add(config.port_offset),
+                    listeners: Vec::new(),
+                    frontend_validation: None,
+                });
+                proxy.ports.last_mut().expect("just pushed")
+            }
+        };
+        if protocol == Protocol::Https
+            && let Some(v) = gw.frontend.get(&l.spec.port)
+        {
+            port.frontend_validation.get_or_insert_with(|| v.clone());
+        }
+        port.listeners.push(listener);
+    }
+}
+
+fn unreachable_stream() -> StreamRoute {
+    StreamRoute {
+        route: ir::RouteRef {
+            kind: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            rule: 0,
+            rule_name: None,
+        },
+        hostnames: Vec::new(),
+        backends: Vec::new(),
+    }
+}
+
+/// Groups HTTP entries by effective hostname and orders each group by precedence.
+fn virtual_hosts(
+    listener_hostname: Option<&str>,
+    contributions: &[Contribution],
+    routes: &[RouteModel<'_>],
+    age_rank: &[usize],
+) -> Vec<VirtualHost> {
+    let mut hosts: BTreeMap<String, Vec<(usize, ir::HttpRule)>> = BTreeMap::new();
+    for c in contributions {
+        for h in hostname::effective(listener_hostname, &routes[c.route].hostnames) {
+            let entry = hosts.entry(h).or_default();
+            entry.extend(c.rules.iter().cloned().map(|r| (c.route, r)));
+        }
+    }
+    let mut out: Vec<VirtualHost> = hosts
+        .into_iter()
+        .map(|(hostname, mut rules)| {
+            // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
+            let oldest_kind = rules
+                .iter()
+                .min_by_key(|(r, _)| age_rank[*r])
+                .map(|(r, _)| routes[*r].kind);
+            if let Some(kind) = oldest_kind {
+                rules.retain(|(r, _)| routes[*r].kind == kind);
+            }
+            rules.sort_by(|(ra, a), (rb, b)| {
+                route::http::precedence(a, b, |_| 0)
+                    .then_with(|| age_rank[*ra].cmp(&age_rank[*rb]))
+                    .then_with(|| a.route.rule.cmp(&b.route.rule))
+            });
+            VirtualHost {
+                hostname,
+                rules: rules.into_iter().map(|(_, r)| r).collect(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| hostname::by_specificity(&a.hostname, &b.hostname));
+    out
+}
+
+/// Sorts what needs a canonical order.
+fn finish_proxy(proxy: &mut Proxy) {
+    proxy.gateways.sort();
+    proxy.ports.sort_by_key(|p| (p.transport, p.port));
+    for port in &mut proxy.ports {
+        port.listeners.sort_by(|a, b| {
+            hostname::by_listener_specificity(a.hostname.as_deref(), b.hostname.as_deref())
+                .then_with(|| a.name.cmp(&b.name))
+        });
+    }
+    let _ = object::key;
+}
