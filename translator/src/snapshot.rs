@@ -36,6 +36,9 @@ pub struct Snapshot {
     pub namespaces: Vec<Namespace>,
     pub secrets: Vec<SecretFacts>,
     pub config_maps: Vec<ConfigMapFacts>,
+    /// Listeners (`namespace/object/listener`) of Gateways and ListenerSets that set the v1.7
+    /// `filters` field, which the generated types drop: they are rejected, not served unfiltered.
+    pub listeners_with_filters: BTreeSet<String>,
     pub facts: Facts,
 }
 
@@ -203,6 +206,23 @@ impl Snapshot {
             name: name.clone(),
             source,
         };
+        let mut value = value;
+        let cluster_scoped = matches!(kind.as_str(), "GatewayClass" | "Namespace");
+        if !cluster_scoped && let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            // Objects applied by hand often lack a namespace; Kubernetes would default it.
+            meta.entry("namespace")
+                .or_insert_with(|| Value::String("default".into()));
+        }
+        if matches!(kind.as_str(), "Gateway" | "ListenerSet") {
+            self.listeners_with_filters.extend(listeners_with_filters(&value));
+        }
+        if kind == "TLSRoute"
+            && let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut)
+        {
+            // v1alpha2 TLSRoutes may omit hostnames, which the v1 type requires.
+            spec.entry("hostnames").or_insert_with(|| Value::Array(Vec::new()));
+            spec.entry("rules").or_insert_with(|| Value::Array(Vec::new()));
+        }
         let group = value
             .get("apiVersion")
             .and_then(Value::as_str)
@@ -238,11 +258,28 @@ impl Snapshot {
     }
 }
 
-fn from<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, serde_json::Error> {
-    // Objects applied by hand often lack a namespace; Kubernetes would default it.
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.entry("namespace")
-            .or_insert_with(|| Value::String("default".into()));
-    }
+fn from<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, serde_json::Error> {
     serde_json::from_value(value)
+}
+
+/// `namespace/object/listener` of each listener of a Gateway or ListenerSet (as JSON) that sets
+/// `filters`, a v1.7 field the generated types drop.
+pub fn listeners_with_filters(object: &Value) -> Vec<String> {
+    let ns = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    object
+        .pointer("/spec/listeners")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|l| l.get("filters").is_some_and(|f| !f.is_null()))
+        .filter_map(|l| l.get("name").and_then(Value::as_str))
+        .map(|l| format!("{ns}/{name}/{l}"))
+        .collect()
 }

@@ -46,6 +46,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
         .collect();
     let classes = gateway::class::ours(snapshot, config);
     let mut gateways = gateway::build(snapshot, config, &classes, &namespace_labels);
+    reject_listener_filters(&mut gateways, snapshot);
     let backends = Backends::new(snapshot, config);
 
     let mut routes = collect_routes(snapshot, config);
@@ -187,6 +188,32 @@ trait TakeAll {
 impl TakeAll for BTreeMap<usize, Vec<Contribution>> {
     fn get_mut_all(&mut self) -> &mut BTreeMap<usize, Vec<Contribution>> {
         self
+    }
+}
+
+/// Listener `filters` (v1.7, for example ExternalAuth) are not implemented; serving the listener
+/// without them would skip what they enforce, so such listeners are not accepted.
+fn reject_listener_filters(gateways: &mut [GatewayModel<'_>], snapshot: &Snapshot) {
+    if snapshot.listeners_with_filters.is_empty() {
+        return;
+    }
+    for gw in gateways {
+        let gateway_name = gw.name.clone();
+        for l in &mut gw.listeners {
+            let object = match &l.owner {
+                gateway::Owner::Gateway => &gateway_name,
+                gateway::Owner::ListenerSet { name, .. } => name,
+            };
+            if snapshot
+                .listeners_with_filters
+                .contains(&format!("{}/{}/{}", l.namespace, object, l.spec.name))
+            {
+                l.not_accepted = Some(gateway::Problem::new(
+                    crate::status::condition::reason::UNSUPPORTED_VALUE,
+                    "Listener filters are not supported; the listener is not served without them",
+                ));
+            }
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Golden tests: each folder under `tests/golden/` holds `input.yaml` (the snapshot's objects),
 //! optional `config.yaml` and `facts.yaml`, and the expected `ir.yaml` and `status.yaml`.
 //!
-//! `TURNA_BLESS=1 cargo test -p turna-translator --test golden` rewrites the expectations;
-//! review the diff like code.
+//! `TURNA_BLESS=1 cargo test -p turna-translator --test golden` rewrites the expectations
+//! (`TURNA_GOLDEN=<substring>` limits it to matching cases); review the diff like code.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -51,8 +51,13 @@ fn render(case: &Path) -> (String, String) {
 #[test]
 fn golden() {
     let bless = std::env::var_os("TURNA_BLESS").is_some_and(|v| v == "1");
+    // TURNA_GOLDEN=<substring> limits the run (and a bless) to matching cases.
+    let only = std::env::var("TURNA_GOLDEN").unwrap_or_default();
     let mut failures = Vec::new();
-    let cases = cases();
+    let cases: Vec<PathBuf> = cases()
+        .into_iter()
+        .filter(|c| c.file_name().is_some_and(|n| n.to_string_lossy().contains(only.as_str())))
+        .collect();
     assert!(!cases.is_empty(), "no golden cases found");
     for case in &cases {
         let (ir, status) = render(case);
