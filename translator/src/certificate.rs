@@ -54,3 +54,41 @@ pub fn count_certificates(pem: &[u8]) -> usize {
     }
     count
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(names: &[&str]) -> (String, String) {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let cert = rcgen::generate_simple_self_signed(names).expect("certificate");
+        (cert.cert.pem(), cert.signing_key.serialize_pem())
+    }
+
+    #[test]
+    fn valid_pair_with_dns_names() {
+        let (crt, key) = pair(&["a.example.com", "*.example.com"]);
+        let facts = tls_facts(crt.as_bytes(), key.as_bytes());
+        assert!(facts.certificate_valid && facts.private_key_valid);
+        assert_eq!(facts.dns_names, ["a.example.com", "*.example.com"]);
+    }
+
+    #[test]
+    fn malformed_material_is_invalid() {
+        let (crt, key) = pair(&["a.example.com"]);
+        let broken = crt.replace("MII", "XXX");
+        assert!(!tls_facts(broken.as_bytes(), key.as_bytes()).certificate_valid);
+        assert!(!tls_facts(b"not a pem", key.as_bytes()).certificate_valid);
+        assert!(!tls_facts(crt.as_bytes(), b"").private_key_valid);
+        assert!(!tls_facts(crt.as_bytes(), crt.as_bytes()).private_key_valid);
+    }
+
+    #[test]
+    fn counts_ca_bundles() {
+        let (a, _) = pair(&["ca-a"]);
+        let (b, _) = pair(&["ca-b"]);
+        assert_eq!(count_certificates(format!("{a}{b}").as_bytes()), 2);
+        assert_eq!(count_certificates(b""), 0);
+        assert_eq!(count_certificates(b"garbage"), 0);
+    }
+}
