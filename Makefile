@@ -29,3 +29,33 @@ bench-translator:
 	$(CARGO) bench -p turna-translator --bench translate
 
 bench: bench-translator
+
+# ---- e2e: a real control plane built from Go modules (e2e/README.md) ----
+E2E_CLUSTER_DIR ?= $(CURDIR)/e2e/.cache/controlplane
+
+.PHONY: tools cluster-tools cluster-smoke cluster-rust-smoke cluster-controlplane-up cluster-controlplane-down
+
+## cluster-tools: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+## into ~/.cache/turna/tools/<k8s-version> (cached; a no-op when built).
+tools: cluster-tools
+cluster-tools:
+	e2e/scripts/build-tools.sh
+
+## cluster-smoke: start a control plane in a temp dir, create a GatewayClass and Gateway, check
+## ServiceAccount tokens, RBAC, controllers and scheduler, stop.
+cluster-smoke: cluster-tools
+	e2e/scripts/smoke.sh
+
+## cluster-rust-smoke: the same from Rust (e2e/rust/control_plane.rs, the harness for Rust tests).
+cluster-rust-smoke: cluster-tools
+	mkdir -p target/e2e
+	rustc --edition 2024 --test --cfg turna_control_plane_selftest e2e/rust/control_plane.rs \
+		-o target/e2e/control-plane-selftest
+	target/e2e/control-plane-selftest
+
+## cluster-controlplane-up/-down: a control plane in $(E2E_CLUSTER_DIR) to use by hand:
+## eval "$$(e2e/scripts/apiserver.sh env $(E2E_CLUSTER_DIR))"; kubectl get gateways -A
+cluster-controlplane-up: cluster-tools
+	e2e/scripts/apiserver.sh start $(E2E_CLUSTER_DIR) --all
+cluster-controlplane-down:
+	e2e/scripts/apiserver.sh stop $(E2E_CLUSTER_DIR)

@@ -25,7 +25,7 @@ for a in "$@"; do
 	case "$a" in
 	--force) force=1 ;;
 	--print-dir) echo "$TOOLS_BIN"; exit 0 ;;
-	-h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+	-h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
 	*) die "unknown argument: $a" ;;
 	esac
 done
