@@ -1,1 +1,67 @@
-fn main() {}
+//! `turna`: one binary for every mode of Turna.
+
+mod local;
+mod settings;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "turna", version, about = "Kubernetes Gateway API implementation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Translate Gateway API YAML (files or folders) and print the IR and statuses, without serving.
+    Translate {
+        /// Files or folders of Kubernetes YAML; a `facts.yaml` among them holds observed facts.
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+        /// Provider configuration (`providers.kubernetes`).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// What to print.
+        #[arg(short, long, value_enum, default_value_t = Show::All)]
+        output: Show,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Show {
+    Ir,
+    Status,
+    Bundles,
+    All,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Translate { files, config, output } => {
+            let settings = match config {
+                Some(path) => settings::Kubernetes::load(&path)?,
+                None => settings::Kubernetes::default(),
+            };
+            let snapshot = local::snapshot(&files)?;
+            let out = translator::translate(&snapshot, &settings.translator_config());
+            let text = match output {
+                Show::Ir => serde_yaml::to_string(&out.proxies),
+                Show::Status => serde_yaml::to_string(&out.statuses),
+                Show::Bundles => serde_yaml::to_string(&out.bundles),
+                Show::All => serde_yaml::to_string(&out),
+            }
+            .context("rendering output")?;
+            std::io::stdout().write_all(text.as_bytes()).context("writing output")?;
+        }
+    }
+    Ok(())
+}
