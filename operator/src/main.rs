@@ -1,13 +1,11 @@
 //! `turna`: one binary for every mode of Turna.
 
-mod local;
-mod settings;
-
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use operator::{local, settings};
 
 #[derive(Parser)]
 #[command(name = "turna", version, about = "Kubernetes Gateway API implementation")]

@@ -1,0 +1,7 @@
+//! Turna's operator: all Kubernetes I/O, and the pieces of the `turna` binary.
+//!
+//! It never decides routing semantics; that is the translator's job.
+
+pub mod local;
+pub mod settings;
+pub mod status;

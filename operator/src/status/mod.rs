@@ -1,0 +1,3 @@
+//! Status writing: the translator's desired statuses merged into what the API server holds.
+
+pub mod merge;
