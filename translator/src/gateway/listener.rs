@@ -156,6 +156,9 @@ pub struct ListenerModel {
     pub unresolved: Option<Problem>,
     /// Conflicted=True reason.
     pub conflicted: Option<&'static str>,
+    /// OverlappingTLSConfig=True: another terminating listener on the port has an overlapping
+    /// hostname.
+    pub overlapping_tls: bool,
     /// Routes attached (whatever their own state).
     pub attached_routes: u32,
     pub generation: i64,
@@ -165,6 +168,20 @@ impl ListenerModel {
     /// Served: accepted, not conflicted, and its references resolved well enough to serve.
     pub fn is_ready(&self) -> bool {
         self.not_accepted.is_none() && self.conflicted.is_none() && self.protocol.is_some() && self.certificates_ok()
+    }
+
+    /// Accepted and not conflicted (its references may still be unresolved).
+    pub fn is_valid(&self) -> bool {
+        self.not_accepted.is_none() && self.conflicted.is_none() && self.protocol.is_some()
+    }
+
+    /// HTTPS, or TLS in Terminate mode.
+    pub fn terminates_tls(&self) -> bool {
+        match self.protocol {
+            Some(Protocol::Https) => true,
+            Some(Protocol::Tls) => self.spec.tls_mode == Some(TlsMode::Terminate),
+            _ => false,
+        }
     }
 
     fn certificates_ok(&self) -> bool {
@@ -206,60 +223,72 @@ impl ListenerModel {
         self.supported_kinds.iter().any(|k| k.kind == kind && k.group == GROUP)
     }
 
-    /// The listener's status entry.
-    pub fn status(&self) -> ListenerStatus {
+    /// The listener's status entry. A conflicted listener is not accepted: no conflicting
+    /// listener is picked as a winner, and its conflict reason explains Accepted and Programmed.
+    /// `parent_served` is false when the Gateway (or ListenerSet) itself is not accepted.
+    pub fn status(&self, parent_served: bool) -> ListenerStatus {
         let g = self.generation;
         let mut conditions = Vec::new();
-        match &self.not_accepted {
-            Some(p) => conditions.push(Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g)),
-            None => conditions.push(Condition::new(
+        conditions.push(match (&self.not_accepted, self.conflicted) {
+            (Some(p), _) => Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g),
+            (None, Some(r)) => Condition::new(
                 kind::ACCEPTED,
-                true,
-                reason::ACCEPTED,
-                "Listener is accepted",
+                false,
+                r,
+                "Listener conflicts with another listener on the same port",
                 g,
-            )),
-        }
-        match self.conflicted {
-            Some(r) => conditions.push(Condition::new(
+            ),
+            (None, None) => Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "Listener is accepted", g),
+        });
+        conditions.push(match self.conflicted {
+            Some(r) => Condition::new(
                 kind::CONFLICTED,
                 true,
                 r,
                 "Listener conflicts with another listener on the same port",
                 g,
-            )),
-            None => conditions.push(Condition::new(
-                kind::CONFLICTED,
-                false,
-                reason::NO_CONFLICTS,
-                "No conflicts",
-                g,
-            )),
-        }
-        match &self.unresolved {
-            Some(p) => conditions.push(Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g)),
-            None => conditions.push(Condition::new(
+            ),
+            None => Condition::new(kind::CONFLICTED, false, reason::NO_CONFLICTS, "No conflicts", g),
+        });
+        conditions.push(match &self.unresolved {
+            Some(p) => Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g),
+            None => Condition::new(
                 kind::RESOLVED_REFS,
                 true,
                 reason::RESOLVED_REFS,
                 "References resolved",
                 g,
-            )),
-        }
-        if self.is_ready() {
-            conditions.push(Condition::new(
-                kind::PROGRAMMED,
-                true,
-                reason::PROGRAMMED,
-                "Listener is programmed",
-                g,
-            ));
-        } else {
-            conditions.push(Condition::new(
+            ),
+        });
+        conditions.push(if self.is_ready() && parent_served {
+            Condition::new(kind::PROGRAMMED, true, reason::PROGRAMMED, "Listener is programmed", g)
+        } else if self.is_ready() {
+            Condition::new(
                 kind::PROGRAMMED,
                 false,
                 reason::INVALID,
-                "Listener is not served",
+                "The listener's parent is not accepted",
+                g,
+            )
+        } else if let Some(r) = self.conflicted.filter(|_| self.not_accepted.is_none()) {
+            Condition::new(kind::PROGRAMMED, false, r, "Listener is conflicted and not served", g)
+        } else if self.not_accepted.is_some() {
+            Condition::new(kind::PROGRAMMED, false, reason::INVALID, "Listener is not accepted", g)
+        } else {
+            Condition::new(
+                kind::PROGRAMMED,
+                false,
+                reason::INVALID,
+                "Listener has no valid certificate and is not served",
+                g,
+            )
+        });
+        if self.overlapping_tls {
+            conditions.push(Condition::new(
+                kind::OVERLAPPING_TLS_CONFIG,
+                true,
+                reason::OVERLAPPING_HOSTNAMES,
+                "Hostname overlaps with another TLS listener on the same port",
                 g,
             ));
         }
@@ -316,6 +345,7 @@ pub fn validate(
         not_accepted: None,
         unresolved: None,
         conflicted: None,
+        overlapping_tls: false,
         attached_routes: 0,
         generation,
     };

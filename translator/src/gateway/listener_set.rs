@@ -122,34 +122,24 @@ pub fn attach<'a>(
     }
 }
 
-/// After conflicts are known: a ListenerSet with no ready listener is not accepted, and its
-/// listeners are removed from the Gateway's.
+/// After conflicts are known: a ListenerSet with no ready listener is not accepted, nor is any
+/// ListenerSet of a Gateway that is not accepted.
 pub fn finish(model: &mut GatewayModel<'_>) {
+    let parent_accepted = model.is_accepted();
     for set in &mut model.listener_sets {
         if set.not_accepted.is_some() {
             continue;
         }
-        let any_ready = model.listeners.iter().any(|l| set.owns(&l.owner) && l.is_ready());
-        if !any_ready {
+        if !parent_accepted {
+            set.not_accepted = Some(Problem::new(
+                reason::PARENT_NOT_ACCEPTED,
+                format!("Gateway {}/{} is not accepted", model.namespace, model.name),
+            ));
+        } else if !model.listeners.iter().any(|l| set.owns(&l.owner) && l.is_ready()) {
             set.not_accepted = Some(Problem::new(
                 reason::LISTENERS_NOT_VALID,
                 "No listener of the ListenerSet is valid",
             ));
-        }
-    }
-    if model.not_accepted.is_some()
-        || !model
-            .listeners
-            .iter()
-            .any(|l| l.owner == Owner::Gateway && l.not_accepted.is_none())
-    {
-        for set in &mut model.listener_sets {
-            if set.not_accepted.is_none() {
-                set.not_accepted = Some(Problem::new(
-                    reason::PARENT_NOT_ACCEPTED,
-                    format!("Gateway {}/{} is not accepted", model.namespace, model.name),
-                ));
-            }
         }
     }
 }
@@ -157,31 +147,54 @@ pub fn finish(model: &mut GatewayModel<'_>) {
 /// The ListenerSet's status.
 pub fn status(set: &ListenerSetModel<'_>, model: &GatewayModel<'_>) -> ListenerSetStatus {
     let g = set.generation;
+    let listeners: Vec<_> = model.listeners.iter().filter(|l| set.owns(&l.owner)).collect();
     let conditions = match &set.not_accepted {
         Some(p) => vec![
             Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g),
-            Condition::new(kind::PROGRAMMED, false, p.reason, &p.message, g),
+            if p.reason == reason::PARENT_NOT_ACCEPTED {
+                Condition::new(kind::PROGRAMMED, false, reason::PARENT_NOT_PROGRAMMED, &p.message, g)
+            } else {
+                Condition::new(kind::PROGRAMMED, false, p.reason, &p.message, g)
+            },
         ],
-        None => vec![
-            Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "ListenerSet is accepted", g),
-            Condition::new(
-                kind::PROGRAMMED,
-                true,
-                reason::PROGRAMMED,
-                "ListenerSet is programmed",
-                g,
-            ),
-        ],
+        None => {
+            let not_ready = super::names(listeners.iter().copied().filter(|l| !l.is_ready()));
+            let accepted = if not_ready.is_empty() {
+                Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "ListenerSet is accepted", g)
+            } else {
+                Condition::new(
+                    kind::ACCEPTED,
+                    true,
+                    reason::LISTENERS_NOT_VALID,
+                    format!("Listeners {not_ready} are not served: invalid, conflicted or without a valid certificate"),
+                    g,
+                )
+            };
+            let parent = model.programmed();
+            let programmed = if parent.is_true() {
+                Condition::new(
+                    kind::PROGRAMMED,
+                    true,
+                    reason::PROGRAMMED,
+                    "ListenerSet is programmed",
+                    g,
+                )
+            } else {
+                Condition::new(
+                    kind::PROGRAMMED,
+                    false,
+                    reason::PARENT_NOT_PROGRAMMED,
+                    format!("Gateway {} is not programmed: {}", model.key(), parent.message),
+                    g,
+                )
+            };
+            vec![accepted, programmed]
+        }
     };
     ListenerSetStatus {
         namespace: set.namespace.clone(),
         name: set.name.clone(),
         conditions,
-        listeners: model
-            .listeners
-            .iter()
-            .filter(|l| set.owns(&l.owner))
-            .map(|l| l.status())
-            .collect(),
+        listeners: listeners.iter().map(|l| l.status(set.is_accepted())).collect(),
     }
 }

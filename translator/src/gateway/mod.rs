@@ -11,6 +11,7 @@ use std::net::IpAddr;
 
 use crate::api::{Gateway, GatewayClass, ListenerSet};
 use crate::config::{Config, Mode};
+use crate::hostname;
 use crate::ir::{FrontendValidation, Protocol};
 use crate::object::{self, GROUP, Meta};
 use crate::reference_grant::{self, From, To};
@@ -48,9 +49,59 @@ impl GatewayModel<'_> {
         object::key(&self.namespace, &self.name)
     }
 
+    /// The Gateway's own listeners (not its ListenerSets').
+    pub fn own_listeners(&self) -> impl Iterator<Item = &ListenerModel> {
+        self.listeners.iter().filter(|l| l.owner == Owner::Gateway)
+    }
+
+    /// Why the Gateway is not accepted: a rejected field, or no valid listener of its own
+    /// (a Gateway without listeners of its own is valid: its ListenerSets bring them).
+    pub fn accepted_problem(&self) -> Option<Problem> {
+        if let Some(p) = &self.not_accepted {
+            return Some(p.clone());
+        }
+        let mut own = self.own_listeners().peekable();
+        if own.peek().is_some() && !self.own_listeners().any(ListenerModel::is_valid) {
+            return Some(Problem::new(reason::LISTENERS_NOT_VALID, "No listener is valid"));
+        }
+        None
+    }
+
     /// Whether the Gateway is served by a proxy.
     pub fn is_accepted(&self) -> bool {
-        self.not_accepted.is_none() && self.listeners.iter().any(|l| l.not_accepted.is_none())
+        self.accepted_problem().is_none()
+    }
+
+    /// Whether the Gateway is programmed: accepted, and the addresses it asked for assigned.
+    pub fn programmed(&self) -> Condition {
+        let g = self.generation;
+        if !self.is_accepted() {
+            return Condition::new(kind::PROGRAMMED, false, reason::INVALID, "Gateway is not accepted", g);
+        }
+        if self.addresses.is_empty() {
+            return Condition::new(
+                kind::PROGRAMMED,
+                false,
+                reason::ADDRESS_NOT_ASSIGNED,
+                "No address has been assigned to the Gateway yet",
+                g,
+            );
+        }
+        if let Some(missing) = self
+            .requested_addresses
+            .iter()
+            .filter(|a| !a.is_empty())
+            .find(|a| !self.addresses.iter().any(|s| &s.value == *a))
+        {
+            return Condition::new(
+                kind::PROGRAMMED,
+                false,
+                reason::ADDRESS_NOT_USABLE,
+                format!("Requested address {missing} was not assigned; check that the load balancer can assign it"),
+                g,
+            );
+        }
+        Condition::new(kind::PROGRAMMED, true, reason::PROGRAMMED, "Gateway is programmed", g)
     }
 }
 
@@ -161,6 +212,7 @@ fn build_one<'a>(
     listener_set::attach(&mut model, listener_sets, snapshot, config, namespace_labels);
     frontend::apply(&mut model, snapshot);
     resolve_conflicts(&mut model.listeners);
+    mark_overlapping_tls(&mut model.listeners);
     client_certificate(&mut model, snapshot);
     addresses(&mut model, snapshot, config);
     model
@@ -213,43 +265,116 @@ fn resolve_conflicts(listeners: &mut [ListenerModel]) {
     }
 }
 
-/// Standalone mode: listeners of different Gateways on one port share a socket. A ListenerSet
-/// listener conflicting with another Gateway's listener loses; between Gateways the older wins.
-fn resolve_shared_ports(models: &mut [GatewayModel<'_>]) {
-    let mut order: Vec<usize> = (0..models.len()).collect();
-    order.sort_by(|a, b| object::by_age(models[*a].gateway, models[*b].gateway));
-    let mut seen: Vec<(Protocol, i32, Option<String>, bool)> = Vec::new();
-    let mut losers = Vec::new();
-    for &gi in &order {
-        let mut mine = Vec::new();
-        for (li, l) in models[gi].listeners.iter().enumerate() {
-            let Some(p) = l.protocol else { continue };
-            if !l.is_ready() {
+/// Sets OverlappingTLSConfig on terminating listeners of one port whose distinct hostnames
+/// overlap (`*.example.com` and `foo.example.com`): connection coalescing may reuse one's
+/// connection for the other.
+fn mark_overlapping_tls(listeners: &mut [ListenerModel]) {
+    let n = listeners.len();
+    for i in 0..n {
+        for j in (i + 1)..n {
+            let (a, b) = (&listeners[i], &listeners[j]);
+            if !(a.is_valid() && b.is_valid() && a.terminates_tls() && b.terminates_tls()) || a.spec.port != b.spec.port
+            {
                 continue;
             }
-            let clash = seen.iter().find(|(sp, port, host, _)| {
-                *port == l.spec.port
-                    && family(*sp).0 == family(p).0
-                    && (family(*sp).1 != family(p).1
-                        || *host == l.spec.hostname
-                        || matches!(p, Protocol::Tcp | Protocol::Udp))
-            });
-            match clash {
-                Some((sp, ..)) => {
-                    let why = if family(*sp).1 != family(p).1 {
-                        reason::PROTOCOL_CONFLICT
-                    } else {
-                        reason::HOSTNAME_CONFLICT
-                    };
-                    losers.push((gi, li, why));
-                }
-                None => mine.push((p, l.spec.port, l.spec.hostname.clone(), l.owner == Owner::Gateway)),
+            let (Some(ha), Some(hb)) = (a.spec.hostname.as_deref(), b.spec.hostname.as_deref()) else {
+                continue;
+            };
+            if ha != hb && hostname::intersect(Some(ha), hb).is_some() {
+                listeners[i].overlapping_tls = true;
+                listeners[j].overlapping_tls = true;
             }
         }
-        seen.extend(mine);
     }
-    for (gi, li, why) in losers {
-        models[gi].listeners[li].conflicted = Some(why);
+}
+
+/// Standalone mode: listeners of different Gateways on one port share a socket. Gateway
+/// listeners come first (older Gateways first), then ListenerSet listeners (older ListenerSets
+/// first); a listener conflicting with one before it loses. HTTPS listeners on one port must
+/// also ask for the same client certificate validation, else the later one cannot use the port.
+fn resolve_shared_ports(models: &mut [GatewayModel<'_>]) {
+    let mut gateways: Vec<usize> = (0..models.len()).collect();
+    gateways.sort_by(|a, b| object::by_age(models[*a].gateway, models[*b].gateway));
+    let mut order: Vec<(usize, usize)> = Vec::new();
+    for &gi in &gateways {
+        order.extend(
+            models[gi]
+                .listeners
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.owner == Owner::Gateway)
+                .map(|(li, _)| (gi, li)),
+        );
+    }
+    let mut from_sets: Vec<(usize, usize)> = gateways
+        .iter()
+        .flat_map(|&gi| {
+            models[gi]
+                .listeners
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.owner != Owner::Gateway)
+                .map(move |(li, _)| (gi, li))
+        })
+        .collect();
+    from_sets.sort_by(|a, b| {
+        let set = |(gi, li): (usize, usize)| {
+            let owner = &models[gi].listeners[li].owner;
+            models[gi]
+                .listener_sets
+                .iter()
+                .find(|s| s.owns(owner))
+                .map(|s| s.listener_set)
+        };
+        match (set(*a), set(*b)) {
+            (Some(x), Some(y)) => object::by_age(x, y),
+            _ => std::cmp::Ordering::Equal,
+        }
+    });
+    order.extend(from_sets);
+
+    // Winners so far: protocol, port, hostname, and the port's client certificate validation.
+    let mut seen: Vec<(Protocol, i32, Option<String>, Option<FrontendValidation>)> = Vec::new();
+    for (gi, li) in order {
+        let l = &models[gi].listeners[li];
+        let Some(p) = l.protocol else { continue };
+        if !l.is_ready() {
+            continue;
+        }
+        let validation = (p == Protocol::Https)
+            .then(|| models[gi].frontend.get(&l.spec.port).cloned())
+            .flatten();
+        let clash = seen.iter().find(|(sp, port, host, _)| {
+            *port == l.spec.port
+                && family(*sp).0 == family(p).0
+                && (family(*sp).1 != family(p).1
+                    || *host == l.spec.hostname
+                    || matches!(p, Protocol::Tcp | Protocol::Udp))
+        });
+        if let Some((sp, ..)) = clash {
+            let why = if family(*sp).1 != family(p).1 {
+                reason::PROTOCOL_CONFLICT
+            } else {
+                reason::HOSTNAME_CONFLICT
+            };
+            models[gi].listeners[li].conflicted = Some(why);
+            continue;
+        }
+        let differs = p == Protocol::Https
+            && seen
+                .iter()
+                .any(|(sp, port, _, v)| *sp == Protocol::Https && *port == l.spec.port && *v != validation);
+        if differs {
+            models[gi].listeners[li].not_accepted = Some(Problem::new(
+                reason::PORT_UNAVAILABLE,
+                format!(
+                    "Port {} is used by HTTPS listeners of another Gateway with a different client certificate validation",
+                    l.spec.port
+                ),
+            ));
+            continue;
+        }
+        seen.push((p, l.spec.port, l.spec.hostname.clone(), validation));
     }
 }
 
@@ -357,75 +482,54 @@ fn addresses(model: &mut GatewayModel<'_>, snapshot: &Snapshot, config: &Config)
     model.addresses = assigned;
 }
 
+/// Quoted listener names for condition messages.
+pub(crate) fn names<'l>(listeners: impl Iterator<Item = &'l ListenerModel>) -> String {
+    listeners
+        .map(|l| format!("{:?}", l.spec.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The Gateway's status.
 pub fn status(model: &GatewayModel<'_>) -> GatewayStatus {
     let g = model.generation;
     let mut conditions = Vec::new();
-    let own: Vec<&ListenerModel> = model.listeners.iter().filter(|l| l.owner == Owner::Gateway).collect();
-    let valid = own
-        .iter()
-        .filter(|l| l.not_accepted.is_none() && l.conflicted.is_none())
-        .count();
-    let accepted = match &model.not_accepted {
+    let not_served = names(model.own_listeners().filter(|l| !l.is_ready()));
+    let accepted = match model.accepted_problem() {
         Some(p) => Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g),
-        None if valid == 0 && !own.is_empty() => Condition::new(
-            kind::ACCEPTED,
-            false,
-            reason::LISTENERS_NOT_VALID,
-            "No listener is valid",
-            g,
-        ),
-        None if valid < own.len() => Condition::new(
+        None if !not_served.is_empty() => Condition::new(
             kind::ACCEPTED,
             true,
             reason::LISTENERS_NOT_VALID,
-            "Some listeners are invalid; the others are served",
+            format!("Listeners {not_served} are not served: invalid, conflicted or without a valid certificate"),
             g,
         ),
         None => Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "Gateway is accepted", g),
     };
     let is_accepted = accepted.is_true();
     conditions.push(accepted);
+    conditions.push(model.programmed());
 
-    let programmed = if !is_accepted {
-        Condition::new(kind::PROGRAMMED, false, reason::INVALID, "Gateway is not accepted", g)
-    } else if model.addresses.is_empty() {
+    let unresolved = names(model.own_listeners().filter(|l| l.unresolved.is_some()));
+    conditions.push(if let Some(p) = &model.client_certificate_problem {
+        Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g)
+    } else if !unresolved.is_empty() {
         Condition::new(
-            kind::PROGRAMMED,
+            kind::RESOLVED_REFS,
             false,
-            reason::ADDRESS_NOT_ASSIGNED,
-            "No address has been assigned to the Gateway yet",
-            g,
-        )
-    } else if let Some(missing) = model
-        .requested_addresses
-        .iter()
-        .filter(|a| !a.is_empty())
-        .find(|a| !model.addresses.iter().any(|s| &s.value == *a))
-    {
-        Condition::new(
-            kind::PROGRAMMED,
-            false,
-            reason::ADDRESS_NOT_USABLE,
-            format!("Requested address {missing} was not assigned"),
+            reason::LISTENERS_NOT_RESOLVED,
+            format!("Listeners {unresolved} have unresolved references"),
             g,
         )
     } else {
-        Condition::new(kind::PROGRAMMED, true, reason::PROGRAMMED, "Gateway is programmed", g)
-    };
-    conditions.push(programmed);
-
-    if let Some(p) = &model.client_certificate_problem {
-        conditions.push(Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g));
-    } else if model.client_certificate.is_some() {
-        conditions.push(Condition::new(
+        Condition::new(
             kind::RESOLVED_REFS,
             true,
             reason::RESOLVED_REFS,
             "References resolved",
             g,
-        ));
-    }
+        )
+    });
     if model.insecure_fallback {
         conditions.push(Condition::new(
             kind::INSECURE_FRONTEND_VALIDATION_MODE,
@@ -444,7 +548,7 @@ pub fn status(model: &GatewayModel<'_>) -> GatewayStatus {
             Vec::new()
         },
         conditions,
-        listeners: own.iter().map(|l| l.status()).collect(),
+        listeners: model.own_listeners().map(|l| l.status(is_accepted)).collect(),
         attached_listener_sets: model.listener_sets.iter().filter(|s| s.is_accepted()).count() as u32,
     }
 }

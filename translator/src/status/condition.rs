@@ -87,6 +87,7 @@ pub mod reason {
     pub const ADDRESS_NOT_USABLE: &str = "AddressNotUsable";
     pub const INVALID_CLIENT_CERTIFICATE_REF: &str = "InvalidClientCertificateRef";
     pub const CONFIGURATION_CHANGED: &str = "ConfigurationChanged";
+    pub const LISTENERS_NOT_RESOLVED: &str = "ListenersNotResolved";
 
     // Listener.
     pub const PORT_UNAVAILABLE: &str = "PortUnavailable";
@@ -104,6 +105,7 @@ pub mod reason {
     // ListenerSet.
     pub const NOT_ALLOWED: &str = "NotAllowed";
     pub const PARENT_NOT_ACCEPTED: &str = "ParentNotAccepted";
+    pub const PARENT_NOT_PROGRAMMED: &str = "ParentNotProgrammed";
 
     // Route.
     pub const NOT_ALLOWED_BY_LISTENERS: &str = "NotAllowedByListeners";
