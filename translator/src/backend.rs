@@ -161,17 +161,16 @@ impl<'a> Backends<'a> {
                 address: host,
                 port: port as u16,
             }]
-        } else if self.config.backend.use_service_ip {
-            spec.and_then(|s| s.cluster_ip.clone())
-                .filter(|ip| !ip.is_empty() && ip != "None")
-                .map(|ip| {
-                    vec![Endpoint {
-                        address: ip,
-                        port: port as u16,
-                    }]
-                })
-                .unwrap_or_default()
+        } else if let Some(ip) = spec
+            .and_then(|s| s.cluster_ip.clone())
+            .filter(|ip| self.config.backend.use_service_ip && !ip.is_empty() && ip != "None")
+        {
+            vec![Endpoint {
+                address: ip,
+                port: port as u16,
+            }]
         } else {
+            // Also headless Services with use_service_ip: they have no cluster IP to use.
             service_port.map(|p| self.endpoints(ns, &r.name, p)).unwrap_or_default()
         };
         let port_name = service_port.and_then(|p| p.name.as_deref());

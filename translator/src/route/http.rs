@@ -15,7 +15,7 @@ use crate::duration;
 use crate::gateway::Problem;
 use crate::ir::{
     Backend, Cors, Filter, HeaderModifier, HttpMatch, HttpRule, Mirror, PathMatch, PathModifier, Redirect, Retry,
-    RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind, WeightedBackend,
+    RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind, VirtualHost, WeightedBackend,
 };
 use crate::status::condition::reason;
 
@@ -40,7 +40,7 @@ pub fn compile(
     outcome: &mut RouteOutcome,
 ) -> Compiled {
     let mut out = Compiled::default();
-    let mut dropped = 0;
+    let mut dropped: Vec<(String, Problem)> = Vec::new();
     for (index, rule) in route.rules.iter().enumerate() {
         let route_ref = RouteRef {
             kind: route.kind.name().into(),
@@ -57,8 +57,7 @@ pub fn compile(
         let parts = match parts {
             Ok(p) => p,
             Err(problem) => {
-                dropped += 1;
-                outcome.partially_invalid.get_or_insert(problem);
+                dropped.push((rule.name.clone().unwrap_or_else(|| index.to_string()), problem));
                 continue;
             }
         };
@@ -69,38 +68,49 @@ pub fn compile(
             ));
         }
         let mut filters = Vec::new();
-        let mut failed = false;
+        // A filter that cannot be applied fails the requests it would process (HTTP 500).
+        let mut broken = false;
         for f in &parts.filters {
             match filter(f, route, backends, client_certificate, &mut out, outcome) {
                 Ok(Some(f)) => filters.push(f),
                 Ok(None) => {}
-                Err(p) => {
+                Err(FilterError::Rejected(p)) => {
                     outcome.not_accepted.get_or_insert(p);
-                    failed = true;
+                }
+                Err(FilterError::Unresolved(p)) => {
+                    outcome.unresolved.get_or_insert(p);
+                    broken = true;
                 }
             }
-        }
-        if failed {
-            continue;
         }
         let mut weighted = Vec::new();
         for b in &rule.backend_refs {
             let mut backend_filters = Vec::new();
+            let mut backend_broken = false;
             for f in &b.filters {
                 match filter(f, route, backends, client_certificate, &mut out, outcome) {
                     Ok(Some(f)) => backend_filters.push(f),
                     Ok(None) => {}
-                    Err(p) => {
+                    Err(FilterError::Rejected(p)) => {
                         outcome.not_accepted.get_or_insert(p);
+                    }
+                    Err(FilterError::Unresolved(p)) => {
+                        outcome.unresolved.get_or_insert(p);
+                        backend_broken = true;
                     }
                 }
             }
             let backend = resolve(route, b, backends, client_certificate, &mut out, outcome);
             weighted.push(WeightedBackend {
-                backend,
+                backend: backend.filter(|_| !backend_broken),
                 weight: b.weight.max(0) as u32,
-                filters: backend_filters,
+                filters: if backend_broken { Vec::new() } else { backend_filters },
             });
+        }
+        if broken {
+            // No filters and no backends: every request of the rule answers 500.
+            filters.clear();
+            weighted.clear();
         }
         for m in parts.matches {
             out.rules.push(HttpRule {
@@ -114,9 +124,20 @@ pub fn compile(
             });
         }
     }
-    if dropped > 0 && dropped == route.rules.len() {
-        if let Some(p) = outcome.partially_invalid.take() {
-            outcome.not_accepted.get_or_insert(p);
+    if let Some((_, first)) = dropped.first() {
+        if dropped.len() == route.rules.len() {
+            // Fully invalid: not accepted, and PartiallyInvalid is not set.
+            outcome.not_accepted.get_or_insert(first.clone());
+        } else if outcome.partially_invalid.is_none() {
+            // The spec requires the "Dropped Rule" prefix and which rules were dropped.
+            let which: Vec<String> = dropped
+                .iter()
+                .map(|(rule, p)| format!("{rule} ({})", p.message))
+                .collect();
+            outcome.partially_invalid = Some(Problem::new(
+                first.reason,
+                format!("Dropped Rule(s): {}", which.join(", ")),
+            ));
         }
     }
     out
@@ -341,7 +362,7 @@ fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts, Problem> {
                         let me = me.unwrap_or("[^/]+");
                         check_regex(s)?;
                         check_regex(me)?;
-                        PathMatch::RegularExpression(format!("/{s}/{me}"))
+                        PathMatch::RegularExpression(format!("/(?:{s})/(?:{me})"))
                     }
                 }
             }
@@ -398,6 +419,14 @@ fn pairs<T: serde::Serialize>(items: &Option<Vec<T>>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Why a filter cannot be applied.
+enum FilterError {
+    /// The route is not accepted (a filter type Turna does not implement).
+    Rejected(Problem),
+    /// The filter references something unknown: its requests answer 500.
+    Unresolved(Problem),
+}
+
 /// One filter to its IR form. `Ok(None)` for filters without effect.
 fn filter(
     f: &HttpRouteRulesFilters,
@@ -406,7 +435,7 @@ fn filter(
     client_certificate: Option<&str>,
     out: &mut Compiled,
     outcome: &mut RouteOutcome,
-) -> Result<Option<Filter>, Problem> {
+) -> Result<Option<Filter>, FilterError> {
     Ok(Some(match f.r#type {
         FilterType::RequestHeaderModifier => {
             let Some(m) = &f.request_header_modifier else {
@@ -494,16 +523,21 @@ fn filter(
             })
         }
         FilterType::ExtensionRef => {
-            return Err(Problem::new(
-                reason::UNSUPPORTED_VALUE,
-                "ExtensionRef filters are not supported",
-            ));
+            let target = f
+                .extension_ref
+                .as_ref()
+                .map(|e| format!("{}/{} {}", e.group, e.kind, e.name))
+                .unwrap_or_default();
+            return Err(FilterError::Unresolved(Problem::new(
+                reason::INVALID_KIND,
+                format!("ExtensionRef filter {target} is not a kind Turna knows; its requests answer 500"),
+            )));
         }
         FilterType::ExternalAuth => {
-            return Err(Problem::new(
+            return Err(FilterError::Rejected(Problem::new(
                 reason::UNSUPPORTED_VALUE,
                 "ExternalAuth filters are not supported",
-            ));
+            )));
         }
     }))
 }
@@ -512,18 +546,64 @@ fn filter(
 /// (exact path, longest prefix, method, most headers, most query params), then the oldest route,
 /// then the rule and match order.
 pub fn precedence(a: &HttpRule, b: &HttpRule, age: impl Fn(&RouteRef) -> usize) -> Ordering {
-    fn path_rank(p: &PathMatch) -> (u8, std::cmp::Reverse<usize>) {
+    // HTTP: exact, then regular expressions (implementation-specific), then prefixes.
+    // gRPC: service and method, then service only (a prefix), then method only and regular
+    // expressions, which is the spec's "most characters in the service, then the method".
+    fn path_rank(p: &PathMatch, grpc: bool) -> (u8, std::cmp::Reverse<usize>) {
         match p {
             PathMatch::Exact(v) => (0, std::cmp::Reverse(v.len())),
-            PathMatch::RegularExpression(v) => (1, std::cmp::Reverse(v.len())),
-            PathMatch::Prefix(v) => (2, std::cmp::Reverse(v.len())),
+            PathMatch::RegularExpression(v) => (if grpc { 2 } else { 1 }, std::cmp::Reverse(v.len())),
+            PathMatch::Prefix(v) => (if grpc { 1 } else { 2 }, std::cmp::Reverse(v.len())),
         }
     }
-    path_rank(&a.matcher.path)
-        .cmp(&path_rank(&b.matcher.path))
+    path_rank(&a.matcher.path, a.grpc)
+        .cmp(&path_rank(&b.matcher.path, b.grpc))
         .then_with(|| b.matcher.method.is_some().cmp(&a.matcher.method.is_some()))
         .then_with(|| b.matcher.headers.len().cmp(&a.matcher.headers.len()))
         .then_with(|| b.matcher.query_params.len().cmp(&a.matcher.query_params.len()))
         .then_with(|| age(&a.route).cmp(&age(&b.route)))
         .then_with(|| a.route.rule.cmp(&b.route.rule))
+}
+
+/// Appends to each virtual host the entries of the less specific virtual hosts that also cover
+/// its hostname (`*.example.com` and `*` for `a.example.com`), most specific first. A request
+/// matching no entry of its own hostname's routes then reaches the routes of the wildcards, as
+/// the spec orders routes by hostname specificity before their matches. `hosts` must be sorted
+/// most specific first.
+pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
+    let own: Vec<(String, Vec<HttpRule>)> = hosts.iter().map(|h| (h.hostname.clone(), h.rules.clone())).collect();
+    for host in hosts.iter_mut() {
+        for (pattern, rules) in &own {
+            if *pattern != host.hostname && covers(pattern, &host.hostname) {
+                host.rules.extend(rules.iter().cloned());
+            }
+        }
+    }
+}
+
+/// Whether every host matched by `host` (exact or wildcard) is matched by `pattern`.
+fn covers(pattern: &str, host: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    if host == "*" {
+        return false;
+    }
+    match pattern.strip_prefix('*') {
+        Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+        None => false,
+    }
+}
+
+/// The most specific of the route's own hostnames that yields `effective` on a listener with
+/// `listener` hostname; `*` when the route names none. Routes are ranked by this hostname
+/// before their matches, so an exact route hostname beats a wildcard one even when both
+/// intersect the listener to the same name.
+pub fn original_hostname(listener: Option<&str>, route_hostnames: &[String], effective: &str) -> String {
+    let mut candidates: Vec<&String> = route_hostnames
+        .iter()
+        .filter(|h| crate::hostname::intersect(listener, h).as_deref() == Some(effective))
+        .collect();
+    candidates.sort_by(|a, b| crate::hostname::by_specificity(a, b));
+    candidates.first().map_or_else(|| "*".to_string(), |h| h.to_string())
 }

@@ -5,6 +5,10 @@
 //! ListenerSet, narrowed by `sectionName` and `port`; a listener accepts the route when its
 //! `allowedRoutes` admit the route's namespace and kind and, for HTTP, gRPC and TLS routes,
 //! hostnames intersect. Attachment does not depend on the listener's own state.
+//!
+//! An HTTPRoute and a GRPCRoute whose hostnames intersect on a listener cannot both be served:
+//! the older route (then the first by `namespace/name`) keeps the parent, the other gets
+//! Accepted=False for it.
 
 pub mod http;
 pub mod model;
@@ -143,6 +147,59 @@ pub fn attach(
         out.push(attachment);
     }
     out
+}
+
+/// Attaches every route, oldest first, and rejects the newer of an HTTPRoute and a GRPCRoute
+/// whose hostnames intersect on a shared listener. `age_rank[i]` orders `routes[i]` by age.
+pub fn attach_all(
+    routes: &[RouteModel<'_>],
+    gateways: &[GatewayModel<'_>],
+    namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    age_rank: &[usize],
+) -> Vec<Vec<Attachment>> {
+    let mut out: Vec<Vec<Attachment>> = routes.iter().map(|r| attach(r, gateways, namespace_labels)).collect();
+    let mut by_age: Vec<usize> = (0..routes.len()).collect();
+    by_age.sort_by_key(|i| age_rank.get(*i).copied().unwrap_or(usize::MAX));
+    // Hostnames served so far, by (gateway, listener), with the kind that serves them.
+    let mut served: BTreeMap<(usize, usize), Vec<(RouteKind, String)>> = BTreeMap::new();
+    for ri in by_age {
+        let route = &routes[ri];
+        if !matches!(route.kind, RouteKind::Http | RouteKind::Grpc) {
+            continue;
+        }
+        for a in out[ri].iter_mut().filter(|a| a.problem.is_none()) {
+            let gw = &gateways[a.gateway];
+            let conflict = a.listeners.iter().any(|li| {
+                let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), &route.hostnames);
+                served.get(&(a.gateway, *li)).is_some_and(|taken| {
+                    taken
+                        .iter()
+                        .any(|(k, t)| *k != route.kind && hosts.iter().any(|h| hostnames_overlap(h, t)))
+                })
+            });
+            if conflict {
+                a.listeners.clear();
+                a.problem = Some(Problem::new(
+                    reason::HOSTNAME_CONFLICT,
+                    "An older route of another kind (HTTPRoute or GRPCRoute) serves an intersecting hostname on this listener",
+                ));
+                continue;
+            }
+            for li in &a.listeners {
+                let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), &route.hostnames);
+                served
+                    .entry((a.gateway, *li))
+                    .or_default()
+                    .extend(hosts.into_iter().map(|h| (route.kind, h)));
+            }
+        }
+    }
+    out
+}
+
+/// Whether two effective hostnames (exact, `*.` wildcard or `*` for any) share a host.
+fn hostnames_overlap(a: &str, b: &str) -> bool {
+    a == "*" || b == "*" || hostname::intersect(Some(a), b).is_some()
 }
 
 /// Route-wide outcome of translating rules and backends.
