@@ -1,1 +1,98 @@
-//! Turna dataplane.
+//! Turna dataplane: serves the translator's IR.
+//!
+//! A [`Dataplane`] holds the routing [`table::Table`] built from the last applied
+//! [`translator::ir::Proxy`] and the listeners it opened. [`Dataplane::apply`] validates a new IR,
+//! swaps the table atomically (requests in flight finish on the table they started with) and
+//! reconciles the listeners.
+
+pub mod error;
+pub mod http;
+pub mod listener;
+pub mod table;
+pub mod upstream;
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::sync::Mutex;
+use translator::ir;
+
+pub use error::{ApplyError, PortError, ValidationError};
+
+use listener::Listeners;
+use table::Table;
+
+/// Where the proxy binds.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Local address of every listener socket.
+    pub address: IpAddr,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        }
+    }
+}
+
+/// A running proxy. Cheap to clone; clones share the same table and listeners.
+#[derive(Debug, Clone)]
+pub struct Dataplane {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    settings: Settings,
+    table: Arc<ArcSwap<Table>>,
+    /// Also serializes applies.
+    listeners: Mutex<Listeners>,
+}
+
+impl Dataplane {
+    /// A proxy serving nothing until the first [`Dataplane::apply`]. Needs a Tokio runtime.
+    pub fn new(settings: Settings) -> Self {
+        Dataplane {
+            inner: Arc::new(Inner {
+                settings,
+                table: Arc::new(ArcSwap::from_pointee(Table::default())),
+                listeners: Mutex::new(Listeners::default()),
+            }),
+        }
+    }
+
+    /// Validates `proxy` and serves it. On [`ApplyError::Invalid`] nothing changed; on
+    /// [`ApplyError::Ports`] the IR is served except on the listed ports.
+    pub async fn apply(&self, proxy: ir::Proxy) -> Result<(), ApplyError> {
+        let mut listeners = self.inner.listeners.lock().await;
+        let table = Arc::new(Table::build(&proxy, &self.inner.table.load())?);
+        self.inner.table.store(table.clone());
+        let errors = listeners.reconcile(self.inner.settings.address, &table, &self.inner.table);
+        tracing::info!(proxy = %table.id, port_errors = errors.len(), "IR applied");
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApplyError::Ports(errors))
+        }
+    }
+
+    /// The local address serving Gateway listener port `port`, once open.
+    pub async fn local_addr(&self, port: u16) -> Option<SocketAddr> {
+        self.inner.listeners.lock().await.local_addr(port)
+    }
+
+    /// Serves until `signal` completes, then stops accepting and drains connections.
+    pub async fn serve(&self, signal: impl Future<Output = ()>) {
+        signal.await;
+        self.shutdown().await;
+    }
+
+    /// Stops accepting on every port and waits for open connections to finish.
+    pub async fn shutdown(&self) {
+        self.inner.listeners.lock().await.shutdown().await;
+    }
+}

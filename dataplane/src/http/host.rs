@@ -1,0 +1,93 @@
+//! Hostname patterns of listeners and virtual hosts, and the request's host.
+
+use http::Request;
+
+/// An exact name, a `*.` wildcard (one or more labels), or any host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostPattern {
+    Exact(String),
+    /// The suffix after `*`, starting with a dot: `*.example.com` holds `.example.com`.
+    Wildcard(String),
+    Any,
+}
+
+impl HostPattern {
+    /// Parses `name`, `*.name` or `*`; `None` for anything else.
+    pub fn parse(pattern: &str) -> Option<HostPattern> {
+        let pattern = pattern.to_ascii_lowercase();
+        if pattern == "*" {
+            return Some(HostPattern::Any);
+        }
+        if let Some(suffix) = pattern.strip_prefix('*') {
+            let valid = suffix.len() > 1 && suffix.starts_with('.') && !suffix[1..].contains('*');
+            return valid.then(|| HostPattern::Wildcard(suffix.to_string()));
+        }
+        let valid = !pattern.is_empty() && !pattern.contains(['*', '/', ' ', ':']);
+        valid.then_some(HostPattern::Exact(pattern))
+    }
+
+    /// Whether `host` (lowercase, without port) is matched.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Exact(name) => name == host,
+            HostPattern::Wildcard(suffix) => host.len() > suffix.len() && host.ends_with(suffix.as_str()),
+            HostPattern::Any => true,
+        }
+    }
+
+    /// Orders patterns from most to least specific: exact, longer wildcards, any.
+    pub fn specificity(&self) -> (u8, usize) {
+        match self {
+            HostPattern::Exact(name) => (2, name.len()),
+            HostPattern::Wildcard(suffix) => (1, suffix.len()),
+            HostPattern::Any => (0, 0),
+        }
+    }
+}
+
+/// The host a request is for, lowercase and without port: the Host header, else the URI authority
+/// (HTTP/2 `:authority`).
+pub fn request_host<B>(req: &Request<B>) -> String {
+    let raw = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .unwrap_or_default();
+    strip_port(raw).to_ascii_lowercase()
+}
+
+/// `host:port` → `host`; bracketed IPv6 literals keep their brackets.
+pub fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return match authority.find(']') {
+            Some(end) => &authority[..=end],
+            None => authority,
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_needs_at_least_one_label() {
+        let p = HostPattern::parse("*.example.com").unwrap();
+        assert!(p.matches("foo.example.com"));
+        assert!(p.matches("a.b.example.com"));
+        assert!(!p.matches("example.com"));
+        assert!(!p.matches(".example.com"));
+    }
+
+    #[test]
+    fn strips_ports() {
+        assert_eq!(strip_port("a.com:8080"), "a.com");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("a.com"), "a.com");
+    }
+}

@@ -1,0 +1,13 @@
+//! HTTP serving: routing, filters and proxying of requests to backends.
+
+pub mod filters;
+pub mod host;
+pub mod matcher;
+mod proxy;
+mod response;
+pub mod router;
+pub mod rule;
+
+pub use proxy::{HttpService, ListenerContext};
+pub use response::ProxyBody;
+pub use router::PortRoutes;

@@ -1,0 +1,142 @@
+//! Request routing on one port: listener by hostname, then virtual host, then the first
+//! matching rule.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::{HeaderMap, Method};
+use translator::ir;
+
+use super::host::HostPattern;
+use super::rule::Rule;
+use crate::error::ValidationError;
+use crate::upstream::Upstream;
+
+/// The HTTP listeners sharing one port, most specific hostname first.
+#[derive(Debug)]
+pub struct PortRoutes {
+    /// The Gateway listener port (redirects derive their port from it).
+    pub port: u16,
+    listeners: Vec<ListenerRoutes>,
+}
+
+/// One listener's virtual hosts.
+#[derive(Debug)]
+pub struct ListenerRoutes {
+    pub name: String,
+    hostname: HostPattern,
+    exact: HashMap<String, usize>,
+    /// Wildcard suffixes, longest first.
+    wildcards: Vec<(String, usize)>,
+    any: Option<usize>,
+    virtual_hosts: Vec<Vec<Rule>>,
+}
+
+/// What a request is routed to.
+#[derive(Debug)]
+pub struct Routed<'a> {
+    pub listener: &'a ListenerRoutes,
+    pub rule: &'a Rule,
+}
+
+/// The request facts routing looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// Lowercase, without port.
+    pub host: &'a str,
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+}
+
+impl PortRoutes {
+    pub fn compile(port: &ir::Port, upstreams: &HashMap<String, Arc<Upstream>>) -> Result<Self, ValidationError> {
+        let mut listeners = port
+            .listeners
+            .iter()
+            .map(|l| ListenerRoutes::compile(l, upstreams))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Stable: listeners of equal specificity keep the IR's order.
+        listeners.sort_by_key(|l| std::cmp::Reverse(l.hostname.specificity()));
+        Ok(PortRoutes {
+            port: port.port,
+            listeners,
+        })
+    }
+
+    /// The listener whose hostname matches `host` most specifically.
+    pub fn listener(&self, host: &str) -> Option<&ListenerRoutes> {
+        self.listeners.iter().find(|l| l.hostname.matches(host))
+    }
+
+    /// The first matching rule of the selected listener and virtual host; `None` answers 404.
+    pub fn route<'a>(&'a self, req: &RequestView<'_>) -> Option<Routed<'a>> {
+        let listener = self.listener(req.host)?;
+        let rules = listener.virtual_host(req.host)?;
+        let rule = rules
+            .iter()
+            .find(|r| r.matcher.matches(req.method, req.path, req.query, req.headers))?;
+        Some(Routed { listener, rule })
+    }
+}
+
+impl ListenerRoutes {
+    fn compile(listener: &ir::Listener, upstreams: &HashMap<String, Arc<Upstream>>) -> Result<Self, ValidationError> {
+        let invalid = |hostname: &str| ValidationError::Hostname {
+            listener: listener.name.clone(),
+            hostname: hostname.to_string(),
+        };
+        let hostname = match &listener.hostname {
+            Some(h) => HostPattern::parse(h).ok_or_else(|| invalid(h))?,
+            None => HostPattern::Any,
+        };
+        let mut routes = ListenerRoutes {
+            name: listener.name.clone(),
+            hostname,
+            exact: HashMap::new(),
+            wildcards: Vec::new(),
+            any: None,
+            virtual_hosts: Vec::with_capacity(listener.virtual_hosts.len()),
+        };
+        for vhost in &listener.virtual_hosts {
+            let index = routes.virtual_hosts.len();
+            let rules = vhost
+                .rules
+                .iter()
+                .map(|r| Rule::compile(r, upstreams))
+                .collect::<Result<Vec<_>, _>>()?;
+            routes.virtual_hosts.push(rules);
+            // The first virtual host of a name wins.
+            match HostPattern::parse(&vhost.hostname).ok_or_else(|| invalid(&vhost.hostname))? {
+                HostPattern::Exact(name) => {
+                    routes.exact.entry(name).or_insert(index);
+                }
+                HostPattern::Wildcard(suffix) => {
+                    if !routes.wildcards.iter().any(|(s, _)| *s == suffix) {
+                        routes.wildcards.push((suffix, index));
+                    }
+                }
+                HostPattern::Any => {
+                    routes.any.get_or_insert(index);
+                }
+            }
+        }
+        routes
+            .wildcards
+            .sort_by_key(|(suffix, _)| std::cmp::Reverse(suffix.len()));
+        Ok(routes)
+    }
+
+    /// Rules of the virtual host for `host`: exact name, longest wildcard suffix, then `*`.
+    fn virtual_host(&self, host: &str) -> Option<&[Rule]> {
+        let index = self.exact.get(host).copied().or_else(|| {
+            self.wildcards
+                .iter()
+                .find(|(suffix, _)| host.len() > suffix.len() && host.ends_with(suffix.as_str()))
+                .map(|(_, i)| *i)
+                .or(self.any)
+        })?;
+        self.virtual_hosts.get(index).map(Vec::as_slice)
+    }
+}

@@ -1,0 +1,97 @@
+//! One compiled match entry of a route rule: its predicates, filters, backends and timeouts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use translator::ir;
+
+use super::filters::{self, Filter};
+use super::matcher::Matcher;
+use crate::error::ValidationError;
+use crate::upstream::Upstream;
+
+/// A rule entry ready to serve.
+#[derive(Debug)]
+pub struct Rule {
+    pub route: ir::RouteRef,
+    /// Errors are answered as gRPC statuses.
+    pub grpc: bool,
+    pub matcher: Matcher,
+    pub filters: Vec<Filter>,
+    pub backends: Vec<RuleBackend>,
+    /// Bound on the whole request (`timeouts.request`).
+    pub request_timeout: Option<Duration>,
+    /// Bound on the backend's answer (`timeouts.backendRequest`).
+    pub backend_timeout: Option<Duration>,
+}
+
+/// A weighted share of a rule's traffic.
+#[derive(Debug)]
+pub struct RuleBackend {
+    /// `None` for an invalid backendRef: its share answers 500.
+    pub upstream: Option<Arc<Upstream>>,
+    pub weight: u32,
+    pub filters: Vec<Filter>,
+}
+
+/// How a rule names itself in errors and logs.
+pub fn describe(route: &ir::RouteRef) -> String {
+    format!("{} {}/{} rule {}", route.kind, route.namespace, route.name, route.rule)
+}
+
+impl Rule {
+    pub fn compile(rule: &ir::HttpRule, upstreams: &HashMap<String, Arc<Upstream>>) -> Result<Self, ValidationError> {
+        let context = describe(&rule.route);
+        let prefix = match &rule.matcher.path {
+            ir::PathMatch::Prefix(p) => Some(p.as_str()),
+            _ => None,
+        };
+        let backends = rule
+            .backends
+            .iter()
+            .map(|b| {
+                let upstream = match &b.backend {
+                    Some(id) => Some(
+                        upstreams
+                            .get(id)
+                            .cloned()
+                            .ok_or_else(|| ValidationError::UnknownBackend {
+                                context: context.clone(),
+                                backend: id.clone(),
+                            })?,
+                    ),
+                    None => None,
+                };
+                Ok(RuleBackend {
+                    upstream,
+                    weight: b.weight,
+                    filters: filters::compile(&b.filters, prefix, &context)?,
+                })
+            })
+            .collect::<Result<_, ValidationError>>()?;
+        Ok(Rule {
+            route: rule.route.clone(),
+            grpc: rule.grpc,
+            matcher: Matcher::compile(&rule.matcher, &context)?,
+            filters: filters::compile(&rule.filters, prefix, &context)?,
+            backends,
+            request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
+            backend_timeout: rule.timeouts.backend_request_ms.map(Duration::from_millis),
+        })
+    }
+
+    /// The shortest of the request and backendRequest timeouts: without route retries one
+    /// backend request is the whole request.
+    pub fn timeout(&self) -> Option<Duration> {
+        match (self.request_timeout, self.backend_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Picks a backend by weight; `None` when every weight is zero.
+    pub fn pick_backend(&self) -> Option<&RuleBackend> {
+        crate::upstream::pick_weighted(&self.backends, |b| b.weight)
+    }
+}

@@ -1,0 +1,67 @@
+//! Weighted backend choice and endpoint choice (round_robin, random, least_conn).
+
+use std::sync::atomic::Ordering;
+
+use translator::config::Strategy;
+
+use super::Upstream;
+
+/// Picks an item with probability proportional to its weight; `None` when all weights are zero.
+pub fn pick_weighted<T>(items: &[T], weight: impl Fn(&T) -> u32) -> Option<&T> {
+    let total: u64 = items.iter().map(|i| u64::from(weight(i))).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut point = fastrand::u64(0..total);
+    for item in items {
+        let w = u64::from(weight(item));
+        if point < w {
+            return Some(item);
+        }
+        point -= w;
+    }
+    None
+}
+
+impl Upstream {
+    /// The index of the next endpoint, avoiding `tried` while untried endpoints remain.
+    pub(super) fn pick_endpoint(&self, tried: &[usize]) -> Option<usize> {
+        let count = self.endpoints.len();
+        if count == 0 {
+            return None;
+        }
+        let candidates: Vec<usize> = (0..count).filter(|i| !tried.contains(i)).collect();
+        let candidates = if candidates.is_empty() {
+            (0..count).collect()
+        } else {
+            candidates
+        };
+        let chosen = match self.strategy {
+            Strategy::RoundRobin => {
+                let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+                candidates[start % candidates.len()]
+            }
+            Strategy::Random => candidates[fastrand::usize(0..candidates.len())],
+            Strategy::LeastConn => {
+                // Ties go round robin so equal endpoints share the load.
+                let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+                let rotated = (0..candidates.len()).map(|k| candidates[(start + k) % candidates.len()]);
+                rotated
+                    .min_by_key(|i| self.endpoints[*i].active.load(Ordering::Relaxed))
+                    .unwrap_or(candidates[0])
+            }
+        };
+        Some(chosen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_weights_pick_nothing() {
+        assert!(pick_weighted(&[0u32, 0], |w| *w).is_none());
+        assert_eq!(pick_weighted(&[0u32, 5], |w| *w), Some(&5));
+    }
+}

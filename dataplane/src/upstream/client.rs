@@ -1,0 +1,159 @@
+//! Forwarding a request to an endpoint of a backend over a pooled connection, retrying
+//! unreachable endpoints on another one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::request::Parts;
+use http::uri::PathAndQuery;
+use http::{Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use translator::ir::AppProtocol;
+
+use super::{ReclaimBody, Upstream};
+
+/// How long connecting to one endpoint may take before the next is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Idle pooled connections are closed after this.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A keep-alive client for one backend: HTTP/1.1, or HTTP/2 without TLS for h2c backends.
+pub fn build(protocol: AppProtocol) -> Client<HttpConnector, ReclaimBody> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.pool_idle_timeout(POOL_IDLE_TIMEOUT);
+    if protocol == AppProtocol::H2c {
+        builder.http2_only(true);
+    }
+    builder.build(connector)
+}
+
+/// A backend's response, and the endpoint's in-flight count held until the response is done.
+#[derive(Debug)]
+pub struct Forwarded {
+    pub response: Response<Incoming>,
+    pub guard: ActiveGuard,
+}
+
+/// Counts a request in flight on an endpoint while alive.
+#[derive(Debug)]
+pub struct ActiveGuard(Arc<AtomicUsize>);
+
+impl ActiveGuard {
+    fn new(active: &Arc<AtomicUsize>) -> Self {
+        active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(active.clone())
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Why a backend gave no response.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("backend {0} has no endpoints")]
+    NoEndpoints(String),
+    #[error("backend {backend}: no endpoint reachable: {source}")]
+    Unreachable {
+        backend: String,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("backend {backend}: {source}")]
+    Upstream {
+        backend: String,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("backend {0} needs TLS, which this dataplane does not originate yet")]
+    TlsUnsupported(String),
+}
+
+impl ForwardError {
+    /// The status answered to the client.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ForwardError::NoEndpoints(_) | ForwardError::Unreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            ForwardError::TlsUnsupported(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl Upstream {
+    /// Sends the request to an endpoint; when it cannot be reached, up to `connect_retries`
+    /// other endpoints are tried with the same (still unread) body.
+    pub async fn forward(&self, parts: Parts, body: Incoming, connect_retries: u32) -> Result<Forwarded, ForwardError> {
+        if self.spec.tls.is_some() {
+            return Err(ForwardError::TlsUnsupported(self.id.clone()));
+        }
+        let version = match self.spec.protocol {
+            AppProtocol::H2c => Version::HTTP_2,
+            _ => Version::HTTP_11,
+        };
+        let path = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let mut body = body;
+        let mut tried = Vec::new();
+        loop {
+            let index = self
+                .pick_endpoint(&tried)
+                .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
+            tried.push(index);
+            let endpoint = &self.endpoints[index];
+            let uri = Uri::builder()
+                .scheme("http")
+                .authority(endpoint.authority.clone())
+                .path_and_query(path.clone())
+                .build();
+            let uri = match uri {
+                Ok(uri) => uri,
+                Err(_) => return Err(ForwardError::NoEndpoints(self.id.clone())),
+            };
+            let (reclaim, slot) = ReclaimBody::new(body);
+            let mut request = Request::new(reclaim);
+            *request.method_mut() = parts.method.clone();
+            *request.uri_mut() = uri;
+            *request.version_mut() = version;
+            *request.headers_mut() = parts.headers.clone();
+            let guard = ActiveGuard::new(&endpoint.active);
+            match self.client.request(request).await {
+                Ok(response) => return Ok(Forwarded { response, guard }),
+                Err(source) if source.is_connect() => {
+                    let retries_left = tried.len() <= connect_retries as usize;
+                    match slot.reclaim() {
+                        Some(unread) if retries_left => {
+                            tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, error = %source, "endpoint unreachable, trying another");
+                            body = unread;
+                        }
+                        _ => {
+                            return Err(ForwardError::Unreachable {
+                                backend: self.id.clone(),
+                                source,
+                            });
+                        }
+                    }
+                }
+                Err(source) => {
+                    return Err(ForwardError::Upstream {
+                        backend: self.id.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+}

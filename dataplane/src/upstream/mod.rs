@@ -1,0 +1,83 @@
+//! Backends: weighted choice among a rule's backends, endpoint balancing, and a pooled client
+//! per backend.
+
+mod balancer;
+mod client;
+mod reclaim;
+
+pub use balancer::pick_weighted;
+pub use client::{ForwardError, Forwarded};
+pub use reclaim::ReclaimBody;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use http::uri::Authority;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use translator::config::Strategy;
+use translator::ir;
+
+use crate::error::ValidationError;
+
+/// One backend of the IR with its balancing state and connection pool.
+#[derive(Debug)]
+pub struct Upstream {
+    pub id: String,
+    spec: ir::Backend,
+    endpoints: Vec<Endpoint>,
+    strategy: Strategy,
+    /// Round-robin position, kept across swaps.
+    cursor: Arc<AtomicUsize>,
+    client: Client<HttpConnector, ReclaimBody>,
+}
+
+/// An endpoint and its requests in flight (for least_conn).
+#[derive(Debug)]
+struct Endpoint {
+    authority: Authority,
+    active: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    /// Builds the upstream for `spec`, reusing `previous` (same id) when nothing changed, and its
+    /// pool and balancing state when only endpoints changed.
+    pub fn build(spec: &ir::Backend, previous: Option<&Arc<Upstream>>) -> Result<Arc<Upstream>, ValidationError> {
+        if let Some(previous) = previous.filter(|p| p.spec == *spec) {
+            return Ok(previous.clone());
+        }
+        let endpoints = spec
+            .endpoints
+            .iter()
+            .map(|e| {
+                let host = if e.address.contains(':') && !e.address.starts_with('[') {
+                    format!("[{}]:{}", e.address, e.port)
+                } else {
+                    format!("{}:{}", e.address, e.port)
+                };
+                let authority = host.parse::<Authority>().map_err(|_| ValidationError::Endpoint {
+                    backend: spec.id.clone(),
+                    address: e.address.clone(),
+                    port: e.port,
+                })?;
+                let active = previous
+                    .and_then(|p| p.endpoints.iter().find(|old| old.authority == authority))
+                    .map(|old| old.active.clone())
+                    .unwrap_or_default();
+                Ok(Endpoint { authority, active })
+            })
+            .collect::<Result<Vec<_>, ValidationError>>()?;
+        let same_protocol = previous.filter(|p| p.spec.protocol == spec.protocol);
+        Ok(Arc::new(Upstream {
+            id: spec.id.clone(),
+            spec: spec.clone(),
+            endpoints,
+            strategy: spec.strategy,
+            cursor: previous.map(|p| p.cursor.clone()).unwrap_or_default(),
+            client: match same_protocol {
+                Some(p) => p.client.clone(),
+                None => client::build(spec.protocol),
+            },
+        }))
+    }
+}

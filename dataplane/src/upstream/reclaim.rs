@@ -1,0 +1,79 @@
+//! A request body that can be taken back when the connection to an endpoint failed before the
+//! body was read, so the request can go to another endpoint.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+/// The body an upstream client sends; unread until the client polls it.
+#[derive(Debug)]
+pub struct ReclaimBody {
+    slot: Arc<Mutex<Option<Incoming>>>,
+    taken: Option<Incoming>,
+}
+
+/// Where a [`ReclaimBody`] keeps its body until it is first read.
+#[derive(Debug, Clone)]
+pub struct Slot(Arc<Mutex<Option<Incoming>>>);
+
+impl ReclaimBody {
+    pub fn new(body: Incoming) -> (ReclaimBody, Slot) {
+        let slot = Arc::new(Mutex::new(Some(body)));
+        (
+            ReclaimBody {
+                slot: slot.clone(),
+                taken: None,
+            },
+            Slot(slot),
+        )
+    }
+
+    fn body(&mut self) -> Option<&mut Incoming> {
+        if self.taken.is_none() {
+            self.taken = lock(&self.slot).take();
+        }
+        self.taken.as_mut()
+    }
+}
+
+impl Slot {
+    /// The body, if no client has started reading it.
+    pub fn reclaim(&self) -> Option<Incoming> {
+        lock(&self.0).take()
+    }
+}
+
+fn lock(slot: &Mutex<Option<Incoming>>) -> MutexGuard<'_, Option<Incoming>> {
+    slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Body for ReclaimBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.body() {
+            Some(body) => Pin::new(body).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.taken {
+            Some(body) => body.is_end_stream(),
+            None => lock(&self.slot).as_ref().is_none_or(Body::is_end_stream),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.taken {
+            Some(body) => body.size_hint(),
+            None => lock(&self.slot)
+                .as_ref()
+                .map_or_else(|| SizeHint::with_exact(0), Body::size_hint),
+        }
+    }
+}

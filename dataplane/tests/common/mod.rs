@@ -1,0 +1,299 @@
+//! Shared test fixtures: echo backends, IR builders and a client.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dataplane::{Dataplane, Settings};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use translator::config::Strategy;
+use translator::ir;
+
+/// A backend that echoes what it received: `x-backend` (its name), `x-path` (path and query),
+/// `x-host`, `x-method`, `x-version`, and every request header as `name: value` lines in the body.
+/// `/sleep/<ms>` waits before answering.
+pub struct EchoBackend {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// Connections accepted so far.
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl EchoBackend {
+    pub async fn start(name: &str) -> EchoBackend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind backend");
+        let addr = listener.local_addr().expect("backend addr");
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = connections.clone();
+        let backend_name = name.to_string();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let name = backend_name.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| echo(name.clone(), req));
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        EchoBackend {
+            name: name.to_string(),
+            addr,
+            connections,
+        }
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    pub fn endpoint(&self) -> ir::Endpoint {
+        ir::Endpoint {
+            address: self.addr.ip().to_string(),
+            port: self.addr.port(),
+        }
+    }
+}
+
+async fn echo(name: String, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(ms) = req.uri().path().strip_prefix("/sleep/").and_then(|ms| ms.parse().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let host = req
+        .headers()
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default();
+    let mut body = String::new();
+    for (name, value) in req.headers() {
+        body.push_str(&format!("{}: {}\n", name, value.to_str().unwrap_or("?")));
+    }
+    let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+    let response = Response::builder()
+        .header("x-backend", name)
+        .header("x-path", path)
+        .header("x-host", host)
+        .header("x-method", req.method().as_str())
+        .header("x-version", format!("{:?}", req.version()))
+        .body(Full::new(Bytes::from(body)))
+        .expect("echo response");
+    Ok(response)
+}
+
+/// A response read to the end.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    pub fn backend(&self) -> &str {
+        self.header("x-backend")
+    }
+
+    /// A request header the echo backend saw.
+    pub fn echoed(&self, name: &str) -> Vec<String> {
+        let prefix = format!("{}: ", name.to_ascii_lowercase());
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+            .collect()
+    }
+}
+
+pub type TestClient = Client<HttpConnector, Full<Bytes>>;
+
+pub fn client() -> TestClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub fn h2c_client() -> TestClient {
+    Client::builder(TokioExecutor::new()).http2_only(true).build_http()
+}
+
+/// Sends `req` and reads the whole response.
+pub async fn send(client: &TestClient, req: Request<Full<Bytes>>) -> Reply {
+    let response = client.request(req).await.expect("request");
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.expect("body").to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+/// `GET http://addr{path}` with `Host: host`.
+pub async fn get(client: &TestClient, addr: SocketAddr, host: &str, path: &str) -> Reply {
+    send(client, request(addr, host, "GET", path)).await
+}
+
+pub fn request(addr: SocketAddr, host: &str, method: &str, path: &str) -> Request<Full<Bytes>> {
+    Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("host", host)
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+/// Sends an HTTP/2 prior-knowledge request over a connection to `addr`.
+pub async fn send_h2(addr: SocketAddr, req: Request<Full<Bytes>>) -> Reply {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let response = sender.send_request(req).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+// IR builders.
+
+pub fn proxy(ports: Vec<ir::Port>, backends: Vec<ir::Backend>) -> ir::Proxy {
+    ir::Proxy {
+        schema: ir::SCHEMA_VERSION,
+        id: "test/gateway".into(),
+        gateways: vec!["test/gateway".into()],
+        ports,
+        backends: backends
+            .into_iter()
+            .map(|b| (b.id.clone(), b))
+            .collect::<BTreeMap<_, _>>(),
+        connect_retries: 2,
+        infrastructure: None,
+    }
+}
+
+/// An HTTP port bound to an ephemeral local port.
+pub fn http_port(port: u16, listeners: Vec<ir::Listener>) -> ir::Port {
+    ir::Port {
+        transport: ir::Transport::Tcp,
+        port,
+        bind_port: 0,
+        listeners,
+        frontend_validation: None,
+    }
+}
+
+pub fn listener(name: &str, hostname: Option<&str>, virtual_hosts: Vec<ir::VirtualHost>) -> ir::Listener {
+    ir::Listener {
+        name: format!("test/gateway/{name}"),
+        protocol: ir::Protocol::Http,
+        hostname: hostname.map(str::to_string),
+        tls: None,
+        virtual_hosts,
+        stream_routes: Vec::new(),
+    }
+}
+
+pub fn vhost(hostname: &str, rules: Vec<ir::HttpRule>) -> ir::VirtualHost {
+    ir::VirtualHost {
+        hostname: hostname.into(),
+        rules,
+    }
+}
+
+/// A rule of route `name` matching `path`, sending everything to `backend`.
+pub fn rule(name: &str, path: ir::PathMatch, backend: &str) -> ir::HttpRule {
+    ir::HttpRule {
+        route: ir::RouteRef {
+            kind: "HTTPRoute".into(),
+            namespace: "test".into(),
+            name: name.into(),
+            rule: 0,
+            rule_name: None,
+        },
+        grpc: false,
+        matcher: ir::HttpMatch {
+            path,
+            ..Default::default()
+        },
+        filters: Vec::new(),
+        backends: vec![weighted(Some(backend), 1)],
+        timeouts: ir::Timeouts::default(),
+        retry: None,
+    }
+}
+
+pub fn weighted(backend: Option<&str>, weight: u32) -> ir::WeightedBackend {
+    ir::WeightedBackend {
+        backend: backend.map(str::to_string),
+        weight,
+        filters: Vec::new(),
+    }
+}
+
+pub fn prefix(path: &str) -> ir::PathMatch {
+    ir::PathMatch::Prefix(path.into())
+}
+
+pub fn backend(id: &str, endpoints: Vec<ir::Endpoint>) -> ir::Backend {
+    ir::Backend {
+        id: id.into(),
+        service: format!("test/{id}"),
+        port: 80,
+        protocol: ir::AppProtocol::Http,
+        endpoints,
+        tls: None,
+        strategy: Strategy::RoundRobin,
+    }
+}
+
+/// A backend with one echo endpoint, named like the echo server.
+pub fn echo_backend(echo: &EchoBackend) -> ir::Backend {
+    backend(&echo.name, vec![echo.endpoint()])
+}
+
+/// Applies `proxy` to a new dataplane on 127.0.0.1 and returns it with the address of port 80.
+pub async fn start(proxy: ir::Proxy) -> (Dataplane, SocketAddr) {
+    let dataplane = Dataplane::new(Settings {
+        address: "127.0.0.1".parse().expect("address"),
+    });
+    dataplane.apply(proxy).await.expect("apply");
+    let addr = dataplane.local_addr(80).await.expect("port 80 open");
+    (dataplane, addr)
+}
+
+/// A single-listener proxy on port 80 with one catch-all virtual host.
+pub fn simple(rules: Vec<ir::HttpRule>, backends: Vec<ir::Backend>) -> ir::Proxy {
+    proxy(
+        vec![http_port(80, vec![listener("http", None, vec![vhost("*", rules)])])],
+        backends,
+    )
+}
