@@ -12,6 +12,7 @@ use crate::gateway::{self, GatewayModel, listener_set};
 use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::{self, Meta};
+use crate::policy;
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
 use crate::snapshot::Snapshot;
 use crate::status::Statuses;
@@ -66,9 +67,8 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut route_statuses = Vec::new();
 
-    let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &age_rank);
     for (ri, route) in routes.iter().enumerate() {
-        let attachments = std::mem::take(&mut all_attachments[ri]);
+        let attachments = route::attach(route, &gateways, &namespace_labels);
         if attachments.is_empty() {
             continue;
         }
@@ -85,21 +85,28 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 gateways[*gi].listeners[*li].attached_routes += 1;
             }
         }
+        let certificates: Vec<Option<&str>> = attached
+            .keys()
+            .map(|gi| gateways[*gi].client_certificate.as_deref())
+            .collect();
         for (gi, listeners) in &attached {
             let gw = &gateways[*gi];
-            let client_certificate = gw.client_certificate.as_deref();
-            let (rules, stream, compiled) = match route.kind {
+            let client_certificate = policy::backend_tls::route_client_certificate(
+                config.mode,
+                gw.client_certificate.as_deref(),
+                &certificates,
+            );
+            let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
+            let (rules, streams, compiled) = match route.kind {
                 RouteKind::Http | RouteKind::Grpc => {
                     let c = route::http::compile(route, &backends, client_certificate, &mut outcome);
-                    (c.rules.clone(), None, c)
+                    (c.rules.clone(), BTreeMap::new(), c)
                 }
                 RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {
-                    let terminated = listeners
-                        .iter()
-                        .any(|li| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate));
-                    let (entry, c) =
-                        route::stream::compile(route, &backends, terminated, client_certificate, &mut outcome);
-                    (Vec::new(), Some(entry), c)
+                    let modes = listeners.iter().map(terminated).collect();
+                    let (entries, c) =
+                        route::stream::compile(route, &backends, &modes, client_certificate, &mut outcome);
+                    (Vec::new(), entries, c)
                 }
             };
             for b in compiled.backends {
@@ -112,7 +119,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 contributions[*gi].entry(*li).or_default().push(Contribution {
                     route: ri,
                     rules: rules.clone(),
-                    stream: stream.clone(),
+                    stream: streams.get(&terminated(li)).cloned(),
                 });
             }
         }
@@ -314,31 +321,18 @@ fn add_listeners(
             Protocol::Http | Protocol::Https => {
                 listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), &list, routes, age_rank);
             }
-            Protocol::Tls => {
-                for c in &list {
-                    let Some(mut s) = c.stream.clone() else { continue };
-                    s.hostnames = hostname::effective(l.spec.hostname.as_deref(), &routes[c.route].hostnames)
-                        .into_iter()
-                        .filter(|h| h != "*")
-                        .collect();
-                    listener.stream_routes.push(s);
-                }
-                listener.stream_routes.sort_by(|a, b| {
-                    let spec = |s: &StreamRoute| s.hostnames.first().cloned().unwrap_or_else(|| "*".into());
-                    hostname::by_specificity(&spec(a), &spec(b)).then_with(|| a.route.cmp(&b.route))
-                });
-            }
-            Protocol::Tcp | Protocol::Udp => {
-                // Without hostnames routes cannot be told apart: the oldest receives the traffic.
-                if let Some(c) = list
-                    .iter()
-                    .filter(|c| c.stream.is_some())
-                    .min_by_key(|c| age_rank[c.route])
-                {
-                    listener
-                        .stream_routes
-                        .push(c.stream.clone().unwrap_or_else(|| unreachable_stream()));
-                }
+            Protocol::Tls | Protocol::Tcp | Protocol::Udp => {
+                let attached = list
+                    .into_iter()
+                    .filter_map(|c| {
+                        Some(route::stream::Attached {
+                            hostnames: &routes[c.route].hostnames,
+                            age: age_rank[c.route],
+                            entry: c.stream?,
+                        })
+                    })
+                    .collect();
+                listener.stream_routes = route::stream::table(protocol, l.spec.hostname.as_deref(), attached);
             }
         }
         let port = match proxy
@@ -367,20 +361,6 @@ fn add_listeners(
     }
 }
 
-fn unreachable_stream() -> StreamRoute {
-    StreamRoute {
-        route: ir::RouteRef {
-            kind: String::new(),
-            namespace: String::new(),
-            name: String::new(),
-            rule: 0,
-            rule_name: None,
-        },
-        hostnames: Vec::new(),
-        backends: Vec::new(),
-    }
-}
-
 /// Groups HTTP entries by effective hostname and orders each group by precedence.
 fn virtual_hosts(
     listener_hostname: Option<&str>,
@@ -388,14 +368,11 @@ fn virtual_hosts(
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
-    // Entries by effective hostname, with the route's own hostname that produced it.
-    let mut hosts: BTreeMap<String, Vec<(usize, String, ir::HttpRule)>> = BTreeMap::new();
+    let mut hosts: BTreeMap<String, Vec<(usize, ir::HttpRule)>> = BTreeMap::new();
     for c in contributions {
-        let route_hostnames = &routes[c.route].hostnames;
-        for h in hostname::effective(listener_hostname, route_hostnames) {
-            let original = route::http::original_hostname(listener_hostname, route_hostnames, &h);
+        for h in hostname::effective(listener_hostname, &routes[c.route].hostnames) {
             let entry = hosts.entry(h).or_default();
-            entry.extend(c.rules.iter().cloned().map(|r| (c.route, original.clone(), r)));
+            entry.extend(c.rules.iter().cloned().map(|r| (c.route, r)));
         }
     }
     let mut out: Vec<VirtualHost> = hosts
@@ -404,26 +381,23 @@ fn virtual_hosts(
             // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
             let oldest_kind = rules
                 .iter()
-                .min_by_key(|(r, _, _)| age_rank[*r])
-                .map(|(r, _, _)| routes[*r].kind);
+                .min_by_key(|(r, _)| age_rank[*r])
+                .map(|(r, _)| routes[*r].kind);
             if let Some(kind) = oldest_kind {
-                rules.retain(|(r, _, _)| routes[*r].kind == kind);
+                rules.retain(|(r, _)| routes[*r].kind == kind);
             }
-            // The route's own hostname first (exact over wildcard, longer first), then matches.
-            rules.sort_by(|(ra, oa, a), (rb, ob, b)| {
-                hostname::by_specificity(oa, ob)
-                    .then_with(|| route::http::precedence(a, b, |_| 0))
+            rules.sort_by(|(ra, a), (rb, b)| {
+                route::http::precedence(a, b, |_| 0)
                     .then_with(|| age_rank[*ra].cmp(&age_rank[*rb]))
                     .then_with(|| a.route.rule.cmp(&b.route.rule))
             });
             VirtualHost {
                 hostname,
-                rules: rules.into_iter().map(|(_, _, r)| r).collect(),
+                rules: rules.into_iter().map(|(_, r)| r).collect(),
             }
         })
         .collect();
     out.sort_by(|a, b| hostname::by_specificity(&a.hostname, &b.hostname));
-    route::http::inherit_less_specific(&mut out);
     out
 }
 

@@ -1,15 +1,16 @@
 //! BackendTLSPolicy: which Service ports are reached over TLS, how they are verified, which
 //! policy wins a conflict, and the policy's ancestor status.
 //!
-//! A policy naming a port (`sectionName`) wins over one for the whole Service, then the older
-//! policy. A policy without a usable CA still applies, marked invalid, so its backends fail
-//! instead of connecting unverified.
+//! A policy naming a port (`sectionName`) applies over one for the whole Service; policies naming
+//! the same target (Service and `sectionName`) conflict, and the older one wins while the others
+//! are Conflicted for the Gateways using that target. A policy without a usable CA still
+//! applies, marked invalid, so its backends fail instead of connecting unverified.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::BackendTlsPolicy;
 use crate::api::backend_tls::BackendTlsPolicyValidationSubjectAltNamesType as SanType;
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::gateway::Problem;
 use crate::ir::{BackendTls, SubjectAltName};
 use crate::object::{self, GROUP, Meta};
@@ -33,12 +34,25 @@ struct PolicyModel<'a> {
     unresolved: Option<Problem>,
 }
 
+/// A targetRef: namespace, Service name and optional port name (`sectionName`).
+type Target = (String, String, Option<String>);
+
 /// Every policy, indexed by the Service ports they target.
 #[derive(Debug, Default)]
 pub struct Policies<'a> {
     models: Vec<PolicyModel<'a>>,
-    /// `(namespace, service, sectionName)` to the policies targeting it, winner first.
-    targets: BTreeMap<(String, String, Option<String>), Vec<usize>>,
+    /// Each target to the policies naming it, oldest first: the first one wins, the others are
+    /// Conflicted. A `sectionName` target and a whole-Service target are different targets.
+    targets: BTreeMap<Target, Vec<usize>>,
+}
+
+/// The key a backend records for the policy it uses: the policy and the target it matched, so
+/// the status knows which Gateways use which target.
+fn usage_key(policy: &str, (_, service, section): &Target) -> String {
+    match section {
+        Some(s) => format!("{policy}@{service}:{s}"),
+        None => format!("{policy}@{service}"),
+    }
 }
 
 impl<'a> Policies<'a> {
@@ -124,10 +138,14 @@ impl<'a> Policies<'a> {
                 if !(t.group.is_empty() || t.group == "core") || t.kind != "Service" {
                     continue;
                 }
-                out.targets
-                    .entry((ns.to_string(), t.name.clone(), t.section_name.clone()))
-                    .or_default()
-                    .push(index);
+                let section = t.section_name.clone().filter(|s| !s.is_empty());
+                let list = out
+                    .targets
+                    .entry((ns.to_string(), t.name.clone(), section))
+                    .or_default();
+                if !list.contains(&index) {
+                    list.push(index);
+                }
             }
             out.models.push(PolicyModel {
                 policy,
@@ -140,64 +158,56 @@ impl<'a> Policies<'a> {
         out
     }
 
-    /// The policy for a Service port: one naming the port wins over one for the whole Service.
+    /// The policy for a Service port: a policy naming the port wins over one for the whole
+    /// Service, then the older policy. Returns the usage key (see [`Policies::statuses`]) and
+    /// the TLS settings.
     pub fn lookup(&self, namespace: &str, service: &str, port_name: Option<&str>) -> Option<(String, BackendTls)> {
-        let specific = port_name.and_then(|p| {
-            self.targets
-                .get(&(namespace.to_string(), service.to_string(), Some(p.to_string())))
-        });
-        let whole = self.targets.get(&(namespace.to_string(), service.to_string(), None));
-        let winner = specific.or(whole)?.first()?;
-        let model = &self.models[*winner];
-        Some((model.key.clone(), model.settings.clone()))
+        let specific = port_name
+            .filter(|p| !p.is_empty())
+            .map(|p| (namespace.to_string(), service.to_string(), Some(p.to_string())));
+        let whole = (namespace.to_string(), service.to_string(), None);
+        let (target, winners) = specific
+            .and_then(|t| self.targets.get_key_value(&t))
+            .or_else(|| self.targets.get_key_value(&whole))?;
+        let model = &self.models[*winners.first()?];
+        Some((usage_key(&model.key, target), model.settings.clone()))
     }
 
-    /// Policies that lost a target to another policy.
-    fn conflicted(&self) -> BTreeSet<usize> {
-        let mut out = BTreeSet::new();
-        for ((ns, svc, section), indices) in &self.targets {
-            out.extend(indices.iter().skip(1));
-            if section.is_some() {
-                // A whole-Service policy loses the named port to this one.
-                if let Some(whole) = self.targets.get(&(ns.clone(), svc.clone(), None)) {
-                    out.extend(whole.iter());
+    /// Statuses: one ancestor per Gateway whose routes use a target of the policy, at most
+    /// [`MAX_ANCESTORS`], those where it is Conflicted first. `usage` maps the keys returned by
+    /// [`Policies::lookup`] to the Gateways (`namespace/name`) whose routes reached them.
+    pub fn statuses(&self, usage: &BTreeMap<String, BTreeSet<String>>, config: &Config) -> Vec<PolicyStatus> {
+        // Per policy: Gateway -> whether the policy lost a target that Gateway uses.
+        let mut ancestors: Vec<BTreeMap<&String, bool>> = self.models.iter().map(|_| BTreeMap::new()).collect();
+        for (target, indices) in &self.targets {
+            let Some(&winner) = indices.first() else { continue };
+            let Some(gateways) = usage.get(&usage_key(&self.models[winner].key, target)) else {
+                continue;
+            };
+            for &i in indices {
+                for gw in gateways {
+                    let conflicted = ancestors[i].entry(gw).or_insert(false);
+                    *conflicted |= i != winner;
                 }
             }
         }
-        out
-    }
-
-    /// Statuses: one ancestor per Gateway that uses a Service the policy targets.
-    /// `usage` maps policy keys to the Gateways (`namespace/name`) whose routes reach them.
-    pub fn statuses(&self, usage: &BTreeMap<String, BTreeSet<String>>, config: &Config) -> Vec<PolicyStatus> {
-        let conflicted = self.conflicted();
         let mut out = Vec::new();
-        for (i, m) in self.models.iter().enumerate() {
-            let g = m.policy.generation();
-            let mut gateways: Vec<&String> = usage.get(&m.key).into_iter().flatten().collect();
-            // Also Gateways that use a target this policy lost: they see the conflict.
-            if conflicted.contains(&i) {
-                for (key, users) in usage {
-                    if key != &m.key && self.shares_target(i, key) {
-                        gateways.extend(users);
-                    }
-                }
+        for (m, gateways) in self.models.iter().zip(ancestors) {
+            if gateways.is_empty() {
+                continue;
             }
-            gateways.sort();
-            gateways.dedup();
-            let accepted = if conflicted.contains(&i) {
-                Condition::new(
-                    kind::ACCEPTED,
-                    false,
-                    reason::CONFLICTED,
-                    "Another policy targets the same Service port",
-                    g,
-                )
-            } else if let Some(p) = &m.not_accepted {
-                Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g)
-            } else {
-                Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "Policy is accepted", g)
+            let g = m.policy.generation();
+            let accepted = match &m.not_accepted {
+                Some(p) => Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g),
+                None => Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "Policy is accepted", g),
             };
+            let conflicted = Condition::new(
+                kind::ACCEPTED,
+                false,
+                reason::CONFLICTED,
+                "An older policy, or one naming the port, targets the same Service port",
+                g,
+            );
             let resolved = match &m.unresolved {
                 Some(p) => Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g),
                 None => Condition::new(
@@ -208,10 +218,12 @@ impl<'a> Policies<'a> {
                     g,
                 ),
             };
-            let ancestors: Vec<PolicyAncestorStatus> = gateways
+            let mut gateways: Vec<(&String, bool)> = gateways.into_iter().collect();
+            gateways.sort_by_key(|(gw, lost)| (!*lost, *gw));
+            let ancestors = gateways
                 .into_iter()
                 .take(MAX_ANCESTORS)
-                .map(|gw| {
+                .map(|(gw, lost)| {
                     let (namespace, name) = gw.split_once('/').unwrap_or(("", gw));
                     PolicyAncestorStatus {
                         ancestor_ref: ParentReference {
@@ -223,31 +235,29 @@ impl<'a> Policies<'a> {
                             port: None,
                         },
                         controller_name: config.controller_name.clone(),
-                        conditions: vec![accepted.clone(), resolved.clone()],
+                        conditions: vec![
+                            if lost { conflicted.clone() } else { accepted.clone() },
+                            resolved.clone(),
+                        ],
                     }
                 })
                 .collect();
-            if !ancestors.is_empty() {
-                out.push(PolicyStatus {
-                    namespace: m.policy.namespace().into(),
-                    name: m.policy.name().into(),
-                    ancestors,
-                });
-            }
+            out.push(PolicyStatus {
+                namespace: m.policy.namespace().into(),
+                name: m.policy.name().into(),
+                ancestors,
+            });
         }
         out
     }
+}
 
-    fn shares_target(&self, index: usize, other_key: &str) -> bool {
-        let Some(other) = self.models.iter().position(|m| m.key == other_key) else {
-            return false;
-        };
-        self.targets.iter().any(|((ns, svc, _), v)| {
-            v.contains(&index)
-                && self
-                    .targets
-                    .iter()
-                    .any(|((ns2, svc2, _), v2)| ns == ns2 && svc == svc2 && v2.contains(&other))
-        })
+/// The client certificate a route presents to TLS backends through one Gateway (`own`). In
+/// standalone mode one proxy serves all the Gateways of the route (`all`): when their
+/// certificates differ it presents none rather than picking one.
+pub fn route_client_certificate<'c>(mode: Mode, own: Option<&'c str>, all: &[Option<&'c str>]) -> Option<&'c str> {
+    match mode {
+        Mode::Standalone if all.iter().any(|c| *c != own) => None,
+        _ => own,
     }
 }

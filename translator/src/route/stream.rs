@@ -1,61 +1,131 @@
-//! TLSRoute, TCPRoute and UDPRoute rules to weighted backends.
+//! TLSRoute, TCPRoute and UDPRoute rules to weighted backends, and the stream route table of a
+//! TLS, TCP or UDP listener.
+//!
+//! TLS listeners pick a route by SNI: one entry per hostname the route serves there, most
+//! specific first; on the same hostname the route naming it more precisely wins, then the older
+//! route. TCP and UDP listeners cannot tell routes apart: every
+//! attached route is accepted, but only the oldest receives the traffic.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::Backends;
-use crate::ir::{RouteRef, StreamRoute, WeightedBackend};
+use crate::hostname;
+use crate::ir::{Protocol, RouteRef, StreamRoute, WeightedBackend};
 
 use super::RouteOutcome;
 use super::http::{Compiled, resolve};
 use super::model::{RouteKind, RouteModel};
 
-/// Compiles a stream route into one entry (all rules' backends), hostnames left empty; the
-/// caller fills them per listener. `tls` says whether BackendTLSPolicy applies (TLSRoute behind
-/// a Terminate listener).
+/// Compiles a stream route into one entry (all rules' backends) per listener TLS handling in
+/// `terminated`: `true` for Terminate listeners, whose TLSRoute backends use BackendTLSPolicy;
+/// `false` for Passthrough, TCP and UDP listeners, whose backends never do. Hostnames are left
+/// empty; [`table`] fills them per listener.
 pub fn compile(
     route: &RouteModel<'_>,
     backends: &Backends<'_>,
-    tls_terminated: bool,
+    terminated: &BTreeSet<bool>,
     client_certificate: Option<&str>,
     outcome: &mut RouteOutcome,
-) -> (StreamRoute, Compiled) {
+) -> (BTreeMap<bool, StreamRoute>, Compiled) {
     let mut out = Compiled::default();
-    let mut weighted = Vec::new();
-    for rule in &route.rules {
-        for b in &rule.backend_refs {
-            let backend = if tls_terminated && route.kind == RouteKind::Tls {
-                match backends.resolve(route.kind, &route.namespace, b, true, client_certificate) {
-                    Ok(r) => {
-                        if let Some(p) = r.policy {
-                            out.policies.push(p);
+    let mut entries = BTreeMap::new();
+    for &terminate in terminated {
+        let tls = terminate && route.kind == RouteKind::Tls;
+        let mut weighted = Vec::new();
+        for rule in &route.rules {
+            for b in &rule.backend_refs {
+                let backend = if tls {
+                    match backends.resolve(route.kind, &route.namespace, b, true, client_certificate) {
+                        Ok(r) => {
+                            out.policies.extend(r.policy);
+                            let id = r.backend.id.clone();
+                            out.backends.push(r.backend);
+                            Some(id)
                         }
-                        let id = r.backend.id.clone();
-                        out.backends.push(r.backend);
-                        Some(id)
+                        Err(p) => {
+                            outcome.unresolved.get_or_insert(p);
+                            None
+                        }
                     }
-                    Err(p) => {
-                        outcome.unresolved.get_or_insert(p);
-                        None
-                    }
-                }
-            } else {
-                resolve(route, b, backends, None, &mut out, outcome)
-            };
-            weighted.push(WeightedBackend {
-                backend,
-                weight: b.weight.max(0) as u32,
-                filters: Vec::new(),
-            });
+                } else {
+                    resolve(route, b, backends, None, &mut out, outcome)
+                };
+                weighted.push(WeightedBackend {
+                    backend,
+                    weight: b.weight.max(0) as u32,
+                    filters: Vec::new(),
+                });
+            }
         }
+        let entry = StreamRoute {
+            route: RouteRef {
+                kind: route.kind.name().into(),
+                namespace: route.namespace.clone(),
+                name: route.name.clone(),
+                rule: 0,
+                rule_name: route.rules.first().and_then(|r| r.name.clone()),
+            },
+            hostnames: Vec::new(),
+            backends: weighted,
+        };
+        entries.insert(terminate, entry);
     }
-    let entry = StreamRoute {
-        route: RouteRef {
-            kind: route.kind.name().into(),
-            namespace: route.namespace.clone(),
-            name: route.name.clone(),
-            rule: 0,
-            rule_name: route.rules.first().and_then(|r| r.name.clone()),
-        },
-        hostnames: Vec::new(),
-        backends: weighted,
-    };
-    (entry, out)
+    (entries, out)
+}
+
+/// One accepted route attached to a stream listener.
+pub struct Attached<'r> {
+    /// The route's own hostnames (TLSRoute).
+    pub hostnames: &'r [String],
+    /// Age rank: lower is older.
+    pub age: usize,
+    pub entry: StreamRoute,
+}
+
+/// The route table of a TLS, TCP or UDP listener, in the order the dataplane matches it.
+pub fn table(protocol: Protocol, listener_hostname: Option<&str>, attached: Vec<Attached<'_>>) -> Vec<StreamRoute> {
+    match protocol {
+        Protocol::Tls => {
+            // (served hostname, the route's own hostname, age, entry)
+            let mut entries: Vec<(String, &str, usize, StreamRoute)> = Vec::new();
+            for a in &attached {
+                let own: Vec<&str> = if a.hostnames.is_empty() {
+                    vec!["*"]
+                } else {
+                    a.hostnames.iter().map(String::as_str).collect()
+                };
+                for route_hostname in own {
+                    let served = match route_hostname {
+                        "*" => Some(listener_hostname.unwrap_or("*").to_string()),
+                        h => hostname::intersect(listener_hostname, h),
+                    };
+                    let Some(served) = served else { continue };
+                    let mut entry = a.entry.clone();
+                    entry.hostnames = if served == "*" {
+                        Vec::new()
+                    } else {
+                        vec![served.clone()]
+                    };
+                    entries.push((served, route_hostname, a.age, entry));
+                }
+            }
+            // Most specific served hostname first; on the same one the route whose own hostname
+            // is more specific wins, then the older route.
+            entries.sort_by(|a, b| {
+                hostname::by_specificity(&a.0, &b.0)
+                    .then_with(|| hostname::by_specificity(a.1, b.1))
+                    .then(a.2.cmp(&b.2))
+            });
+            // Later entries for a hostname already served would never match.
+            entries.dedup_by(|later, earlier| later.0 == earlier.0);
+            entries.into_iter().map(|(_, _, _, e)| e).collect()
+        }
+        Protocol::Tcp | Protocol::Udp => attached
+            .into_iter()
+            .min_by_key(|a| a.age)
+            .map(|a| a.entry)
+            .into_iter()
+            .collect(),
+        Protocol::Http | Protocol::Https => Vec::new(),
+    }
 }
