@@ -67,8 +67,9 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut route_statuses = Vec::new();
 
+    let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &age_rank);
     for (ri, route) in routes.iter().enumerate() {
-        let attachments = route::attach(route, &gateways, &namespace_labels);
+        let attachments = std::mem::take(&mut all_attachments[ri]);
         if attachments.is_empty() {
             continue;
         }
@@ -368,11 +369,14 @@ fn virtual_hosts(
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
-    let mut hosts: BTreeMap<String, Vec<(usize, ir::HttpRule)>> = BTreeMap::new();
+    // Entries by effective hostname, with the route's own hostname that produced it.
+    let mut hosts: BTreeMap<String, Vec<(usize, String, ir::HttpRule)>> = BTreeMap::new();
     for c in contributions {
-        for h in hostname::effective(listener_hostname, &routes[c.route].hostnames) {
+        let route_hostnames = &routes[c.route].hostnames;
+        for h in hostname::effective(listener_hostname, route_hostnames) {
+            let original = route::http::original_hostname(listener_hostname, route_hostnames, &h);
             let entry = hosts.entry(h).or_default();
-            entry.extend(c.rules.iter().cloned().map(|r| (c.route, r)));
+            entry.extend(c.rules.iter().cloned().map(|r| (c.route, original.clone(), r)));
         }
     }
     let mut out: Vec<VirtualHost> = hosts
@@ -381,23 +385,26 @@ fn virtual_hosts(
             // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
             let oldest_kind = rules
                 .iter()
-                .min_by_key(|(r, _)| age_rank[*r])
-                .map(|(r, _)| routes[*r].kind);
+                .min_by_key(|(r, _, _)| age_rank[*r])
+                .map(|(r, _, _)| routes[*r].kind);
             if let Some(kind) = oldest_kind {
-                rules.retain(|(r, _)| routes[*r].kind == kind);
+                rules.retain(|(r, _, _)| routes[*r].kind == kind);
             }
-            rules.sort_by(|(ra, a), (rb, b)| {
-                route::http::precedence(a, b, |_| 0)
+            // The route's own hostname first (exact over wildcard, longer first), then matches.
+            rules.sort_by(|(ra, oa, a), (rb, ob, b)| {
+                hostname::by_specificity(oa, ob)
+                    .then_with(|| route::http::precedence(a, b, |_| 0))
                     .then_with(|| age_rank[*ra].cmp(&age_rank[*rb]))
                     .then_with(|| a.route.rule.cmp(&b.route.rule))
             });
             VirtualHost {
                 hostname,
-                rules: rules.into_iter().map(|(_, r)| r).collect(),
+                rules: rules.into_iter().map(|(_, _, r)| r).collect(),
             }
         })
         .collect();
     out.sort_by(|a, b| hostname::by_specificity(&a.hostname, &b.hostname));
+    route::http::inherit_less_specific(&mut out);
     out
 }
 
