@@ -1,0 +1,219 @@
+//! Backends over real sockets: weights, invalid and empty backends, endpoint balancing,
+//! unreachable endpoints, connection reuse, h2c and timeouts.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use http::StatusCode;
+use translator::config::Strategy;
+use translator::ir;
+
+/// A loopback endpoint nobody listens on.
+async fn closed_endpoint() -> ir::Endpoint {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    ir::Endpoint {
+        address: addr.ip().to_string(),
+        port: addr.port(),
+    }
+}
+
+async fn count_backends(client: &TestClient, addr: std::net::SocketAddr, requests: usize) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for _ in 0..requests {
+        let reply = get(client, addr, "example.com", "/").await;
+        let key = if reply.status == StatusCode::OK {
+            reply.backend().to_string()
+        } else {
+            reply.status.as_u16().to_string()
+        };
+        *counts.entry(key).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test]
+async fn weights_split_traffic_within_tolerance() {
+    let heavy = EchoBackend::start("heavy").await;
+    let light = EchoBackend::start("light").await;
+    let mut r = rule("r", prefix("/"), "heavy");
+    r.backends = vec![
+        weighted(Some("heavy"), 3),
+        weighted(Some("light"), 1),
+        weighted(Some("light"), 0),
+    ];
+    let (_dp, addr) = start(simple(vec![r], vec![echo_backend(&heavy), echo_backend(&light)])).await;
+    let counts = count_backends(&client(), addr, 1000).await;
+    let heavy = counts.get("heavy").copied().unwrap_or(0);
+    let light = counts.get("light").copied().unwrap_or(0);
+    assert_eq!(heavy + light, 1000, "{counts:?}");
+    // Expected 750/250; the bound is over 7 standard deviations away.
+    assert!((650..=850).contains(&heavy), "{counts:?}");
+}
+
+#[tokio::test]
+async fn invalid_backends_answer_their_share_with_500() {
+    let valid = EchoBackend::start("valid").await;
+    let mut r = rule("r", prefix("/"), "valid");
+    r.backends = vec![weighted(Some("valid"), 1), weighted(None, 1)];
+    let (_dp, addr) = start(simple(vec![r], vec![echo_backend(&valid)])).await;
+    let counts = count_backends(&client(), addr, 400).await;
+    let ok = counts.get("valid").copied().unwrap_or(0);
+    let errors = counts.get("500").copied().unwrap_or(0);
+    assert_eq!(ok + errors, 400, "{counts:?}");
+    assert!((120..=280).contains(&errors), "{counts:?}");
+}
+
+#[tokio::test]
+async fn rules_without_backends_or_weights_answer_500() {
+    let echo = EchoBackend::start("echo").await;
+    let mut none = rule("none", ir::PathMatch::Exact("/none".into()), "echo");
+    none.backends.clear();
+    let mut zero = rule("zero", ir::PathMatch::Exact("/zero".into()), "echo");
+    zero.backends[0].weight = 0;
+    let (_dp, addr) = start(simple(vec![none, zero], vec![echo_backend(&echo)])).await;
+    let client = client();
+    assert_eq!(
+        get(&client, addr, "a.com", "/none").await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        get(&client, addr, "a.com", "/zero").await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
+
+#[tokio::test]
+async fn grpc_rules_answer_gateway_errors_as_grpc_status() {
+    let mut r = rule("grpc", prefix("/"), "empty");
+    r.grpc = true;
+    r.backends = vec![weighted(None, 1)];
+    let (_dp, addr) = start(simple(vec![r], vec![])).await;
+    let reply = get(&client(), addr, "a.com", "/pkg.Service/Method").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("content-type"), "application/grpc");
+    assert_eq!(reply.header("grpc-status"), "13", "Internal");
+}
+
+#[tokio::test]
+async fn backend_without_endpoints_answers_503() {
+    let (_dp, addr) = start(simple(
+        vec![rule("r", prefix("/"), "empty")],
+        vec![backend("empty", vec![])],
+    ))
+    .await;
+    assert_eq!(
+        get(&client(), addr, "a.com", "/").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn unreachable_endpoints_are_retried_on_another_endpoint() {
+    let live = EchoBackend::start("live").await;
+    let dead = closed_endpoint().await;
+    let b = backend("mixed", vec![dead.clone(), live.endpoint()]);
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "mixed")], vec![b])).await;
+    let client = client();
+    for _ in 0..20 {
+        let mut req = request(addr, "a.com", "POST", "/upload");
+        *req.body_mut() = http_body_util::Full::new(bytes::Bytes::from_static(b"payload"));
+        let reply = send(&client, req).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.backend(), "live");
+    }
+
+    // Without retries the dead endpoint's share fails.
+    let mut ir = simple(
+        vec![rule("r", prefix("/"), "mixed")],
+        vec![backend("mixed", vec![dead, live.endpoint()])],
+    );
+    ir.connect_retries = 0;
+    let (_dp, addr) = start(ir).await;
+    let counts = count_backends(&client, addr, 20).await;
+    assert_eq!(counts.get("503"), Some(&10), "round robin alternates: {counts:?}");
+}
+
+#[tokio::test]
+async fn only_dead_endpoints_answer_503() {
+    let b = backend("dead", vec![closed_endpoint().await, closed_endpoint().await]);
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "dead")], vec![b])).await;
+    assert_eq!(
+        get(&client(), addr, "a.com", "/").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn round_robin_spreads_requests_over_endpoints() {
+    let one = EchoBackend::start("one").await;
+    let two = EchoBackend::start("two").await;
+    for strategy in [Strategy::RoundRobin, Strategy::LeastConn, Strategy::Random] {
+        let mut b = backend("pair", vec![one.endpoint(), two.endpoint()]);
+        b.strategy = strategy;
+        let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "pair")], vec![b])).await;
+        let counts = count_backends(&client(), addr, 200).await;
+        let first = counts.get("one").copied().unwrap_or(0);
+        let second = counts.get("two").copied().unwrap_or(0);
+        assert_eq!(first + second, 200, "{strategy:?} {counts:?}");
+        assert!(first >= 60 && second >= 60, "{strategy:?} {counts:?}");
+    }
+}
+
+#[tokio::test]
+async fn connections_to_the_backend_are_reused() {
+    let echo = EchoBackend::start("echo").await;
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "echo")], vec![echo_backend(&echo)])).await;
+    let client = client();
+    for _ in 0..100 {
+        assert_eq!(get(&client, addr, "a.com", "/").await.status, StatusCode::OK);
+    }
+    assert_eq!(echo.connections(), 1, "sequential requests share one pooled connection");
+}
+
+#[tokio::test]
+async fn h2c_backends_are_spoken_to_over_http2() {
+    let echo = EchoBackend::start("grpc").await;
+    let mut b = echo_backend(&echo);
+    b.protocol = ir::AppProtocol::H2c;
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "grpc")], vec![b])).await;
+    let client = client();
+    for _ in 0..10 {
+        let reply = get(&client, addr, "h2c.example.com", "/svc").await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("x-version"), "HTTP/2.0");
+        assert_eq!(reply.header("x-path"), "/svc");
+    }
+    assert_eq!(echo.connections(), 1, "HTTP/2 multiplexes requests on one connection");
+}
+
+#[tokio::test]
+async fn request_timeout_answers_504() {
+    let echo = EchoBackend::start("slow").await;
+    let mut r = rule("r", prefix("/"), "slow");
+    r.timeouts.request_ms = Some(200);
+    let (_dp, addr) = start(simple(vec![r], vec![echo_backend(&echo)])).await;
+    let client = client();
+    let started = std::time::Instant::now();
+    assert_eq!(
+        get(&client, addr, "a.com", "/sleep/2000").await.status,
+        StatusCode::GATEWAY_TIMEOUT
+    );
+    assert!(started.elapsed() < std::time::Duration::from_millis(1500));
+    assert_eq!(get(&client, addr, "a.com", "/sleep/10").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn backend_request_timeout_answers_504() {
+    let echo = EchoBackend::start("slow").await;
+    let mut r = rule("r", prefix("/"), "slow");
+    r.timeouts.backend_request_ms = Some(200);
+    let (_dp, addr) = start(simple(vec![r], vec![echo_backend(&echo)])).await;
+    assert_eq!(
+        get(&client(), addr, "a.com", "/sleep/2000").await.status,
+        StatusCode::GATEWAY_TIMEOUT
+    );
+}
