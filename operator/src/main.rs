@@ -16,6 +16,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Watch the cluster and write the status of Gateway API objects (leader election,
+    /// proxy provisioning and IR push are not implemented yet).
+    Controller {
+        /// Provider configuration (`providers.kubernetes`).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
     /// Translate Gateway API YAML (files or folders) and print the IR and statuses, without serving.
     Translate {
         /// Files or folders of Kubernetes YAML; a `facts.yaml` among them holds observed facts.
@@ -38,17 +45,31 @@ enum Show {
     All,
 }
 
+fn load(config: Option<PathBuf>) -> anyhow::Result<settings::Kubernetes> {
+    Ok(match config {
+        Some(path) => settings::Kubernetes::load(&path)?,
+        None => settings::Kubernetes::default(),
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::Controller { config } => {
+            let settings = load(config)?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the Kubernetes API")?;
+                operator::reconcile::run(client, settings).await
+            })?;
+        }
         Command::Translate { files, config, output } => {
-            let settings = match config {
-                Some(path) => settings::Kubernetes::load(&path)?,
-                None => settings::Kubernetes::default(),
-            };
+            let settings = load(config)?;
             let snapshot = local::snapshot(&files)?;
             let out = translator::translate(&snapshot, &settings.translator_config());
             let text = match output {

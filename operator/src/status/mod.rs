@@ -1,3 +1,4 @@
 //! Status writing: the translator's desired statuses merged into what the API server holds.
 
 pub mod merge;
+pub mod writer;

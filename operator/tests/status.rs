@@ -1,0 +1,177 @@
+//! The controller against a real kube-apiserver (built from Go modules by e2e/scripts): statuses
+//! of Gateways and routes, and conditions of other controllers preserved.
+
+#[path = "../../e2e/rust/control_plane.rs"]
+mod control_plane;
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+fn plane() -> &'static control_plane::ControlPlane {
+    static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
+    PLANE.get_or_init(|| {
+        control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts")
+    })
+}
+
+async fn client() -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(plane().kubeconfig()).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: translator::GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{}/v1", translator::GROUP),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Polls `get` until `check` holds or 20 s pass.
+async fn eventually(api: &Api<DynamicObject>, name: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let object = api.get(name).await.expect("get");
+        let value = serde_json::to_value(&object).expect("json");
+        if check(&value) {
+            return value;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "condition not reached: {value:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn condition<'a>(conditions: &'a Value, kind: &str) -> Option<&'a Value> {
+    conditions.as_array()?.iter().find(|c| c["type"] == kind)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_and_route_get_status_and_foreign_conditions_survive() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("status");
+    let class = format!("turna-{ns}");
+    cp.apply_yaml(&format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: 80, protocol: HTTP}}
+    - {{name: bad, port: 1111, protocol: INVALID}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules: [{{backendRefs: [{{name: missing, port: 80}}]}}]
+"#
+    ))
+    .expect("apply");
+
+    let client = client().await;
+    let settings = operator::settings::Kubernetes {
+        gateway_class: class.clone(),
+        debounce: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run(client.clone(), settings));
+
+    let gateways: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("Gateway", "gateways"));
+    let gw = eventually(&gateways, "web", |g| {
+        condition(&g["status"]["conditions"], "Accepted").is_some_and(|c| c["reason"] == "ListenersNotValid")
+    })
+    .await;
+    let accepted = condition(&gw["status"]["conditions"], "Accepted").expect("Accepted");
+    assert_eq!(accepted["status"], "True", "{gw:#}");
+    let listeners = gw["status"]["listeners"].as_array().expect("listeners");
+    assert_eq!(listeners.len(), 2);
+    let bad = listeners.iter().find(|l| l["name"] == "bad").expect("bad listener");
+    assert_eq!(
+        condition(&bad["conditions"], "Accepted").expect("Accepted")["reason"],
+        "UnsupportedProtocol"
+    );
+
+    let routes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("HTTPRoute", "httproutes"));
+    let route = eventually(&routes, "app", |r| {
+        r["status"]["parents"].as_array().is_some_and(|p| !p.is_empty())
+    })
+    .await;
+    let parent = &route["status"]["parents"][0];
+    assert_eq!(parent["controllerName"], "rakunlabs.com/turna");
+    assert_eq!(
+        condition(&parent["conditions"], "Accepted").expect("Accepted")["status"],
+        "True"
+    );
+    let resolved = condition(&parent["conditions"], "ResolvedRefs").expect("ResolvedRefs");
+    assert_eq!(
+        (resolved["status"].as_str(), resolved["reason"].as_str()),
+        (Some("False"), Some("BackendNotFound"))
+    );
+    let http = listeners.iter().find(|l| l["name"] == "http").expect("http listener");
+    let _ = http;
+    eventually(&gateways, "web", |g| {
+        g["status"]["listeners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|l| l["name"] == "http" && l["attachedRoutes"] == 1)
+    })
+    .await;
+
+    // Another controller adds a condition of its own; a spec change makes Turna write again.
+    let transition = accepted["lastTransitionTime"].clone();
+    let mut conditions = gw["status"]["conditions"].as_array().expect("conditions").clone();
+    conditions.push(
+        json!({"type": "example.com/Foreign", "status": "True", "reason": "Seeded", "message": "",
+        "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+    );
+    gateways
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": conditions}})),
+        )
+        .await
+        .expect("foreign condition");
+    gateways
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"bump": "1"}},
+            "spec": {"listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}})),
+        )
+        .await
+        .expect("spec change");
+    let gw = eventually(&gateways, "web", |g| {
+        condition(&g["status"]["conditions"], "Accepted")
+            .is_some_and(|c| c["reason"] == "Accepted" && c["observedGeneration"] == 2)
+    })
+    .await;
+    let foreign = condition(&gw["status"]["conditions"], "example.com/Foreign").expect("foreign condition kept");
+    assert_eq!(foreign["reason"], "Seeded");
+    assert_eq!(
+        condition(&gw["status"]["conditions"], "Accepted").expect("Accepted")["lastTransitionTime"],
+        transition,
+        "Accepted stayed True, so its transition time must not move"
+    );
+    controller.abort();
+}
