@@ -204,3 +204,26 @@ async fn http2_prior_knowledge_on_the_same_port() {
     assert!(reply.header("x-host").starts_with("foo.example.com"));
     assert_eq!(reply.header("x-version"), "HTTP/1.1", "the backend speaks HTTP/1.1");
 }
+
+#[tokio::test]
+async fn forwarding_headers_reach_the_backend() {
+    let echo = EchoBackend::start("echo").await;
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "echo")], vec![echo_backend(&echo)])).await;
+    let mut req = request(addr, "a.com", "GET", "/");
+    req.headers_mut().insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
+    let reply = send(&client(), req).await;
+    assert_eq!(reply.echoed("x-forwarded-for"), ["10.0.0.1, 127.0.0.1"]);
+    assert_eq!(reply.echoed("x-forwarded-proto"), ["http"]);
+    assert_eq!(reply.echoed("host"), ["a.com"]);
+}
+
+#[tokio::test]
+async fn unrouted_grpc_requests_get_a_grpc_status() {
+    let (_dp, addr) = start(simple(vec![], vec![])).await;
+    let mut req = request(addr, "a.com", "POST", "/pkg.Service/Method");
+    req.headers_mut()
+        .insert("content-type", "application/grpc".parse().unwrap());
+    let reply = send(&client(), req).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("grpc-status"), "12", "Unimplemented");
+}

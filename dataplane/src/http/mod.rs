@@ -1,10 +1,12 @@
 //! HTTP serving: routing, filters and proxying of requests to backends.
 
+mod exchange;
 pub mod filters;
 pub mod host;
 pub mod matcher;
 mod proxy;
 mod response;
+pub mod retry;
 pub mod router;
 pub mod rule;
 

@@ -8,6 +8,7 @@ use translator::ir;
 
 use super::filters::{self, Filter};
 use super::matcher::Matcher;
+use super::retry::RetryPolicy;
 use crate::error::ValidationError;
 use crate::upstream::Upstream;
 
@@ -22,8 +23,9 @@ pub struct Rule {
     pub backends: Vec<RuleBackend>,
     /// Bound on the whole request (`timeouts.request`).
     pub request_timeout: Option<Duration>,
-    /// Bound on the backend's answer (`timeouts.backendRequest`).
+    /// Bound on each backend request (`timeouts.backendRequest`).
     pub backend_timeout: Option<Duration>,
+    pub retry: Option<RetryPolicy>,
 }
 
 /// A weighted share of a rule's traffic.
@@ -78,16 +80,8 @@ impl Rule {
             backends,
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
             backend_timeout: rule.timeouts.backend_request_ms.map(Duration::from_millis),
+            retry: rule.retry.as_ref().map(RetryPolicy::compile),
         })
-    }
-
-    /// The shortest of the request and backendRequest timeouts: without route retries one
-    /// backend request is the whole request.
-    pub fn timeout(&self) -> Option<Duration> {
-        match (self.request_timeout, self.backend_timeout) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
     }
 
     /// Picks a backend by weight; `None` when every weight is zero.

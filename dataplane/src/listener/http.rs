@@ -83,7 +83,10 @@ async fn accept(listener: TcpListener, context: Arc<ListenerContext>, mut stoppe
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let service = HttpService(context.clone());
+                    let service = HttpService {
+                        context: context.clone(),
+                        peer,
+                    };
                     let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {

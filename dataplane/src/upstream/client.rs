@@ -14,7 +14,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use translator::ir::AppProtocol;
 
-use super::{ReclaimBody, Upstream};
+use super::{ReclaimBody, RequestBody, Upstream};
 
 /// How long connecting to one endpoint may take before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -93,7 +93,12 @@ impl ForwardError {
 impl Upstream {
     /// Sends the request to an endpoint; when it cannot be reached, up to `connect_retries`
     /// other endpoints are tried with the same (still unread) body.
-    pub async fn forward(&self, parts: Parts, body: Incoming, connect_retries: u32) -> Result<Forwarded, ForwardError> {
+    pub async fn forward(
+        &self,
+        parts: Parts,
+        body: RequestBody,
+        connect_retries: u32,
+    ) -> Result<Forwarded, ForwardError> {
         if self.spec.tls.is_some() {
             return Err(ForwardError::TlsUnsupported(self.id.clone()));
         }

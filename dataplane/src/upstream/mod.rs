@@ -2,10 +2,12 @@
 //! per backend.
 
 mod balancer;
+mod body;
 mod client;
 mod reclaim;
 
 pub use balancer::pick_weighted;
+pub use body::{BufferedBody, RequestBody};
 pub use client::{ForwardError, Forwarded};
 pub use reclaim::ReclaimBody;
 

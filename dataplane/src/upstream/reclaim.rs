@@ -6,21 +6,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
+
+use super::RequestBody;
 
 /// The body an upstream client sends; unread until the client polls it.
 #[derive(Debug)]
 pub struct ReclaimBody {
-    slot: Arc<Mutex<Option<Incoming>>>,
-    taken: Option<Incoming>,
+    slot: Arc<Mutex<Option<RequestBody>>>,
+    taken: Option<RequestBody>,
 }
 
 /// Where a [`ReclaimBody`] keeps its body until it is first read.
 #[derive(Debug, Clone)]
-pub struct Slot(Arc<Mutex<Option<Incoming>>>);
+pub struct Slot(Arc<Mutex<Option<RequestBody>>>);
 
 impl ReclaimBody {
-    pub fn new(body: Incoming) -> (ReclaimBody, Slot) {
+    pub fn new(body: RequestBody) -> (ReclaimBody, Slot) {
         let slot = Arc::new(Mutex::new(Some(body)));
         (
             ReclaimBody {
@@ -31,7 +33,7 @@ impl ReclaimBody {
         )
     }
 
-    fn body(&mut self) -> Option<&mut Incoming> {
+    fn body(&mut self) -> Option<&mut RequestBody> {
         if self.taken.is_none() {
             self.taken = lock(&self.slot).take();
         }
@@ -41,12 +43,12 @@ impl ReclaimBody {
 
 impl Slot {
     /// The body, if no client has started reading it.
-    pub fn reclaim(&self) -> Option<Incoming> {
+    pub fn reclaim(&self) -> Option<RequestBody> {
         lock(&self.0).take()
     }
 }
 
-fn lock(slot: &Mutex<Option<Incoming>>) -> MutexGuard<'_, Option<Incoming>> {
+fn lock(slot: &Mutex<Option<RequestBody>>) -> MutexGuard<'_, Option<RequestBody>> {
     slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

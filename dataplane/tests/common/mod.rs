@@ -23,13 +23,17 @@ use translator::config::Strategy;
 use translator::ir;
 
 /// A backend that echoes what it received: `x-backend` (its name), `x-path` (path and query),
-/// `x-host`, `x-method`, `x-version`, and every request header as `name: value` lines in the body.
-/// `/sleep/<ms>` waits before answering.
+/// `x-host`, `x-method`, `x-version`, `x-body-length`, and every request header as
+/// `name: value` lines in the body. `/sleep/<ms>` waits before answering, `/slow-first/<ms>`
+/// does so for the backend's first request only, `/status/<code>` answers that status, and
+/// `/flaky/<n>` answers 503 to the backend's first `n` requests.
 pub struct EchoBackend {
     pub name: String,
     pub addr: SocketAddr,
     /// Connections accepted so far.
     pub connections: Arc<AtomicUsize>,
+    /// Requests received so far.
+    pub requests: Arc<AtomicUsize>,
 }
 
 impl EchoBackend {
@@ -38,6 +42,8 @@ impl EchoBackend {
         let addr = listener.local_addr().expect("backend addr");
         let connections = Arc::new(AtomicUsize::new(0));
         let counter = connections.clone();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let request_counter = requests.clone();
         let backend_name = name.to_string();
         tokio::spawn(async move {
             loop {
@@ -46,8 +52,9 @@ impl EchoBackend {
                 };
                 counter.fetch_add(1, Ordering::SeqCst);
                 let name = backend_name.clone();
+                let requests = request_counter.clone();
                 tokio::spawn(async move {
-                    let service = service_fn(move |req| echo(name.clone(), req));
+                    let service = service_fn(move |req| echo(name.clone(), requests.clone(), req));
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
@@ -58,7 +65,12 @@ impl EchoBackend {
             name: name.to_string(),
             addr,
             connections,
+            requests,
         }
+    }
+
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
     }
 
     pub fn connections(&self) -> usize {
@@ -73,9 +85,22 @@ impl EchoBackend {
     }
 }
 
-async fn echo(name: String, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    if let Some(ms) = req.uri().path().strip_prefix("/sleep/").and_then(|ms| ms.parse().ok()) {
+async fn echo(
+    name: String,
+    requests: Arc<AtomicUsize>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let seen = requests.fetch_add(1, Ordering::SeqCst) + 1;
+    let path = req.uri().path().to_string();
+    let arg = |prefix: &str| path.strip_prefix(prefix).and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = arg("/sleep/").or(arg("/slow-first/").filter(|_| seen == 1)) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let mut status = arg("/status/")
+        .and_then(|c| StatusCode::from_u16(c as u16).ok())
+        .unwrap_or(StatusCode::OK);
+    if arg("/flaky/").is_some_and(|n| seen as u64 <= n) {
+        status = StatusCode::SERVICE_UNAVAILABLE;
     }
     let host = req
         .headers()
@@ -89,12 +114,17 @@ async fn echo(name: String, req: Request<Incoming>) -> Result<Response<Full<Byte
         body.push_str(&format!("{}: {}\n", name, value.to_str().unwrap_or("?")));
     }
     let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+    let method = req.method().clone();
+    let version = req.version();
+    let length = req.into_body().collect().await.map(|b| b.to_bytes().len()).unwrap_or(0);
     let response = Response::builder()
+        .status(status)
+        .header("x-body-length", length)
         .header("x-backend", name)
         .header("x-path", path)
         .header("x-host", host)
-        .header("x-method", req.method().as_str())
-        .header("x-version", format!("{:?}", req.version()))
+        .header("x-method", method.as_str())
+        .header("x-version", format!("{version:?}"))
         .body(Full::new(Bytes::from(body)))
         .expect("echo response");
     Ok(response)

@@ -1,0 +1,239 @@
+//! One request on its matched rule: filters, backend choice, attempts and retries.
+
+use http::request::Parts;
+use http::uri::PathAndQuery;
+use http::{Request, Response, StatusCode, Uri, header};
+use hyper::body::Incoming;
+
+use super::filters::{Filter, HeaderEdit, RedirectTarget};
+use super::response::{self, ProxyBody};
+use super::retry::MAX_RETRY_BODY;
+use super::rule::{Rule, describe};
+use crate::upstream::{BufferedBody, ForwardError, RequestBody};
+
+/// A request routed to `rule`.
+pub struct Exchange<'a> {
+    pub rule: &'a Rule,
+    /// Scheme the request arrived with.
+    pub scheme: &'static str,
+    pub listener_port: u16,
+    /// Request host without port.
+    pub host: String,
+    /// Retries on another endpoint when one is unreachable (rules without retry).
+    pub connect_retries: u32,
+}
+
+/// The outcome of one attempt.
+enum Attempt {
+    /// A response to send (from the backend, or a redirect).
+    Response(Response<ProxyBody>),
+    /// No response; answered with this status unless retried.
+    Failed(StatusCode),
+}
+
+/// Where attempts take their request body from.
+enum BodySource {
+    Once(Option<RequestBody>),
+    Replay(BufferedBody),
+}
+
+impl BodySource {
+    fn next(&mut self) -> Option<RequestBody> {
+        match self {
+            BodySource::Once(body) => body.take(),
+            BodySource::Replay(body) => Some(RequestBody::Buffered(body.clone())),
+        }
+    }
+}
+
+impl<'a> Exchange<'a> {
+    pub async fn run(&self, mut parts: Parts, body: Incoming) -> Response<ProxyBody> {
+        let rule: &'a Rule = self.rule;
+        let mut response_edits = Vec::new();
+        if let Some(answer) = self.apply(&rule.filters, &mut parts, &mut response_edits) {
+            return answer;
+        }
+        // With a route retry, endpoints are not retried by the backend: attempts + 1 in all.
+        let (retries, connect_retries, mut source) = match &rule.retry {
+            None => (
+                0,
+                self.connect_retries,
+                BodySource::Once(Some(RequestBody::streaming(body))),
+            ),
+            Some(policy) => match RequestBody::buffer(body, MAX_RETRY_BODY).await {
+                Ok(RequestBody::Buffered(buffered)) => (policy.attempts, 0, BodySource::Replay(buffered)),
+                Ok(streaming) => (0, 0, BodySource::Once(Some(streaming))),
+                Err(error) => {
+                    tracing::debug!(%error, "reading the request body failed");
+                    return response::local(StatusCode::BAD_REQUEST, rule.grpc);
+                }
+            },
+        };
+        let mut attempt = 0;
+        loop {
+            let Some(body) = source.next() else {
+                return response::local(StatusCode::INTERNAL_SERVER_ERROR, rule.grpc);
+            };
+            let parts = if attempt < retries {
+                copy_parts(&parts)
+            } else {
+                take_parts(&mut parts)
+            };
+            let outcome = match rule.backend_timeout {
+                Some(limit) => tokio::time::timeout(limit, self.attempt(parts, body, connect_retries, &response_edits))
+                    .await
+                    .unwrap_or(Attempt::Failed(StatusCode::GATEWAY_TIMEOUT)),
+                None => self.attempt(parts, body, connect_retries, &response_edits).await,
+            };
+            let retry = attempt < retries
+                && match &outcome {
+                    Attempt::Response(response) => {
+                        rule.retry.as_ref().is_some_and(|p| p.retries_status(response.status()))
+                    }
+                    // Connection errors and timed out attempts are always retried.
+                    Attempt::Failed(_) => true,
+                };
+            if !retry {
+                return match outcome {
+                    Attempt::Response(response) => response,
+                    Attempt::Failed(status) => response::local(status, rule.grpc),
+                };
+            }
+            attempt += 1;
+            if let Some(backoff) = rule.retry.as_ref().and_then(|p| p.backoff) {
+                tokio::time::sleep(backoff).await;
+            }
+        }
+    }
+
+    /// Picks a backend, applies its filters and forwards the request to it.
+    async fn attempt(
+        &self,
+        mut parts: Parts,
+        body: RequestBody,
+        connect_retries: u32,
+        rule_edits: &[&'a HeaderEdit],
+    ) -> Attempt {
+        let Some(backend) = self.rule.pick_backend() else {
+            return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
+        };
+        let mut response_edits = rule_edits.to_vec();
+        if let Some(answer) = self.apply(&backend.filters, &mut parts, &mut response_edits) {
+            return Attempt::Response(answer);
+        }
+        let Some(upstream) = &backend.upstream else {
+            return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        let mut response = match upstream.forward(parts, body, connect_retries).await {
+            Ok(forwarded) => response::upstream(forwarded),
+            Err(error) => {
+                log_failure(self.rule, &error);
+                return Attempt::Failed(error.status());
+            }
+        };
+        strip_hop_by_hop(response.headers_mut());
+        for edit in response_edits {
+            edit.apply(response.headers_mut());
+        }
+        Attempt::Response(response)
+    }
+
+    /// Applies request filters in order; a redirect (or an unusable rewrite) answers at once.
+    fn apply(
+        &self,
+        filters: &'a [Filter],
+        parts: &mut Parts,
+        response_edits: &mut Vec<&'a HeaderEdit>,
+    ) -> Option<Response<ProxyBody>> {
+        for filter in filters {
+            match filter {
+                Filter::RequestHeaders(edit) => edit.apply(&mut parts.headers),
+                Filter::ResponseHeaders(edit) => response_edits.push(edit),
+                Filter::Redirect(redirect) => {
+                    let location = redirect.location(&RedirectTarget {
+                        scheme: self.scheme,
+                        host: &self.host,
+                        listener_port: self.listener_port,
+                        path: parts.uri.path(),
+                        query: parts.uri.query(),
+                    });
+                    let mut answer = response::redirect(redirect.status, &location)
+                        .unwrap_or_else(|| response::local(StatusCode::INTERNAL_SERVER_ERROR, self.rule.grpc));
+                    for edit in response_edits.iter() {
+                        edit.apply(answer.headers_mut());
+                    }
+                    return Some(answer);
+                }
+                Filter::Rewrite(rewrite) => {
+                    if let Some(hostname) = &rewrite.hostname {
+                        parts.headers.insert(header::HOST, hostname.clone());
+                    }
+                    if let Some(path) = &rewrite.path {
+                        let mut target = path.apply(parts.uri.path());
+                        if let Some(query) = parts.uri.query() {
+                            target.push('?');
+                            target.push_str(query);
+                        }
+                        match PathAndQuery::try_from(target) {
+                            Ok(pq) => parts.uri = Uri::from(pq),
+                            Err(_) => {
+                                return Some(response::local(StatusCode::INTERNAL_SERVER_ERROR, self.rule.grpc));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+fn log_failure(rule: &Rule, error: &ForwardError) {
+    tracing::warn!(rule = %describe(&rule.route), %error, "no response from backend");
+}
+
+/// A copy of the request head for another attempt (extensions are not copied).
+fn copy_parts(parts: &Parts) -> Parts {
+    let mut request = Request::new(());
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = parts.uri.clone();
+    *request.version_mut() = parts.version;
+    *request.headers_mut() = parts.headers.clone();
+    request.into_parts().0
+}
+
+/// The request head for the last attempt, without copying.
+fn take_parts(parts: &mut Parts) -> Parts {
+    std::mem::replace(parts, Request::new(()).into_parts().0)
+}
+
+/// Removes headers that describe one hop, including those named by `Connection`; `te: trailers`
+/// stays (gRPC needs it).
+fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    let named: Vec<header::HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| header::HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::TRAILER,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    if headers.get(header::TE).is_some_and(|te| te != "trailers") {
+        headers.remove(header::TE);
+    }
+}
