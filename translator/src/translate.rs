@@ -90,6 +90,9 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             .keys()
             .map(|gi| gateways[*gi].client_certificate.as_deref())
             .collect();
+        // Backends and BackendTLSPolicies the route uses, per Gateway: kept if it is accepted.
+        let mut used_backends = Vec::new();
+        let mut used_policies = Vec::new();
         for (gi, listeners) in &attached {
             let gw = &gateways[*gi];
             let client_certificate = policy::backend_tls::route_client_certificate(
@@ -110,12 +113,8 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                     (Vec::new(), entries, c)
                 }
             };
-            for b in compiled.backends {
-                gateway_backends[*gi].entry(b.id.clone()).or_insert(b);
-            }
-            for p in compiled.policies {
-                policy_usage.entry(p).or_default().insert(gw.key());
-            }
+            used_backends.extend(compiled.backends.into_iter().map(|b| (*gi, b)));
+            used_policies.extend(compiled.policies.into_iter().map(|p| (p, gw.key())));
             for li in listeners {
                 contributions[*gi].entry(*li).or_default().push(Contribution {
                     route: ri,
@@ -130,6 +129,13 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 for list in per_gateway.values_mut() {
                     list.retain(|c| c.route != ri);
                 }
+            }
+        } else {
+            for (gi, b) in used_backends {
+                gateway_backends[gi].entry(b.id.clone()).or_insert(b);
+            }
+            for (p, gw) in used_policies {
+                policy_usage.entry(p).or_default().insert(gw);
             }
         }
         route_statuses.push(route::status(route, &attachments, &outcome, config));

@@ -261,3 +261,31 @@ pub fn route_client_certificate<'c>(mode: Mode, own: Option<&'c str>, all: &[Opt
         _ => own,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standalone_route_with_differing_client_certificates_presents_none() {
+        let all = [Some("ns/a"), Some("ns/b")];
+        assert_eq!(route_client_certificate(Mode::Standalone, Some("ns/a"), &all), None);
+        assert_eq!(
+            route_client_certificate(Mode::Controller, Some("ns/a"), &all),
+            Some("ns/a")
+        );
+        let same = [Some("ns/a"), Some("ns/a")];
+        assert_eq!(
+            route_client_certificate(Mode::Standalone, Some("ns/a"), &same),
+            Some("ns/a")
+        );
+    }
+
+    #[test]
+    fn usage_key_names_policy_and_target() {
+        let whole = ("ns".to_string(), "svc".to_string(), None);
+        let port = ("ns".to_string(), "svc".to_string(), Some("https".to_string()));
+        assert_eq!(usage_key("ns/p", &whole), "ns/p@svc");
+        assert_eq!(usage_key("ns/p", &port), "ns/p@svc:https");
+    }
+}

@@ -129,3 +129,99 @@ pub fn table(protocol: Protocol, listener_hostname: Option<&str>, attached: Vec<
         Protocol::Http | Protocol::Https => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str) -> StreamRoute {
+        StreamRoute {
+            route: RouteRef {
+                kind: "TLSRoute".into(),
+                namespace: "ns".into(),
+                name: name.into(),
+                rule: 0,
+                rule_name: None,
+            },
+            hostnames: Vec::new(),
+            backends: Vec::new(),
+        }
+    }
+
+    fn names(table: &[StreamRoute]) -> Vec<(String, Vec<String>)> {
+        table
+            .iter()
+            .map(|e| (e.route.name.clone(), e.hostnames.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn tls_route_naming_the_host_more_precisely_wins_over_older() {
+        let wildcard = vec!["*.example.com".to_string()];
+        let exact = vec!["abc.example.com".to_string()];
+        let table = table(
+            Protocol::Tls,
+            Some("abc.example.com"),
+            vec![
+                Attached {
+                    hostnames: &wildcard,
+                    age: 0,
+                    entry: entry("older"),
+                },
+                Attached {
+                    hostnames: &exact,
+                    age: 1,
+                    entry: entry("newer"),
+                },
+            ],
+        );
+        assert_eq!(names(&table), [("newer".into(), vec!["abc.example.com".into()])]);
+    }
+
+    #[test]
+    fn tls_routes_without_hostnames_match_every_name_last() {
+        let none: Vec<String> = Vec::new();
+        let exact = vec!["abc.example.com".to_string()];
+        let table = table(
+            Protocol::Tls,
+            None,
+            vec![
+                Attached {
+                    hostnames: &none,
+                    age: 0,
+                    entry: entry("any"),
+                },
+                Attached {
+                    hostnames: &exact,
+                    age: 1,
+                    entry: entry("abc"),
+                },
+            ],
+        );
+        assert_eq!(
+            names(&table),
+            [("abc".into(), vec!["abc.example.com".into()]), ("any".into(), vec![])]
+        );
+    }
+
+    #[test]
+    fn tcp_listener_serves_only_the_oldest_route() {
+        let table = table(
+            Protocol::Tcp,
+            None,
+            vec![
+                Attached {
+                    hostnames: &[],
+                    age: 3,
+                    entry: entry("newer"),
+                },
+                Attached {
+                    hostnames: &[],
+                    age: 1,
+                    entry: entry("older"),
+                },
+            ],
+        );
+        assert_eq!(names(&table), [("older".into(), vec![])]);
+    }
+}
