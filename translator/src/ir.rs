@@ -409,7 +409,8 @@ pub struct Endpoint {
     pub port: u16,
 }
 
-/// How to connect to a backend over TLS (BackendTLSPolicy).
+/// How to connect to a backend over TLS (BackendTLSPolicy). The backend's `protocol` still says
+/// what runs inside: `h2c` becomes HTTP/2 over TLS (ALPN `h2`), `stream` raw bytes over TLS.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendTls {
