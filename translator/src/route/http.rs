@@ -54,10 +54,22 @@ pub fn compile(
             RuleSpec::Grpc(r) => grpc_parts(r),
             RuleSpec::Stream => continue,
         };
+        let parts = parts.and_then(|p| {
+            // ReplacePrefixMatch needs the matched prefix: every match must be a PathPrefix.
+            let replaces =
+                parts_replace_prefix(&p.filters) || rule.backend_refs.iter().any(|b| parts_replace_prefix(&b.filters));
+            if replaces && p.matches.iter().any(|m| !matches!(m.path, PathMatch::Prefix(_))) {
+                return Err(Problem::new(
+                    reason::UNSUPPORTED_VALUE,
+                    "ReplacePrefixMatch requires PathPrefix matches",
+                ));
+            }
+            Ok(p)
+        });
         let parts = match parts {
             Ok(p) => p,
             Err(problem) => {
-                dropped.push((rule.name.clone().unwrap_or_else(|| index.to_string()), problem));
+                dropped.push((rule.name.clone().unwrap_or_else(|| format!("#{index}")), problem));
                 continue;
             }
         };
@@ -169,6 +181,20 @@ pub fn resolve(
     }
 }
 
+/// Whether any of `filters` rewrites or redirects with `ReplacePrefixMatch`.
+fn parts_replace_prefix(filters: &[HttpRouteRulesFilters]) -> bool {
+    filters.iter().any(|f| {
+        f.request_redirect
+            .as_ref()
+            .and_then(|r| r.path.as_ref())
+            .is_some_and(|p| p.r#type == RedirectPath::ReplacePrefixMatch)
+            || f.url_rewrite
+                .as_ref()
+                .and_then(|r| r.path.as_ref())
+                .is_some_and(|p| p.r#type == RewritePath::ReplacePrefixMatch)
+    })
+}
+
 struct Parts {
     matches: Vec<HttpMatch>,
     filters: Vec<HttpRouteRulesFilters>,
@@ -179,9 +205,17 @@ struct Parts {
 
 fn check_regex(pattern: &str) -> Result<(), Problem> {
     regex_syntax::Parser::new().parse(pattern).map(|_| ()).map_err(|e| {
+        // The parser's message draws the pattern over several lines; its last line says why.
+        let text = e.to_string();
+        let why = text
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_string();
         Problem::new(
             reason::UNSUPPORTED_VALUE,
-            format!("Invalid regular expression {pattern:?}: {e}"),
+            format!("Invalid regular expression {pattern:?}: {why}"),
         )
     })
 }
