@@ -3,6 +3,7 @@
 //! It never decides routing semantics; that is the translator's job.
 
 pub mod local;
+pub mod provision;
 pub mod reconcile;
 pub mod settings;
 pub mod status;
