@@ -128,9 +128,14 @@ impl<'a> Backends<'a> {
                 ),
             ));
         }
-        let service_port: Option<&ServicePort> = spec
-            .and_then(|s| s.ports.as_ref())
-            .and_then(|ports| ports.iter().find(|p| p.port == port));
+        // A Service may expose one port number over TCP and UDP (DNS): prefer the route's transport.
+        let udp = kind == RouteKind::Udp;
+        let service_port: Option<&ServicePort> = spec.and_then(|s| s.ports.as_ref()).and_then(|ports| {
+            let numbered = || ports.iter().filter(|p| p.port == port);
+            numbered()
+                .find(|p| (p.protocol.as_deref() == Some("UDP")) == udp)
+                .or_else(|| numbered().next())
+        });
         if service_port.is_none() && external_name.is_none() {
             return Err(Problem::new(
                 reason::BACKEND_NOT_FOUND,
