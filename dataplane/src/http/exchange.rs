@@ -9,6 +9,7 @@ use super::filters::{Filter, HeaderEdit, RedirectTarget};
 use super::response::{self, ProxyBody};
 use super::retry::MAX_RETRY_BODY;
 use super::rule::{Rule, describe};
+use super::upgrade::UpgradeRequest;
 use crate::upstream::{BufferedBody, ForwardError, RequestBody};
 
 /// A request routed to `rule`.
@@ -53,8 +54,11 @@ impl<'a> Exchange<'a> {
         if let Some(answer) = self.apply(&rule.filters, &mut parts, &mut response_edits) {
             return answer;
         }
+        let mut upgrade = UpgradeRequest::take(&mut parts);
         // With a route retry, endpoints are not retried by the backend: attempts + 1 in all.
+        // Upgrades are sent once: the client's connection can only be handed over once.
         let (retries, connect_retries, mut source) = match &rule.retry {
+            Some(_) if upgrade.is_some() => (0, 0, BodySource::Once(Some(RequestBody::streaming(body)))),
             None => (
                 0,
                 self.connect_retries,
@@ -80,10 +84,16 @@ impl<'a> Exchange<'a> {
                 take_parts(&mut parts)
             };
             let outcome = match rule.backend_timeout {
-                Some(limit) => tokio::time::timeout(limit, self.attempt(parts, body, connect_retries, &response_edits))
-                    .await
-                    .unwrap_or(Attempt::Failed(StatusCode::GATEWAY_TIMEOUT)),
-                None => self.attempt(parts, body, connect_retries, &response_edits).await,
+                Some(limit) => tokio::time::timeout(
+                    limit,
+                    self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade),
+                )
+                .await
+                .unwrap_or(Attempt::Failed(StatusCode::GATEWAY_TIMEOUT)),
+                None => {
+                    self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade)
+                        .await
+                }
             };
             let retry = attempt < retries
                 && match &outcome {
@@ -113,6 +123,7 @@ impl<'a> Exchange<'a> {
         body: RequestBody,
         connect_retries: u32,
         rule_edits: &[&'a HeaderEdit],
+        upgrade: &mut Option<UpgradeRequest>,
     ) -> Attempt {
         let Some(backend) = self.rule.pick_backend() else {
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
@@ -125,14 +136,31 @@ impl<'a> Exchange<'a> {
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
         };
         strip_hop_by_hop(&mut parts.headers);
-        let mut response = match upstream.forward(parts, body, connect_retries).await {
-            Ok(forwarded) => response::upstream(forwarded),
+        if let Some(upgrade) = upgrade {
+            upgrade.restore_headers(&mut parts.headers);
+        }
+        let mut forwarded = match upstream.forward(parts, body, connect_retries).await {
+            Ok(forwarded) => forwarded,
             Err(error) => {
                 log_failure(self.rule, &error);
                 return Attempt::Failed(error.status());
             }
         };
-        strip_hop_by_hop(response.headers_mut());
+        let switching = forwarded.response.status() == StatusCode::SWITCHING_PROTOCOLS;
+        let joined = match upgrade.take() {
+            Some(upgrade) if switching => {
+                let backend = hyper::upgrade::on(&mut forwarded.response);
+                strip_hop_by_hop(forwarded.response.headers_mut());
+                upgrade.restore_headers(forwarded.response.headers_mut());
+                upgrade.join(backend);
+                true
+            }
+            _ => false,
+        };
+        let mut response = response::upstream(forwarded);
+        if !joined {
+            strip_hop_by_hop(response.headers_mut());
+        }
         for edit in response_edits {
             edit.apply(response.headers_mut());
         }

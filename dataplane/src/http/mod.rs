@@ -9,6 +9,7 @@ mod response;
 pub mod retry;
 pub mod router;
 pub mod rule;
+mod upgrade;
 
 pub use proxy::{HttpService, ListenerContext};
 pub use response::ProxyBody;

@@ -18,6 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use translator::config::Strategy;
 use translator::ir;
@@ -56,7 +57,7 @@ impl EchoBackend {
                 tokio::spawn(async move {
                     let service = service_fn(move |req| echo(name.clone(), requests.clone(), req));
                     let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
                 });
             }
@@ -88,8 +89,11 @@ impl EchoBackend {
 async fn echo(
     name: String,
     requests: Arc<AtomicUsize>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(protocol) = req.headers().get("upgrade").cloned() {
+        return Ok(upgrade_echo(name, protocol, &mut req));
+    }
     let seen = requests.fetch_add(1, Ordering::SeqCst) + 1;
     let path = req.uri().path().to_string();
     let arg = |prefix: &str| path.strip_prefix(prefix).and_then(|v| v.parse::<u64>().ok());
@@ -128,6 +132,28 @@ async fn echo(
         .body(Full::new(Bytes::from(body)))
         .expect("echo response");
     Ok(response)
+}
+
+/// Answers 101 and echoes every byte on the upgraded connection, prefixed by the backend name.
+fn upgrade_echo(name: String, protocol: http::HeaderValue, req: &mut Request<Incoming>) -> Response<Full<Bytes>> {
+    let upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgrade.await else { return };
+        let mut io = TokioIo::new(upgraded);
+        let _ = io.write_all(format!("{name}:").as_bytes()).await;
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = io.read(&mut buf).await {
+            if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header("connection", "upgrade")
+        .header("upgrade", protocol)
+        .body(Full::new(Bytes::new()))
+        .expect("101 response")
 }
 
 /// A response read to the end.
