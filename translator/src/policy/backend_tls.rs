@@ -66,73 +66,11 @@ impl<'a> Policies<'a> {
             .filter(|p| config.watches_namespace(p.namespace()))
             .collect();
         policies.sort_by(|a, b| object::by_age(*a, *b));
+        policies.dedup_by_key(|p| p.key());
         let mut out = Policies::default();
         for policy in policies {
             let ns = policy.namespace();
-            let v = &policy.spec.validation;
-            let mut unresolved = None;
-            let mut cas = Vec::new();
-            for r in v.ca_certificate_refs.iter().flatten() {
-                let problem = if !(r.group.is_empty() || r.group == "core") || r.kind != "ConfigMap" {
-                    Some(Problem::new(
-                        reason::INVALID_KIND,
-                        format!("caCertificateRef {}/{} {} is not a ConfigMap", r.group, r.kind, r.name),
-                    ))
-                } else {
-                    match snapshot
-                        .config_maps
-                        .iter()
-                        .find(|c| c.namespace == ns && c.name == r.name)
-                    {
-                        Some(c) if c.ca_certificates.unwrap_or(0) > 0 => {
-                            cas.push(object::key(ns, &r.name));
-                            None
-                        }
-                        Some(_) => Some(Problem::new(
-                            reason::INVALID_CA_CERTIFICATE_REF,
-                            format!("ConfigMap {ns}/{} has no valid ca.crt", r.name),
-                        )),
-                        None => Some(Problem::new(
-                            reason::INVALID_CA_CERTIFICATE_REF,
-                            format!("ConfigMap {ns}/{} does not exist", r.name),
-                        )),
-                    }
-                };
-                if unresolved.is_none() {
-                    unresolved = problem;
-                }
-            }
-            let system_roots = v.well_known_ca_certificates.as_deref() == Some("System");
-            let not_accepted = if let Some(other) = v.well_known_ca_certificates.as_deref().filter(|w| *w != "System") {
-                Some(Problem::new(
-                    reason::INVALID,
-                    format!("wellKnownCACertificates {other:?} is not supported"),
-                ))
-            } else if cas.is_empty() && !system_roots {
-                Some(Problem::new(
-                    reason::NO_VALID_CA_CERTIFICATE,
-                    "The policy has no valid CA certificate",
-                ))
-            } else {
-                None
-            };
-            let subject_alt_names = v
-                .subject_alt_names
-                .iter()
-                .flatten()
-                .filter_map(|s| match s.r#type {
-                    SanType::Hostname => s.hostname.clone().map(SubjectAltName::Hostname),
-                    SanType::Uri => s.uri.clone().map(SubjectAltName::Uri),
-                })
-                .collect();
-            let settings = BackendTls {
-                hostname: v.hostname.clone(),
-                ca_certificates: cas,
-                system_roots,
-                subject_alt_names,
-                client_certificate: None,
-                invalid: not_accepted.is_some(),
-            };
+            let (settings, not_accepted, unresolved) = validate(policy, snapshot);
             let index = out.models.len();
             for t in &policy.spec.target_refs {
                 if !(t.group.is_empty() || t.group == "core") || t.kind != "Service" {
@@ -250,6 +188,76 @@ impl<'a> Policies<'a> {
         }
         out
     }
+}
+
+/// The TLS settings of a policy, with its Accepted=False and ResolvedRefs=False problems.
+fn validate(policy: &BackendTlsPolicy, snapshot: &Snapshot) -> (BackendTls, Option<Problem>, Option<Problem>) {
+    let ns = policy.namespace();
+    let v = &policy.spec.validation;
+    let mut unresolved = None;
+    let mut cas = Vec::new();
+    for r in v.ca_certificate_refs.iter().flatten() {
+        let problem = if !(r.group.is_empty() || r.group == "core") || r.kind != "ConfigMap" {
+            Some(Problem::new(
+                reason::INVALID_KIND,
+                format!("caCertificateRef {}/{} {} is not a ConfigMap", r.group, r.kind, r.name),
+            ))
+        } else {
+            match snapshot
+                .config_maps
+                .iter()
+                .find(|c| c.namespace == ns && c.name == r.name)
+            {
+                Some(c) if c.ca_certificates.unwrap_or(0) > 0 => {
+                    cas.push(object::key(ns, &r.name));
+                    None
+                }
+                Some(_) => Some(Problem::new(
+                    reason::INVALID_CA_CERTIFICATE_REF,
+                    format!("ConfigMap {ns}/{} has no valid ca.crt", r.name),
+                )),
+                None => Some(Problem::new(
+                    reason::INVALID_CA_CERTIFICATE_REF,
+                    format!("ConfigMap {ns}/{} does not exist", r.name),
+                )),
+            }
+        };
+        if unresolved.is_none() {
+            unresolved = problem;
+        }
+    }
+    let system_roots = v.well_known_ca_certificates.as_deref() == Some("System");
+    let not_accepted = if let Some(other) = v.well_known_ca_certificates.as_deref().filter(|w| *w != "System") {
+        Some(Problem::new(
+            reason::INVALID,
+            format!("wellKnownCACertificates {other:?} is not supported"),
+        ))
+    } else if cas.is_empty() && !system_roots {
+        Some(Problem::new(
+            reason::NO_VALID_CA_CERTIFICATE,
+            "The policy has no valid CA certificate",
+        ))
+    } else {
+        None
+    };
+    let subject_alt_names = v
+        .subject_alt_names
+        .iter()
+        .flatten()
+        .filter_map(|s| match s.r#type {
+            SanType::Hostname => s.hostname.clone().map(SubjectAltName::Hostname),
+            SanType::Uri => s.uri.clone().map(SubjectAltName::Uri),
+        })
+        .collect();
+    let settings = BackendTls {
+        hostname: v.hostname.clone(),
+        ca_certificates: cas,
+        system_roots,
+        subject_alt_names,
+        client_certificate: None,
+        invalid: not_accepted.is_some(),
+    };
+    (settings, not_accepted, unresolved)
 }
 
 /// The client certificate a route presents to TLS backends through one Gateway (`own`). In
