@@ -102,12 +102,16 @@ macro_rules! listener_spec_from {
                         })
                         .collect(),
                     has_tls: tls.is_some(),
-                    allowed_kinds: allowed.and_then(|a| a.kinds.as_ref()).map(|kinds| {
-                        kinds
-                            .iter()
-                            .map(|k| (k.group.clone().unwrap_or_else(|| GROUP.into()), k.kind.clone()))
-                            .collect()
-                    }),
+                    // An empty list, like none, means the kinds the protocol carries.
+                    allowed_kinds: allowed
+                        .and_then(|a| a.kinds.as_ref())
+                        .filter(|k| !k.is_empty())
+                        .map(|kinds| {
+                            kinds
+                                .iter()
+                                .map(|k| (k.group.clone().unwrap_or_else(|| GROUP.into()), k.kind.clone()))
+                                .collect()
+                        }),
                     allowed_namespaces,
                 }
             }
