@@ -180,6 +180,17 @@ impl<'a> Backends<'a> {
         };
         let port_name = service_port.and_then(|p| p.name.as_deref());
         let mut resolved = self.finish(kind, ns, &r.name, port, port_name, endpoints, tls, client_certificate);
+        if protocol == AppProtocol::Wss && resolved.backend.tls.is_none() {
+            // TLS to the backend is configured only by a BackendTLSPolicy; without one the
+            // port cannot be reached as it declares, and plain text must not be sent instead.
+            return Err(Problem::new(
+                reason::UNSUPPORTED_PROTOCOL,
+                format!(
+                    "appProtocol kubernetes.io/wss of Service {ns}/{} port {port} needs a BackendTLSPolicy for its TLS settings",
+                    r.name
+                ),
+            ));
+        }
         resolved.backend.protocol = if resolved.backend.tls.is_some() && protocol == AppProtocol::Ws {
             AppProtocol::Wss
         } else {
