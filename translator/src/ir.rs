@@ -97,7 +97,8 @@ pub struct Listener {
     /// HTTP and HTTPS: virtual hosts, most specific first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub virtual_hosts: Vec<VirtualHost>,
-    /// TLS, TCP and UDP: routes; TCP and UDP hold at most one (the oldest).
+    /// TLS: one entry per hostname served, in precedence order; the first whose hostname matches
+    /// the SNI wins, none matching closes the connection. TCP and UDP: at most one (the oldest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stream_routes: Vec<StreamRoute>,
 }
