@@ -1,7 +1,5 @@
 //! HTTPRoute and GRPCRoute rules to IR match entries: matches, filters, backends, timeouts and
-//! retries, and the precedence order of entries sharing a hostname.
-
-use std::cmp::Ordering;
+//! retries. Their order is [`super::precedence`]'s.
 
 use crate::api::grpc::{GrpcRouteRules, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType};
 use crate::api::http::{
@@ -15,12 +13,13 @@ use crate::duration;
 use crate::gateway::Problem;
 use crate::ir::{
     Backend, Cors, Filter, HeaderModifier, HttpMatch, HttpRule, Mirror, PathMatch, PathModifier, Redirect, Retry,
-    RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind, VirtualHost, WeightedBackend,
+    RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind, WeightedBackend,
 };
 use crate::status::condition::reason;
 
 use super::RouteOutcome;
 use super::model::{BackendRef, RouteKind, RouteModel, RuleSpec};
+pub use super::precedence::{inherit_less_specific, original_hostname, precedence};
 
 /// The compiled entries of one route for one Gateway.
 #[derive(Clone, Debug, Default)]
@@ -574,70 +573,4 @@ fn filter(
             )));
         }
     }))
-}
-
-/// The precedence of a match entry among those sharing a hostname: the Gateway API order
-/// (exact path, longest prefix, method, most headers, most query params), then the oldest route,
-/// then the rule and match order.
-pub fn precedence(a: &HttpRule, b: &HttpRule, age: impl Fn(&RouteRef) -> usize) -> Ordering {
-    // HTTP: exact, then regular expressions (implementation-specific), then prefixes.
-    // gRPC: service and method, then service only (a prefix), then method only and regular
-    // expressions, which is the spec's "most characters in the service, then the method".
-    fn path_rank(p: &PathMatch, grpc: bool) -> (u8, std::cmp::Reverse<usize>) {
-        match p {
-            PathMatch::Exact(v) => (0, std::cmp::Reverse(v.len())),
-            PathMatch::RegularExpression(v) => (if grpc { 2 } else { 1 }, std::cmp::Reverse(v.len())),
-            PathMatch::Prefix(v) => (if grpc { 1 } else { 2 }, std::cmp::Reverse(v.len())),
-        }
-    }
-    path_rank(&a.matcher.path, a.grpc)
-        .cmp(&path_rank(&b.matcher.path, b.grpc))
-        .then_with(|| b.matcher.method.is_some().cmp(&a.matcher.method.is_some()))
-        .then_with(|| b.matcher.headers.len().cmp(&a.matcher.headers.len()))
-        .then_with(|| b.matcher.query_params.len().cmp(&a.matcher.query_params.len()))
-        .then_with(|| age(&a.route).cmp(&age(&b.route)))
-        .then_with(|| a.route.rule.cmp(&b.route.rule))
-}
-
-/// Appends to each virtual host the entries of the less specific virtual hosts that also cover
-/// its hostname (`*.example.com` and `*` for `a.example.com`), most specific first. A request
-/// matching no entry of its own hostname's routes then reaches the routes of the wildcards, as
-/// the spec orders routes by hostname specificity before their matches. `hosts` must be sorted
-/// most specific first.
-pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
-    let own: Vec<(String, Vec<HttpRule>)> = hosts.iter().map(|h| (h.hostname.clone(), h.rules.clone())).collect();
-    for host in hosts.iter_mut() {
-        for (pattern, rules) in &own {
-            if *pattern != host.hostname && covers(pattern, &host.hostname) {
-                host.rules.extend(rules.iter().cloned());
-            }
-        }
-    }
-}
-
-/// Whether every host matched by `host` (exact or wildcard) is matched by `pattern`.
-fn covers(pattern: &str, host: &str) -> bool {
-    if pattern == "*" {
-        return true;
-    }
-    if host == "*" {
-        return false;
-    }
-    match pattern.strip_prefix('*') {
-        Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
-        None => false,
-    }
-}
-
-/// The most specific of the route's own hostnames that yields `effective` on a listener with
-/// `listener` hostname; `*` when the route names none. Routes are ranked by this hostname
-/// before their matches, so an exact route hostname beats a wildcard one even when both
-/// intersect the listener to the same name.
-pub fn original_hostname(listener: Option<&str>, route_hostnames: &[String], effective: &str) -> String {
-    let mut candidates: Vec<&String> = route_hostnames
-        .iter()
-        .filter(|h| crate::hostname::intersect(listener, h).as_deref() == Some(effective))
-        .collect();
-    candidates.sort_by(|a, b| crate::hostname::by_specificity(a, b));
-    candidates.first().map_or_else(|| "*".to_string(), |h| h.to_string())
 }

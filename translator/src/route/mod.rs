@@ -12,6 +12,7 @@
 
 pub mod http;
 pub mod model;
+pub mod precedence;
 pub mod stream;
 
 use std::collections::BTreeMap;

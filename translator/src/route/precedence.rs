@@ -1,0 +1,168 @@
+//! Precedence of HTTP and gRPC match entries: the order of entries sharing a hostname, the
+//! route hostname that ranks them, and the fall-through from a hostname to the wildcards that
+//! also cover it. The dataplane takes the first matching entry of the most specific host.
+
+use std::cmp::Ordering;
+
+use crate::ir::{HttpRule, PathMatch, RouteRef, VirtualHost};
+
+/// The precedence of a match entry among those sharing a hostname: the Gateway API order
+/// (exact path, longest prefix, method, most headers, most query params), then the oldest route,
+/// then the rule and match order.
+pub fn precedence(a: &HttpRule, b: &HttpRule, age: impl Fn(&RouteRef) -> usize) -> Ordering {
+    // HTTP: exact, then regular expressions (implementation-specific), then prefixes.
+    // gRPC: service and method, then service only (a prefix), then method only and regular
+    // expressions, which is the spec's "most characters in the service, then the method".
+    fn path_rank(p: &PathMatch, grpc: bool) -> (u8, std::cmp::Reverse<usize>) {
+        match p {
+            PathMatch::Exact(v) => (0, std::cmp::Reverse(v.len())),
+            PathMatch::RegularExpression(v) => (if grpc { 2 } else { 1 }, std::cmp::Reverse(v.len())),
+            PathMatch::Prefix(v) => (if grpc { 1 } else { 2 }, std::cmp::Reverse(v.len())),
+        }
+    }
+    path_rank(&a.matcher.path, a.grpc)
+        .cmp(&path_rank(&b.matcher.path, b.grpc))
+        .then_with(|| b.matcher.method.is_some().cmp(&a.matcher.method.is_some()))
+        .then_with(|| b.matcher.headers.len().cmp(&a.matcher.headers.len()))
+        .then_with(|| b.matcher.query_params.len().cmp(&a.matcher.query_params.len()))
+        .then_with(|| age(&a.route).cmp(&age(&b.route)))
+        .then_with(|| a.route.rule.cmp(&b.route.rule))
+}
+
+/// Appends to each virtual host the entries of the less specific virtual hosts that also cover
+/// its hostname (`*.example.com` and `*` for `a.example.com`), most specific first. A request
+/// matching no entry of its own hostname's routes then reaches the routes of the wildcards, as
+/// the spec orders routes by hostname specificity before their matches. `hosts` must be sorted
+/// most specific first.
+pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
+    let own: Vec<(String, Vec<HttpRule>)> = hosts.iter().map(|h| (h.hostname.clone(), h.rules.clone())).collect();
+    for host in hosts.iter_mut() {
+        for (pattern, rules) in &own {
+            if *pattern != host.hostname && covers(pattern, &host.hostname) {
+                host.rules.extend(rules.iter().cloned());
+            }
+        }
+    }
+}
+
+/// Whether every host matched by `host` (exact or wildcard) is matched by `pattern`.
+fn covers(pattern: &str, host: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    if host == "*" {
+        return false;
+    }
+    match pattern.strip_prefix('*') {
+        Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+        None => false,
+    }
+}
+
+/// The most specific of the route's own hostnames that yields `effective` on a listener with
+/// `listener` hostname; `*` when the route names none. Routes are ranked by this hostname
+/// before their matches, so an exact route hostname beats a wildcard one even when both
+/// intersect the listener to the same name.
+pub fn original_hostname(listener: Option<&str>, route_hostnames: &[String], effective: &str) -> String {
+    let mut candidates: Vec<&String> = route_hostnames
+        .iter()
+        .filter(|h| crate::hostname::intersect(listener, h).as_deref() == Some(effective))
+        .collect();
+    candidates.sort_by(|a, b| crate::hostname::by_specificity(a, b));
+    candidates.first().map_or_else(|| "*".to_string(), |h| h.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{HttpMatch, ValueMatch, ValueMatchKind};
+
+    fn rule(path: PathMatch, method: Option<&str>, headers: usize, rule: usize) -> HttpRule {
+        HttpRule {
+            route: RouteRef {
+                kind: "HTTPRoute".into(),
+                namespace: "ns".into(),
+                name: "r".into(),
+                rule,
+                rule_name: None,
+            },
+            grpc: false,
+            matcher: HttpMatch {
+                path,
+                method: method.map(str::to_string),
+                headers: (0..headers)
+                    .map(|i| ValueMatch {
+                        name: format!("h{i}"),
+                        kind: ValueMatchKind::Exact,
+                        value: "v".into(),
+                    })
+                    .collect(),
+                query_params: Vec::new(),
+            },
+            filters: Vec::new(),
+            backends: Vec::new(),
+            timeouts: Default::default(),
+            retry: None,
+        }
+    }
+
+    #[test]
+    fn exact_then_longest_prefix_then_method_then_headers_then_rule_order() {
+        let mut rules = vec![
+            rule(PathMatch::Prefix("/".into()), None, 0, 0),
+            rule(PathMatch::Prefix("/a".into()), None, 2, 1),
+            rule(PathMatch::Prefix("/a".into()), Some("GET"), 0, 2),
+            rule(PathMatch::Prefix("/a/b".into()), None, 0, 3),
+            rule(PathMatch::Exact("/a".into()), None, 0, 4),
+            rule(PathMatch::Prefix("/a".into()), None, 2, 5),
+        ];
+        rules.sort_by(|a, b| precedence(a, b, |_| 0).then_with(|| a.route.rule.cmp(&b.route.rule)));
+        let order: Vec<usize> = rules.iter().map(|r| r.route.rule).collect();
+        assert_eq!(order, [4, 3, 2, 1, 5, 0]);
+    }
+
+    #[test]
+    fn grpc_service_only_ranks_before_method_only() {
+        let mut service = rule(PathMatch::Prefix("/pkg.Svc".into()), None, 0, 0);
+        let mut method = rule(PathMatch::RegularExpression("/[^/]+/Call".into()), None, 0, 1);
+        service.grpc = true;
+        method.grpc = true;
+        assert_eq!(precedence(&service, &method, |_| 0), Ordering::Less);
+    }
+
+    #[test]
+    fn wildcards_cover_more_specific_hosts_only() {
+        assert!(covers("*", "a.example.com"));
+        assert!(covers("*.example.com", "a.example.com"));
+        assert!(covers("*.example.com", "*.a.example.com"));
+        assert!(!covers("*.example.com", "example.com"));
+        assert!(!covers("*.a.example.com", "*.example.com"));
+        assert!(!covers("a.example.com", "a.example.com"));
+        assert!(!covers("*.example.com", "*"));
+    }
+
+    #[test]
+    fn hosts_inherit_less_specific_entries_in_order() {
+        let host = |name: &str, rule_index: usize| VirtualHost {
+            hostname: name.into(),
+            rules: vec![rule(PathMatch::Prefix("/".into()), None, 0, rule_index)],
+        };
+        let mut hosts = vec![host("a.example.com", 0), host("*.example.com", 1), host("*", 2)];
+        inherit_less_specific(&mut hosts);
+        let rules = |h: &VirtualHost| h.rules.iter().map(|r| r.route.rule).collect::<Vec<_>>();
+        assert_eq!(rules(&hosts[0]), [0, 1, 2]);
+        assert_eq!(rules(&hosts[1]), [1, 2]);
+        assert_eq!(rules(&hosts[2]), [2]);
+    }
+
+    #[test]
+    fn original_hostname_is_the_most_specific_route_hostname() {
+        let hostnames = vec!["*.example.com".to_string(), "abc.example.com".to_string()];
+        assert_eq!(
+            original_hostname(Some("abc.example.com"), &hostnames, "abc.example.com"),
+            "abc.example.com"
+        );
+        assert_eq!(original_hostname(Some("abc.example.com"), &[], "abc.example.com"), "*");
+        assert_eq!(original_hostname(None, &hostnames, "*.example.com"), "*.example.com");
+    }
+}
