@@ -293,7 +293,8 @@ fn mark_overlapping_tls(listeners: &mut [ListenerModel]) {
 /// first); a listener conflicting with one before it loses. HTTPS listeners on one port must
 /// also ask for the same client certificate validation, else the later one cannot use the port.
 fn resolve_shared_ports(models: &mut [GatewayModel<'_>]) {
-    let mut gateways: Vec<usize> = (0..models.len()).collect();
+    // Gateways that are not accepted get no proxy, so they hold no port.
+    let mut gateways: Vec<usize> = (0..models.len()).filter(|gi| models[*gi].is_accepted()).collect();
     gateways.sort_by(|a, b| object::by_age(models[*a].gateway, models[*b].gateway));
     let mut order: Vec<(usize, usize)> = Vec::new();
     for &gi in &gateways {
