@@ -3,8 +3,8 @@
 //!
 //! TLS listeners pick a route by SNI: one entry per hostname the route serves there, most
 //! specific first; on the same hostname the route naming it more precisely wins, then the older
-//! route. TCP and UDP listeners cannot tell routes apart: every
-//! attached route is accepted, but only the oldest receives the traffic.
+//! route. TCP and UDP listeners cannot tell routes apart: every attached route is accepted, but
+//! only the oldest receives the traffic.
 
 use std::collections::{BTreeMap, BTreeSet};
 
