@@ -54,14 +54,13 @@ impl GatewayModel<'_> {
         self.listeners.iter().filter(|l| l.owner == Owner::Gateway)
     }
 
-    /// Why the Gateway is not accepted: a rejected field, or no valid listener of its own
-    /// (a Gateway without listeners of its own is valid: its ListenerSets bring them).
+    /// Why the Gateway is not accepted: a rejected field, or no valid listener in the merged
+    /// list of its own and its ListenerSets' listeners.
     pub fn accepted_problem(&self) -> Option<Problem> {
         if let Some(p) = &self.not_accepted {
             return Some(p.clone());
         }
-        let mut own = self.own_listeners().peekable();
-        if own.peek().is_some() && !self.own_listeners().any(ListenerModel::is_valid) {
+        if !self.listeners.iter().any(ListenerModel::is_valid) {
             return Some(Problem::new(reason::LISTENERS_NOT_VALID, "No listener is valid"));
         }
         None
