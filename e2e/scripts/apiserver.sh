@@ -45,7 +45,7 @@ KUBECONFIG_FILE="$DIR/kubeconfig"
 ENV_FILE="$DIR/env"
 SERVICE_CIDR="${TURNA_SERVICE_CIDR:-10.96.0.0/16}"
 SERVICE_IP="${TURNA_KUBERNETES_SERVICE_IP:-10.96.0.1}"
-KCM_CONTROLLERS="${TURNA_KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,legacy-serviceaccount-token-cleaner-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller,deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,endpointslice-mirroring-controller,pod-garbage-collector-controller,ttl-after-finished-controller,job-controller,statefulset-controller,daemonset-controller,disruption-controller,clusterrole-aggregation-controller}"
+KCM_CONTROLLERS="${TURNA_KCM_CONTROLLERS:-serviceaccount-controller,serviceaccount-token-controller,legacy-serviceaccount-token-cleaner-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller,deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,endpointslice-mirroring-controller,pod-garbage-collector-controller,ttl-after-finished-controller,job-controller,statefulset-controller,daemonset-controller,disruption-controller,clusterrole-aggregation-controller,cronjob-controller,resourcequota-controller,service-cidr-controller,validatingadmissionpolicy-status-controller}"
 
 # ---------------------------------------------------------------- helpers
 
@@ -244,12 +244,17 @@ start_apiserver() {
 	# Without the controller manager nothing creates the `default` ServiceAccount, and the
 	# ServiceAccount admission plugin would then reject every pod (envtest does the same).
 	[[ $with_controllers == 1 ]] || admission=(--disable-admission-plugins=ServiceAccount)
+	# The endpoint reconciler refuses a loopback advertise address; the `kubernetes` Service
+	# then has no endpoints (a node agent giving pods their own network sets
+	# TURNA_APISERVER_ADDRESS to a bridge address instead).
+	local reconciler=lease
+	[[ "$ADDR" != 127.* ]] || reconciler=none
 	launch kube-apiserver "$(bin kube-apiserver)" \
 		--etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
 		--bind-address="$ADDR" --advertise-address="$ADDR" --secure-port="$API_PORT" \
 		--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 		--client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
-		--authorization-mode=Node,RBAC \
+		--authorization-mode=Node,RBAC --endpoint-reconciler-type="$reconciler" \
 		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
 		--service-cluster-ip-range="$SERVICE_CIDR" \
@@ -382,7 +387,10 @@ start)
 	log "up in $(($(date +%s) - t0))s: eval \"\$($0 env $DIR)\""
 	;;
 stop)
-	for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_one "$c"; done
+	# The API clients and the apiserver stop in parallel (each takes ~2s to shut down), etcd last.
+	for c in kube-scheduler kube-controller-manager kube-apiserver; do stop_one "$c" & done
+	wait
+	stop_one etcd
 	# The watchdog, unless it is the caller.
 	if [[ -f "$RUN/watchdog.pid" && "$(cat "$RUN/watchdog.pid")" != "$PPID" ]]; then
 		kill "$(cat "$RUN/watchdog.pid")" 2>/dev/null || true
