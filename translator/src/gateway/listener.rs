@@ -171,7 +171,7 @@ pub struct ListenerModel {
 impl ListenerModel {
     /// Served: accepted, not conflicted, and its references resolved well enough to serve.
     pub fn is_ready(&self) -> bool {
-        self.not_accepted.is_none() && self.conflicted.is_none() && self.protocol.is_some() && self.certificates_ok()
+        self.is_valid() && self.certificates_ok()
     }
 
     /// Accepted and not conflicted (its references may still be unresolved).
@@ -410,116 +410,127 @@ pub fn validate(
         model.spec.tls_mode = Some(TlsMode::Terminate);
     }
 
-    // Supported kinds: what the protocol carries, whose CRD is installed, and what allowedRoutes asks.
-    let carried: Vec<&str> = kinds_for(proto, model.spec.tls_mode)
-        .iter()
-        .copied()
-        .filter(|k| snapshot.facts.installed(k))
-        .collect();
-    match &model.spec.allowed_kinds {
-        None => {
-            model.supported_kinds = carried
-                .iter()
-                .map(|k| RouteGroupKind {
-                    group: GROUP.into(),
-                    kind: (*k).into(),
-                })
-                .collect();
-        }
-        Some(asked) => {
-            let mut invalid = Vec::new();
-            for (group, k) in asked {
-                if group == GROUP && carried.contains(&k.as_str()) {
-                    let rgk = RouteGroupKind {
-                        group: group.clone(),
-                        kind: k.clone(),
-                    };
-                    if !model.supported_kinds.contains(&rgk) {
-                        model.supported_kinds.push(rgk);
-                    }
-                } else {
-                    invalid.push(format!("{group}/{k}"));
-                }
-            }
-            if !invalid.is_empty() {
-                model.unresolved = Some(Problem::new(
-                    reason::INVALID_ROUTE_KINDS,
-                    format!("Route kinds not supported on this listener: {}", invalid.join(", ")),
-                ));
-            }
-        }
-    }
+    let (kinds, kinds_problem) = supported_kinds(proto, &model.spec, snapshot);
+    model.supported_kinds = kinds;
+    model.unresolved = kinds_problem;
 
-    // Certificates for terminating listeners.
-    let terminates =
-        matches!(proto, Protocol::Https) || (proto == Protocol::Tls && model.spec.tls_mode == Some(TlsMode::Terminate));
-    if terminates && model.spec.has_tls {
-        let mut first_problem = None;
-        for (group, kind_, ns, name) in &model.spec.certificate_refs {
-            let target_ns = ns.as_deref().unwrap_or(namespace);
-            let problem = if !(group.is_empty() || group == "core") || kind_ != "Secret" {
-                Some(Problem::new(
-                    reason::INVALID_CERTIFICATE_REF,
-                    format!("Certificate reference {group}/{kind_} {name} is not a Secret"),
-                ))
-            } else if !reference_grant::permits(
-                &snapshot.reference_grants,
-                From {
-                    group: GROUP,
-                    kind: from_kind,
-                    namespace,
-                },
-                To {
-                    group: "",
-                    kind: "Secret",
-                    namespace: target_ns,
-                    name,
-                },
-            ) {
-                Some(Problem::new(
-                    reason::REF_NOT_PERMITTED,
-                    format!("Secret {target_ns}/{name} is in another namespace and no ReferenceGrant allows it"),
-                ))
-            } else {
-                match snapshot
-                    .secrets
-                    .iter()
-                    .find(|s| s.namespace == target_ns && s.name == *name)
-                {
-                    None => Some(Problem::new(
-                        reason::INVALID_CERTIFICATE_REF,
-                        format!("Secret {target_ns}/{name} does not exist"),
-                    )),
-                    Some(s)
-                        if !s
-                            .tls
-                            .as_ref()
-                            .is_some_and(|t| t.certificate_valid && t.private_key_valid) =>
-                    {
-                        Some(Problem::new(
-                            reason::INVALID_CERTIFICATE_REF,
-                            format!("Secret {target_ns}/{name} does not hold a valid tls.crt and tls.key"),
-                        ))
-                    }
-                    Some(_) => {
-                        model.certificates.push(crate::object::key(target_ns, name));
-                        None
-                    }
-                }
-            };
-            if first_problem.is_none() {
-                first_problem = problem;
-            }
-        }
+    // Certificates for terminating listeners; the first problem is reported.
+    if model.terminates_tls() && model.spec.has_tls {
         if model.spec.certificate_refs.is_empty() {
-            first_problem = Some(Problem::new(
+            model.unresolved.get_or_insert(Problem::new(
                 reason::INVALID_CERTIFICATE_REF,
                 "Listener has no certificateRefs",
             ));
         }
-        if let Some(p) = first_problem {
-            model.unresolved.get_or_insert(p);
+        for r in &model.spec.certificate_refs {
+            match certificate(r, namespace, from_kind, snapshot) {
+                Ok(key) => model.certificates.push(key),
+                Err(p) => {
+                    model.unresolved.get_or_insert(p);
+                }
+            }
         }
     }
     model
+}
+
+/// Supported kinds: what the protocol carries, whose CRD is installed, narrowed by
+/// `allowedRoutes.kinds`; kinds the listener cannot carry give InvalidRouteKinds.
+fn supported_kinds(
+    proto: Protocol,
+    spec: &ListenerSpec,
+    snapshot: &Snapshot,
+) -> (Vec<RouteGroupKind>, Option<Problem>) {
+    let carried: Vec<&str> = kinds_for(proto, spec.tls_mode)
+        .iter()
+        .copied()
+        .filter(|k| snapshot.facts.installed(k))
+        .collect();
+    let Some(asked) = &spec.allowed_kinds else {
+        let kinds = carried
+            .iter()
+            .map(|k| RouteGroupKind {
+                group: GROUP.into(),
+                kind: (*k).into(),
+            })
+            .collect();
+        return (kinds, None);
+    };
+    let mut kinds: Vec<RouteGroupKind> = Vec::new();
+    let mut invalid = Vec::new();
+    for (group, k) in asked {
+        if group == GROUP && carried.contains(&k.as_str()) {
+            let rgk = RouteGroupKind {
+                group: group.clone(),
+                kind: k.clone(),
+            };
+            if !kinds.contains(&rgk) {
+                kinds.push(rgk);
+            }
+        } else {
+            invalid.push(format!("{group}/{k}"));
+        }
+    }
+    let problem = (!invalid.is_empty()).then(|| {
+        Problem::new(
+            reason::INVALID_ROUTE_KINDS,
+            format!("Route kinds not supported on this listener: {}", invalid.join(", ")),
+        )
+    });
+    (kinds, problem)
+}
+
+/// Resolves one certificateRef of a listener declared by `from_kind` in `namespace` to the
+/// `namespace/name` of a Secret with a valid certificate and key.
+fn certificate(
+    (group, kind_, ns, name): &(String, String, Option<String>, String),
+    namespace: &str,
+    from_kind: &str,
+    snapshot: &Snapshot,
+) -> Result<String, Problem> {
+    let target_ns = ns.as_deref().unwrap_or(namespace);
+    if !(group.is_empty() || group == "core") || kind_ != "Secret" {
+        return Err(Problem::new(
+            reason::INVALID_CERTIFICATE_REF,
+            format!("Certificate reference {group}/{kind_} {name} is not a Secret"),
+        ));
+    }
+    let from = From {
+        group: GROUP,
+        kind: from_kind,
+        namespace,
+    };
+    let to = To {
+        group: "",
+        kind: "Secret",
+        namespace: target_ns,
+        name,
+    };
+    if !reference_grant::permits(&snapshot.reference_grants, from, to) {
+        return Err(Problem::new(
+            reason::REF_NOT_PERMITTED,
+            format!("Secret {target_ns}/{name} is in another namespace and no ReferenceGrant allows it"),
+        ));
+    }
+    let secret = snapshot
+        .secrets
+        .iter()
+        .find(|s| s.namespace == target_ns && s.name == *name)
+        .ok_or_else(|| {
+            Problem::new(
+                reason::INVALID_CERTIFICATE_REF,
+                format!("Secret {target_ns}/{name} does not exist"),
+            )
+        })?;
+    if !secret
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.certificate_valid && t.private_key_valid)
+    {
+        return Err(Problem::new(
+            reason::INVALID_CERTIFICATE_REF,
+            format!("Secret {target_ns}/{name} does not hold a valid tls.crt and tls.key"),
+        ));
+    }
+    Ok(crate::object::key(target_ns, name))
 }
