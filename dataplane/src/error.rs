@@ -53,10 +53,11 @@ pub enum ValidationError {
 
 /// A port of the IR that is not served; the rest of the IR is.
 #[derive(Debug, thiserror::Error)]
-#[error("port {port} (bind {address}): {source}")]
+#[error("port {port}/{transport:?} (bind {address}): {source}")]
 pub struct PortError {
     /// The listener port of the IR.
     pub port: u16,
+    pub transport: translator::ir::Transport,
     /// The local address that could not be bound.
     pub address: std::net::SocketAddr,
     #[source]

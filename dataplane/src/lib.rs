@@ -8,12 +8,14 @@
 pub mod error;
 pub mod http;
 pub mod listener;
+pub mod stream;
 pub mod table;
 pub mod upstream;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::Mutex;
@@ -21,7 +23,7 @@ use translator::ir;
 
 pub use error::{ApplyError, PortError, ValidationError};
 
-use listener::Listeners;
+use listener::{Listeners, Shared};
 use table::Table;
 
 /// Where the proxy binds.
@@ -29,12 +31,25 @@ use table::Table;
 pub struct Settings {
     /// Local address of every listener socket.
     pub address: IpAddr,
+    /// UDP sessions without traffic for this long are closed.
+    pub udp_idle_timeout: Duration,
+}
+
+impl Settings {
+    /// Listeners on `address`, other settings default.
+    pub fn on(address: IpAddr) -> Self {
+        Settings {
+            address,
+            ..Settings::default()
+        }
+    }
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            udp_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -47,8 +62,7 @@ pub struct Dataplane {
 
 #[derive(Debug)]
 struct Inner {
-    settings: Settings,
-    table: Arc<ArcSwap<Table>>,
+    shared: Shared,
     /// Also serializes applies.
     listeners: Mutex<Listeners>,
 }
@@ -58,8 +72,11 @@ impl Dataplane {
     pub fn new(settings: Settings) -> Self {
         Dataplane {
             inner: Arc::new(Inner {
-                settings,
-                table: Arc::new(ArcSwap::from_pointee(Table::default())),
+                shared: Shared {
+                    address: settings.address,
+                    table: Arc::new(ArcSwap::from_pointee(Table::default())),
+                    udp_idle_timeout: settings.udp_idle_timeout,
+                },
                 listeners: Mutex::new(Listeners::default()),
             }),
         }
@@ -69,9 +86,10 @@ impl Dataplane {
     /// [`ApplyError::Ports`] the IR is served except on the listed ports.
     pub async fn apply(&self, proxy: ir::Proxy) -> Result<(), ApplyError> {
         let mut listeners = self.inner.listeners.lock().await;
-        let table = Arc::new(Table::build(&proxy, &self.inner.table.load())?);
-        self.inner.table.store(table.clone());
-        let errors = listeners.reconcile(self.inner.settings.address, &table, &self.inner.table);
+        let shared = &self.inner.shared;
+        let table = Arc::new(Table::build(&proxy, &shared.table.load())?);
+        shared.table.store(table.clone());
+        let errors = listeners.reconcile(shared, &table);
         tracing::info!(proxy = %table.id, port_errors = errors.len(), "IR applied");
         if errors.is_empty() {
             Ok(())
@@ -80,9 +98,14 @@ impl Dataplane {
         }
     }
 
-    /// The local address serving Gateway listener port `port`, once open.
+    /// The local address serving TCP Gateway listener port `port`, once open.
     pub async fn local_addr(&self, port: u16) -> Option<SocketAddr> {
-        self.inner.listeners.lock().await.local_addr(port)
+        self.inner.listeners.lock().await.local_addr(ir::Transport::Tcp, port)
+    }
+
+    /// The local address serving UDP Gateway listener port `port`, once open.
+    pub async fn udp_local_addr(&self, port: u16) -> Option<SocketAddr> {
+        self.inner.listeners.lock().await.local_addr(ir::Transport::Udp, port)
     }
 
     /// Serves until `signal` completes, then stops accepting and drains connections.

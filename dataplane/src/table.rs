@@ -9,6 +9,7 @@ use translator::ir;
 
 use crate::error::ValidationError;
 use crate::http::PortRoutes;
+use crate::stream::StreamPort;
 use crate::upstream::Upstream;
 
 /// Everything the proxy serves, ready for lookups.
@@ -18,18 +19,53 @@ pub struct Table {
     pub id: String,
     /// HTTP routes by Gateway listener port.
     http_ports: HashMap<u16, PortRoutes>,
-    /// Sockets to serve HTTP on.
-    http_sockets: Vec<Socket>,
+    /// TCP, TLS passthrough and UDP routes by transport and Gateway listener port.
+    stream_ports: HashMap<(ir::Transport, u16), StreamPort>,
+    /// Sockets to serve.
+    sockets: Vec<Socket>,
     upstreams: HashMap<String, Arc<Upstream>>,
     /// Retries on another endpoint when one is unreachable.
     pub connect_retries: u32,
 }
 
-/// A TCP socket of the IR: the Gateway listener port and the local port bound for it.
+/// A socket of the IR: the Gateway listener port, the local port bound for it, and what it serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Socket {
+    pub transport: ir::Transport,
     pub port: u16,
     pub bind_port: u16,
+    pub kind: SocketKind,
+}
+
+/// What a socket serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SocketKind {
+    /// Plain HTTP listeners.
+    Http,
+    /// TCP listeners: bytes to the route's backend.
+    Tcp,
+    /// TLS passthrough listeners: routed by the ClientHello's server name.
+    TlsPassthrough,
+    /// UDP listeners: datagrams per client session.
+    Udp,
+}
+
+impl SocketKind {
+    /// The kind of socket `port` needs; `None` when this dataplane cannot serve it yet.
+    fn of(port: &ir::Port) -> Option<SocketKind> {
+        let all = |protocol: ir::Protocol| port.listeners.iter().all(|l| l.protocol == protocol);
+        let passthrough = port.listeners.iter().all(|l| {
+            l.protocol == ir::Protocol::Tls && l.tls.as_ref().is_some_and(|t| t.mode == ir::TlsMode::Passthrough)
+        });
+        match port.transport {
+            _ if port.listeners.is_empty() => None,
+            ir::Transport::Udp => all(ir::Protocol::Udp).then_some(SocketKind::Udp),
+            ir::Transport::Tcp if all(ir::Protocol::Http) => Some(SocketKind::Http),
+            ir::Transport::Tcp if all(ir::Protocol::Tcp) => Some(SocketKind::Tcp),
+            ir::Transport::Tcp if passthrough => Some(SocketKind::TlsPassthrough),
+            ir::Transport::Tcp => None,
+        }
+    }
 }
 
 impl Table {
@@ -55,28 +91,33 @@ impl Table {
             upstreams.insert(key.clone(), upstream);
         }
         let mut http_ports = HashMap::new();
-        let mut http_sockets = Vec::new();
+        let mut stream_ports = HashMap::new();
+        let mut sockets = Vec::new();
         for port in &proxy.ports {
-            let is_http = port.transport == ir::Transport::Tcp
-                && !port.listeners.is_empty()
-                && port.listeners.iter().all(|l| l.protocol == ir::Protocol::Http);
-            if !is_http {
+            let Some(kind) = SocketKind::of(port) else {
                 tracing::warn!(
                     port = port.port,
-                    "port has no plain HTTP listeners; not served by this dataplane yet"
+                    "port has listeners this dataplane does not serve yet (HTTPS, TLS Terminate)"
                 );
                 continue;
+            };
+            if kind == SocketKind::Http {
+                http_ports.insert(port.port, PortRoutes::compile(port, &upstreams)?);
+            } else {
+                stream_ports.insert((port.transport, port.port), StreamPort::compile(port, &upstreams)?);
             }
-            http_ports.insert(port.port, PortRoutes::compile(port, &upstreams)?);
-            http_sockets.push(Socket {
+            sockets.push(Socket {
+                transport: port.transport,
                 port: port.port,
                 bind_port: port.bind_port,
+                kind,
             });
         }
         Ok(Table {
             id: proxy.id.clone(),
             http_ports,
-            http_sockets,
+            stream_ports,
+            sockets,
             upstreams,
             connect_retries: proxy.connect_retries,
         })
@@ -87,9 +128,14 @@ impl Table {
         self.http_ports.get(&port)
     }
 
-    /// The sockets HTTP is served on.
-    pub fn http_sockets(&self) -> &[Socket] {
-        &self.http_sockets
+    /// The routes of a TCP, TLS passthrough or UDP port.
+    pub fn stream_port(&self, transport: ir::Transport, port: u16) -> Option<&StreamPort> {
+        self.stream_ports.get(&(transport, port))
+    }
+
+    /// The sockets to serve.
+    pub fn sockets(&self) -> &[Socket] {
+        &self.sockets
     }
 }
 

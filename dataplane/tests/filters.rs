@@ -154,9 +154,7 @@ async fn redirect_keeps_a_non_default_listener_port() {
     )];
     let mut ir = simple(rules, vec![echo_backend(&echo)]);
     ir.ports[0].port = 8080;
-    let dataplane = dataplane::Dataplane::new(dataplane::Settings {
-        address: "127.0.0.1".parse().unwrap(),
-    });
+    let dataplane = dataplane::Dataplane::new(dataplane::Settings::on([127, 0, 0, 1].into()));
     dataplane.apply(ir).await.unwrap();
     let addr = dataplane.local_addr(8080).await.unwrap();
     let reply = get(&client(), addr, "example.com:8080", "/a").await;

@@ -12,9 +12,7 @@ use http::StatusCode;
 use translator::ir;
 
 fn dataplane() -> Dataplane {
-    Dataplane::new(Settings {
-        address: "127.0.0.1".parse().unwrap(),
-    })
+    Dataplane::new(Settings::on([127, 0, 0, 1].into()))
 }
 
 /// All traffic of port 80 to `to`.

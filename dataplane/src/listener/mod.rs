@@ -1,57 +1,118 @@
 //! The sockets the proxy accepts on, reconciled with each applied table.
 
 mod http;
-
-pub use self::http::HttpListener;
+mod tcp;
+mod udp;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use translator::ir::Transport;
 
 use crate::error::PortError;
-use crate::table::{Socket, Table};
+use crate::table::{Socket, SocketKind, Table};
 
 /// How long connections of a closed port may take to finish their requests.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The open HTTP listeners, by Gateway listener port.
+/// What listeners are started with.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub address: IpAddr,
+    pub table: Arc<ArcSwap<Table>>,
+    /// UDP sessions without traffic for this long are closed.
+    pub udp_idle_timeout: Duration,
+}
+
+/// A listener's accept task and how to stop it.
+#[derive(Debug)]
+pub struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Spawns `serve`, which must end soon after its receiver sees `true` (or its sender dropped).
+    pub fn spawn<F>(serve: impl FnOnce(watch::Receiver<bool>) -> F) -> Running
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let (stop, stopped) = watch::channel(false);
+        Running {
+            stop,
+            task: tokio::spawn(serve(stopped)),
+        }
+    }
+
+    /// Stops accepting at once; the returned task ends when open connections have drained.
+    pub fn close(self) -> JoinHandle<()> {
+        let _ = self.stop.send(true);
+        self.task
+    }
+}
+
+#[derive(Debug)]
+struct Open {
+    socket: Socket,
+    local_addr: SocketAddr,
+    running: Running,
+}
+
+/// The open sockets, by transport and Gateway listener port.
 #[derive(Debug, Default)]
 pub struct Listeners {
-    http: HashMap<u16, HttpListener>,
+    open: HashMap<(Transport, u16), Open>,
 }
 
 impl Listeners {
-    /// Opens the table's new sockets, closes removed ones and keeps the others (same port and
-    /// bind port) with their connections. Sockets that cannot be bound are reported.
-    pub fn reconcile(&mut self, address: IpAddr, table: &Table, shared: &Arc<ArcSwap<Table>>) -> Vec<PortError> {
-        let wanted: HashMap<u16, Socket> = table.http_sockets().iter().map(|s| (s.port, *s)).collect();
-        let stale: Vec<u16> = self
-            .http
+    /// Opens the table's new sockets, closes removed ones and keeps the others (same port, bind
+    /// port and kind) with their connections. Sockets that cannot be bound are reported.
+    pub fn reconcile(&mut self, shared: &Shared, table: &Table) -> Vec<PortError> {
+        let wanted: HashMap<(Transport, u16), Socket> =
+            table.sockets().iter().map(|s| ((s.transport, s.port), *s)).collect();
+        let stale: Vec<_> = self
+            .open
             .iter()
-            .filter(|(port, listener)| wanted.get(port) != Some(&listener.socket))
-            .map(|(port, _)| *port)
+            .filter(|(key, open)| wanted.get(key) != Some(&open.socket))
+            .map(|(key, _)| *key)
             .collect();
-        for port in stale {
-            if let Some(listener) = self.http.remove(&port) {
-                tracing::info!(port, "closing HTTP listener");
-                listener.close();
+        for key in stale {
+            if let Some(open) = self.open.remove(&key) {
+                tracing::info!(port = key.1, transport = ?key.0, "closing listener");
+                open.running.close();
             }
         }
         let mut errors = Vec::new();
-        for socket in table.http_sockets() {
-            if self.http.contains_key(&socket.port) {
+        for socket in table.sockets() {
+            let key = (socket.transport, socket.port);
+            if self.open.contains_key(&key) {
                 continue;
             }
-            match HttpListener::bind(address, *socket, shared.clone()) {
-                Ok(listener) => {
-                    tracing::info!(port = socket.port, address = %listener.local_addr, "HTTP listener open");
-                    self.http.insert(socket.port, listener);
+            let bound = match socket.kind {
+                SocketKind::Http => http::bind(shared, *socket),
+                SocketKind::Tcp | SocketKind::TlsPassthrough => tcp::bind(shared, *socket),
+                SocketKind::Udp => udp::bind(shared, *socket),
+            };
+            match bound {
+                Ok((local_addr, running)) => {
+                    tracing::info!(port = socket.port, kind = ?socket.kind, address = %local_addr, "listener open");
+                    self.open.insert(
+                        key,
+                        Open {
+                            socket: *socket,
+                            local_addr,
+                            running,
+                        },
+                    );
                 }
                 Err(error) => {
-                    tracing::error!(%error, "cannot open HTTP listener");
+                    tracing::error!(%error, "cannot open listener");
                     errors.push(error);
                 }
             }
@@ -59,16 +120,38 @@ impl Listeners {
         errors
     }
 
-    /// The local address serving Gateway listener port `port`.
-    pub fn local_addr(&self, port: u16) -> Option<SocketAddr> {
-        self.http.get(&port).map(|l| l.local_addr)
+    /// The local address serving Gateway listener port `port` over `transport`.
+    pub fn local_addr(&self, transport: Transport, port: u16) -> Option<SocketAddr> {
+        self.open.get(&(transport, port)).map(|o| o.local_addr)
     }
 
     /// Closes every listener and waits for their connections to drain.
     pub async fn shutdown(&mut self) {
-        let closing: Vec<_> = self.http.drain().map(|(_, l)| l.close()).collect();
+        let closing: Vec<_> = self.open.drain().map(|(_, o)| o.running.close()).collect();
         for task in closing {
             let _ = task.await;
         }
+    }
+}
+
+/// Completes once the listener is told to stop (or its handle is gone).
+pub async fn stopping(mut stopped: watch::Receiver<bool>) {
+    loop {
+        if *stopped.borrow_and_update() {
+            return;
+        }
+        if stopped.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The error for a socket that could not be opened.
+fn port_error(socket: Socket, address: SocketAddr) -> impl Fn(std::io::Error) -> PortError {
+    move |source| PortError {
+        port: socket.port,
+        transport: socket.transport,
+        address,
+        source,
     }
 }

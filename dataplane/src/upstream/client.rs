@@ -17,7 +17,7 @@ use translator::ir::AppProtocol;
 use super::{ReclaimBody, RequestBody, Upstream};
 
 /// How long connecting to one endpoint may take before the next is tried.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle pooled connections are closed after this.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -46,7 +46,7 @@ pub struct Forwarded {
 pub struct ActiveGuard(Arc<AtomicUsize>);
 
 impl ActiveGuard {
-    fn new(active: &Arc<AtomicUsize>) -> Self {
+    pub(super) fn new(active: &Arc<AtomicUsize>) -> Self {
         active.fetch_add(1, Ordering::Relaxed);
         ActiveGuard(active.clone())
     }
@@ -75,6 +75,12 @@ pub enum ForwardError {
         #[source]
         source: hyper_util::client::legacy::Error,
     },
+    #[error("backend {backend}: no endpoint reachable: {source}")]
+    Connect {
+        backend: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("backend {0} needs TLS, which this dataplane does not originate yet")]
     TlsUnsupported(String),
 }
@@ -83,7 +89,9 @@ impl ForwardError {
     /// The status answered to the client.
     pub fn status(&self) -> StatusCode {
         match self {
-            ForwardError::NoEndpoints(_) | ForwardError::Unreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ForwardError::NoEndpoints(_) | ForwardError::Unreachable { .. } | ForwardError::Connect { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
             ForwardError::TlsUnsupported(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -4,11 +4,12 @@
 mod balancer;
 mod body;
 mod client;
+mod connect;
 mod reclaim;
 
 pub use balancer::pick_weighted;
 pub use body::{BufferedBody, RequestBody};
-pub use client::{ForwardError, Forwarded};
+pub use client::{ActiveGuard, ForwardError, Forwarded};
 pub use reclaim::ReclaimBody;
 
 use std::sync::Arc;

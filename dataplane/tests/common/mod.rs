@@ -338,9 +338,7 @@ pub fn echo_backend(echo: &EchoBackend) -> ir::Backend {
 
 /// Applies `proxy` to a new dataplane on 127.0.0.1 and returns it with the address of port 80.
 pub async fn start(proxy: ir::Proxy) -> (Dataplane, SocketAddr) {
-    let dataplane = Dataplane::new(Settings {
-        address: "127.0.0.1".parse().expect("address"),
-    });
+    let dataplane = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
     dataplane.apply(proxy).await.expect("apply");
     let addr = dataplane.local_addr(80).await.expect("port 80 open");
     (dataplane, addr)

@@ -1,0 +1,136 @@
+//! TCP and TLS passthrough listeners: each connection is joined to an endpoint of its route's
+//! backend. TLS passthrough routes by the server name of the ClientHello, which is forwarded
+//! untouched.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
+use translator::ir::Transport;
+
+use super::{DRAIN_TIMEOUT, Running, Shared, port_error, stopping};
+use crate::error::PortError;
+use crate::stream::sni::{self, ClientHello};
+use crate::table::{Socket, SocketKind, Table};
+
+/// Pending connections the kernel queues for one listener.
+const BACKLOG: u32 = 1024;
+/// How long a TLS client may take to send its ClientHello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A listening TCP socket with `SO_REUSEADDR`, so a restarted proxy can bind at once.
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// Binds the socket and forwards its connections with the shared table.
+pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), PortError> {
+    let addr = SocketAddr::new(shared.address, socket.bind_port);
+    let error = port_error(socket, addr);
+    let listener = listen(addr).map_err(&error)?;
+    let local_addr = listener.local_addr().map_err(&error)?;
+    let table = shared.table.clone();
+    Ok((
+        local_addr,
+        Running::spawn(move |stopped| accept(listener, table, socket, stopped)),
+    ))
+}
+
+async fn accept(listener: TcpListener, table: Arc<ArcSwap<Table>>, socket: Socket, mut stopped: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stopped.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    // The connection stays on the table it was accepted with.
+                    let table = table.load_full();
+                    let stopped = stopped.clone();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            _ = forward(stream, &table, socket) => {}
+                            _ = drained(stopped) => tracing::debug!(%peer, "connection closed after the drain timeout"),
+                        }
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+/// Completes a drain timeout after the listener stopped.
+async fn drained(stopped: watch::Receiver<bool>) {
+    stopping(stopped).await;
+    tokio::time::sleep(DRAIN_TIMEOUT).await;
+}
+
+/// Joins `client` to a backend endpoint; returning closes the connection.
+async fn forward(mut client: TcpStream, table: &Table, socket: Socket) {
+    let Some(port) = table.stream_port(Transport::Tcp, socket.port) else {
+        return;
+    };
+    let mut hello = Vec::new();
+    let server_name = if socket.kind == SocketKind::TlsPassthrough {
+        match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut client, &mut hello)).await {
+            Ok(Some(name)) => Some(name.unwrap_or_default()),
+            _ => return,
+        }
+    } else {
+        None
+    };
+    let Some(route) = port.route(server_name.as_deref()) else {
+        tracing::debug!(port = socket.port, ?server_name, "no route for connection");
+        return;
+    };
+    // Invalid backends (and zero weights) close their share of connections.
+    let Some(upstream) = route.pick_backend().and_then(|b| b.upstream.as_ref()) else {
+        return;
+    };
+    let (mut backend, _active) = match upstream.connect_tcp(table.connect_retries).await {
+        Ok(connected) => connected,
+        Err(error) => {
+            tracing::warn!(%error, "no connection to backend");
+            return;
+        }
+    };
+    if !hello.is_empty() && backend.write_all(&hello).await.is_err() {
+        return;
+    }
+    if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+        tracing::debug!(%error, "stream ended with an error");
+    }
+}
+
+/// Reads the ClientHello into `buf`; `None` when the client sent something else.
+async fn read_hello(client: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Option<String>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match sni::parse(buf) {
+            ClientHello::ServerName(name) => return Some(name),
+            ClientHello::NotTls => return None,
+            ClientHello::Incomplete if buf.len() >= sni::MAX_HELLO => return None,
+            ClientHello::Incomplete => {}
+        }
+        let n = client.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

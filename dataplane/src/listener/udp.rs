@@ -1,0 +1,154 @@
+//! UDP listeners: each client address gets a session with its own socket to one endpoint,
+//! closed after an idle timeout.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+use translator::ir::Transport;
+
+use super::{Running, Shared, port_error, stopping};
+use crate::error::PortError;
+use crate::table::{Socket, Table};
+use crate::upstream::ActiveGuard;
+
+/// Largest datagram handled.
+const MAX_DATAGRAM: usize = 65_535;
+/// Datagrams queued per session before new ones are dropped.
+const SESSION_QUEUE: usize = 256;
+/// Sessions are swept for closed ones when the map grows past this.
+const SWEEP_AT: usize = 1024;
+
+/// Binds the socket and relays its datagrams with the shared table.
+pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), PortError> {
+    let addr = SocketAddr::new(shared.address, socket.bind_port);
+    let error = port_error(socket, addr);
+    let std_socket = std::net::UdpSocket::bind(addr).map_err(&error)?;
+    std_socket.set_nonblocking(true).map_err(&error)?;
+    let udp = UdpSocket::from_std(std_socket).map_err(&error)?;
+    let local_addr = udp.local_addr().map_err(&error)?;
+    let table = shared.table.clone();
+    let idle = shared.udp_idle_timeout;
+    Ok((
+        local_addr,
+        Running::spawn(move |stopped| relay(Arc::new(udp), table, socket, idle, stopped)),
+    ))
+}
+
+async fn relay(
+    listener: Arc<UdpSocket>,
+    table: Arc<ArcSwap<Table>>,
+    socket: Socket,
+    idle: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut sessions: HashMap<SocketAddr, mpsc::Sender<Bytes>> = HashMap::new();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    loop {
+        let (n, client) = tokio::select! {
+            biased;
+            _ = stopped.changed() => break,
+            received = listener.recv_from(&mut buf) => match received {
+                Ok(received) => received,
+                Err(error) => {
+                    tracing::debug!(%error, "receiving a datagram failed");
+                    continue;
+                }
+            },
+        };
+        let datagram = Bytes::copy_from_slice(&buf[..n]);
+        if let Some(session) = sessions.get(&client)
+            && !session.is_closed()
+        {
+            // A full queue drops the datagram, as the network may.
+            let _ = session.try_send(datagram);
+            continue;
+        }
+        if sessions.len() >= SWEEP_AT {
+            sessions.retain(|_, s| !s.is_closed());
+        }
+        match open_session(&listener, &table.load(), socket, client, idle, &stopped).await {
+            Some(session) => {
+                let _ = session.try_send(datagram);
+                sessions.insert(client, session);
+            }
+            None => {
+                sessions.remove(&client);
+            }
+        }
+    }
+}
+
+/// Starts a session of `client` to an endpoint of its route's backend.
+async fn open_session(
+    listener: &Arc<UdpSocket>,
+    table: &Table,
+    socket: Socket,
+    client: SocketAddr,
+    idle: Duration,
+    stopped: &watch::Receiver<bool>,
+) -> Option<mpsc::Sender<Bytes>> {
+    let route = table.stream_port(Transport::Udp, socket.port)?.route(None)?;
+    let upstream = route.pick_backend()?.upstream.as_ref()?;
+    let (endpoint, active) = upstream.pick_datagram_endpoint()?;
+    let local: SocketAddr = if client.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let backend = UdpSocket::bind(local).await.ok()?;
+    if let Err(error) = backend.connect(endpoint.as_str()).await {
+        tracing::debug!(%endpoint, %error, "cannot reach UDP endpoint");
+        return None;
+    }
+    let (sender, receiver) = mpsc::channel(SESSION_QUEUE);
+    tokio::spawn(session(
+        listener.clone(),
+        backend,
+        client,
+        receiver,
+        idle,
+        stopped.clone(),
+        active,
+    ));
+    Some(sender)
+}
+
+/// Relays one client's datagrams until it is idle for `idle` or the listener stops.
+async fn session(
+    listener: Arc<UdpSocket>,
+    backend: UdpSocket,
+    client: SocketAddr,
+    mut from_client: mpsc::Receiver<Bytes>,
+    idle: Duration,
+    stopped: watch::Receiver<bool>,
+    _active: ActiveGuard,
+) {
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let stop = stopping(stopped);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(idle) => return,
+            datagram = from_client.recv() => match datagram {
+                Some(datagram) => {
+                    let _ = backend.send(&datagram).await;
+                }
+                None => return,
+            },
+            received = backend.recv(&mut buf) => match received {
+                Ok(n) => {
+                    let _ = listener.send_to(&buf[..n], client).await;
+                }
+                // An ICMP error from the endpoint: keep the session until it idles out.
+                Err(error) => tracing::debug!(%client, %error, "UDP endpoint error"),
+            },
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Raw connections to endpoints for TCP, TLS passthrough and UDP routes.
+
+use tokio::net::TcpStream;
+
+use super::client::{ActiveGuard, CONNECT_TIMEOUT};
+use super::{ForwardError, Upstream};
+
+impl Upstream {
+    /// Connects to an endpoint over TCP, trying up to `connect_retries` others when one is
+    /// unreachable.
+    pub async fn connect_tcp(&self, connect_retries: u32) -> Result<(TcpStream, ActiveGuard), ForwardError> {
+        let mut tried = Vec::new();
+        loop {
+            let index = self
+                .pick_endpoint(&tried)
+                .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
+            tried.push(index);
+            let endpoint = &self.endpoints[index];
+            let guard = ActiveGuard::new(&endpoint.active);
+            let error =
+                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint.authority.as_str())).await {
+                    Ok(Ok(stream)) => {
+                        let _ = stream.set_nodelay(true);
+                        return Ok((stream, guard));
+                    }
+                    Ok(Err(error)) => error,
+                    Err(_) => std::io::Error::from(std::io::ErrorKind::TimedOut),
+                };
+            tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, %error, "endpoint unreachable");
+            if tried.len() > connect_retries as usize {
+                return Err(ForwardError::Connect {
+                    backend: self.id.clone(),
+                    source: error,
+                });
+            }
+        }
+    }
+
+    /// The `host:port` of an endpoint for a new UDP session, counted as active while the guard
+    /// lives.
+    pub fn pick_datagram_endpoint(&self) -> Option<(String, ActiveGuard)> {
+        let index = self.pick_endpoint(&[])?;
+        let endpoint = &self.endpoints[index];
+        Some((
+            endpoint.authority.as_str().to_string(),
+            ActiveGuard::new(&endpoint.active),
+        ))
+    }
+}
