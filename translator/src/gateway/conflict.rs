@@ -1,0 +1,170 @@
+//! Listener conflicts: listeners that cannot share a port (Conflicted), overlapping TLS
+//! hostnames (OverlappingTLSConfig), and in standalone mode the ports Gateways share.
+
+use crate::hostname;
+use crate::ir::{FrontendValidation, Protocol};
+use crate::object;
+use crate::status::condition::reason;
+
+use super::{GatewayModel, ListenerModel, Owner, Problem};
+
+/// The transport family a protocol shares a port with.
+fn family(p: Protocol) -> (u8, u8) {
+    match p {
+        Protocol::Http => (0, 0),
+        Protocol::Https | Protocol::Tls => (0, 1),
+        Protocol::Tcp => (0, 2),
+        Protocol::Udp => (1, 3),
+    }
+}
+
+/// Marks listeners that cannot share their port. Two Gateway listeners that conflict are both
+/// conflicted (no winner is picked); a ListenerSet listener loses to any listener before it.
+pub fn resolve(listeners: &mut [ListenerModel]) {
+    let n = listeners.len();
+    for i in 0..n {
+        for j in (i + 1)..n {
+            let (a, b) = (&listeners[i], &listeners[j]);
+            let (Some(pa), Some(pb)) = (a.protocol, b.protocol) else {
+                continue;
+            };
+            if a.not_accepted.is_some() || b.not_accepted.is_some() || a.spec.port != b.spec.port {
+                continue;
+            }
+            if a.conflicted.is_some() && a.owner != Owner::Gateway {
+                continue;
+            }
+            let (fa, fb) = (family(pa), family(pb));
+            if fa.0 != fb.0 {
+                continue; // TCP and UDP sockets are distinct.
+            }
+            let why = if fa.1 != fb.1 {
+                Some(reason::PROTOCOL_CONFLICT)
+            } else if matches!(pa, Protocol::Tcp | Protocol::Udp) || a.spec.hostname == b.spec.hostname {
+                Some(reason::HOSTNAME_CONFLICT)
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                if a.owner == Owner::Gateway && b.owner == Owner::Gateway {
+                    listeners[i].conflicted = Some(why);
+                }
+                listeners[j].conflicted.get_or_insert(why);
+            }
+        }
+    }
+}
+
+/// Sets OverlappingTLSConfig on terminating listeners of one port whose distinct hostnames
+/// overlap (`*.example.com` and `foo.example.com`): connection coalescing may reuse one's
+/// connection for the other.
+pub fn mark_overlapping_tls(listeners: &mut [ListenerModel]) {
+    let n = listeners.len();
+    for i in 0..n {
+        for j in (i + 1)..n {
+            let (a, b) = (&listeners[i], &listeners[j]);
+            if !(a.is_valid() && b.is_valid() && a.terminates_tls() && b.terminates_tls()) || a.spec.port != b.spec.port
+            {
+                continue;
+            }
+            let (Some(ha), Some(hb)) = (a.spec.hostname.as_deref(), b.spec.hostname.as_deref()) else {
+                continue;
+            };
+            if ha != hb && hostname::intersect(Some(ha), hb).is_some() {
+                listeners[i].overlapping_tls = true;
+                listeners[j].overlapping_tls = true;
+            }
+        }
+    }
+}
+
+/// Standalone mode: listeners of different Gateways on one port share a socket. Gateway
+/// listeners come first (older Gateways first), then ListenerSet listeners (older ListenerSets
+/// first); a listener conflicting with one before it loses. HTTPS listeners on one port must
+/// also ask for the same client certificate validation, else the later one cannot use the port.
+pub fn resolve_shared_ports(models: &mut [GatewayModel<'_>]) {
+    // Gateways that are not accepted get no proxy, so they hold no port.
+    let mut gateways: Vec<usize> = (0..models.len()).filter(|gi| models[*gi].is_accepted()).collect();
+    gateways.sort_by(|a, b| object::by_age(models[*a].gateway, models[*b].gateway));
+    let mut order: Vec<(usize, usize)> = Vec::new();
+    for &gi in &gateways {
+        order.extend(
+            models[gi]
+                .listeners
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.owner == Owner::Gateway)
+                .map(|(li, _)| (gi, li)),
+        );
+    }
+    let mut from_sets: Vec<(usize, usize)> = gateways
+        .iter()
+        .flat_map(|&gi| {
+            models[gi]
+                .listeners
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.owner != Owner::Gateway)
+                .map(move |(li, _)| (gi, li))
+        })
+        .collect();
+    from_sets.sort_by(|a, b| {
+        let set = |(gi, li): (usize, usize)| {
+            let owner = &models[gi].listeners[li].owner;
+            models[gi]
+                .listener_sets
+                .iter()
+                .find(|s| s.owns(owner))
+                .map(|s| s.listener_set)
+        };
+        match (set(*a), set(*b)) {
+            (Some(x), Some(y)) => object::by_age(x, y),
+            _ => std::cmp::Ordering::Equal,
+        }
+    });
+    order.extend(from_sets);
+
+    // Winners so far: protocol, port, hostname, and the port's client certificate validation.
+    let mut seen: Vec<(Protocol, i32, Option<String>, Option<FrontendValidation>)> = Vec::new();
+    for (gi, li) in order {
+        let l = &models[gi].listeners[li];
+        let Some(p) = l.protocol else { continue };
+        if !l.is_ready() {
+            continue;
+        }
+        let validation = (p == Protocol::Https)
+            .then(|| models[gi].frontend.get(&l.spec.port).cloned())
+            .flatten();
+        let clash = seen.iter().find(|(sp, port, host, _)| {
+            *port == l.spec.port
+                && family(*sp).0 == family(p).0
+                && (family(*sp).1 != family(p).1
+                    || *host == l.spec.hostname
+                    || matches!(p, Protocol::Tcp | Protocol::Udp))
+        });
+        if let Some((sp, ..)) = clash {
+            let why = if family(*sp).1 != family(p).1 {
+                reason::PROTOCOL_CONFLICT
+            } else {
+                reason::HOSTNAME_CONFLICT
+            };
+            models[gi].listeners[li].conflicted = Some(why);
+            continue;
+        }
+        let differs = p == Protocol::Https
+            && seen
+                .iter()
+                .any(|(sp, port, _, v)| *sp == Protocol::Https && *port == l.spec.port && *v != validation);
+        if differs {
+            models[gi].listeners[li].not_accepted = Some(Problem::new(
+                reason::PORT_UNAVAILABLE,
+                format!(
+                    "Port {} is used by HTTPS listeners of another Gateway with a different client certificate validation",
+                    l.spec.port
+                ),
+            ));
+            continue;
+        }
+        seen.push((p, l.spec.port, l.spec.hostname.clone(), validation));
+    }
+}
