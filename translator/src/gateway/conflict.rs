@@ -55,22 +55,25 @@ pub fn resolve(listeners: &mut [ListenerModel]) {
     }
 }
 
-/// Sets OverlappingTLSConfig on terminating listeners of one port whose distinct hostnames
-/// overlap (`*.example.com` and `foo.example.com`): connection coalescing may reuse one's
-/// connection for the other.
+/// Sets OverlappingTLSConfig on served terminating listeners of one port whose distinct hostnames
+/// overlap (`*.example.com` and `foo.example.com`, or any hostname and none): connection
+/// coalescing may reuse one's connection for the other.
 pub fn mark_overlapping_tls(listeners: &mut [ListenerModel]) {
     let n = listeners.len();
     for i in 0..n {
         for j in (i + 1)..n {
             let (a, b) = (&listeners[i], &listeners[j]);
-            if !(a.is_valid() && b.is_valid() && a.terminates_tls() && b.terminates_tls()) || a.spec.port != b.spec.port
+            if !(a.is_ready() && b.is_ready() && a.terminates_tls() && b.terminates_tls()) || a.spec.port != b.spec.port
             {
                 continue;
             }
-            let (Some(ha), Some(hb)) = (a.spec.hostname.as_deref(), b.spec.hostname.as_deref()) else {
-                continue;
+            // A listener without a hostname matches every hostname; two without are conflicted.
+            let overlap = match (a.spec.hostname.as_deref(), b.spec.hostname.as_deref()) {
+                (Some(ha), Some(hb)) => ha != hb && hostname::intersect(Some(ha), hb).is_some(),
+                (None, None) => false,
+                _ => true,
             };
-            if ha != hb && hostname::intersect(Some(ha), hb).is_some() {
+            if overlap {
                 listeners[i].overlapping_tls = true;
                 listeners[j].overlapping_tls = true;
             }
