@@ -171,3 +171,87 @@ pub fn resolve_shared_ports(models: &mut [GatewayModel<'_>]) {
         seen.push((p, l.spec.port, l.spec.hostname.clone(), validation));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::gateway::listener::{self, AllowedNamespaces, ListenerSpec};
+    use crate::snapshot::Snapshot;
+
+    fn listener(owner: Owner, port: i32, protocol: &str, hostname: Option<&str>) -> ListenerModel {
+        let spec = ListenerSpec {
+            name: format!("{protocol}-{port}-{}", hostname.unwrap_or("any")),
+            port,
+            protocol: protocol.into(),
+            hostname: hostname.map(Into::into),
+            tls_mode: None,
+            certificate_refs: Vec::new(),
+            has_tls: false,
+            allowed_kinds: None,
+            allowed_namespaces: AllowedNamespaces::Same,
+        };
+        listener::validate(
+            spec,
+            owner,
+            "ns",
+            "Gateway",
+            1,
+            &Snapshot::default(),
+            &Config::default(),
+        )
+    }
+
+    fn set(name: &str) -> Owner {
+        Owner::ListenerSet {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn gateway_listeners_in_conflict_are_all_conflicted() {
+        let mut ls = vec![
+            listener(Owner::Gateway, 80, "HTTP", Some("a.example.com")),
+            listener(Owner::Gateway, 80, "HTTP", Some("a.example.com")),
+            listener(Owner::Gateway, 80, "HTTP", Some("b.example.com")),
+        ];
+        resolve(&mut ls);
+        let reasons: Vec<_> = ls.iter().map(|l| l.conflicted).collect();
+        assert_eq!(
+            reasons,
+            [Some(reason::HOSTNAME_CONFLICT), Some(reason::HOSTNAME_CONFLICT), None]
+        );
+    }
+
+    #[test]
+    fn listener_set_listeners_lose_to_earlier_listeners() {
+        let mut ls = vec![
+            listener(Owner::Gateway, 80, "HTTP", Some("a.example.com")),
+            listener(set("first"), 80, "TCP", None),
+            listener(set("first"), 80, "HTTP", Some("b.example.com")),
+            listener(set("second"), 80, "HTTP", Some("b.example.com")),
+        ];
+        resolve(&mut ls);
+        let reasons: Vec<_> = ls.iter().map(|l| l.conflicted).collect();
+        assert_eq!(
+            reasons,
+            [
+                None,
+                Some(reason::PROTOCOL_CONFLICT),
+                None,
+                Some(reason::HOSTNAME_CONFLICT)
+            ]
+        );
+    }
+
+    #[test]
+    fn tcp_and_udp_share_a_port_number() {
+        let mut ls = vec![
+            listener(Owner::Gateway, 53, "TCP", None),
+            listener(Owner::Gateway, 53, "UDP", None),
+        ];
+        resolve(&mut ls);
+        assert!(ls.iter().all(|l| l.conflicted.is_none()));
+    }
+}
