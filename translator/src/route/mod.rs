@@ -226,7 +226,8 @@ pub fn status(
         .iter()
         .map(|a| {
             let mut conditions = Vec::new();
-            match a.problem.as_ref().or(outcome.not_accepted.as_ref()) {
+            let rejected = a.problem.as_ref().or(outcome.not_accepted.as_ref());
+            match rejected {
                 Some(p) => conditions.push(Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g)),
                 None => conditions.push(Condition::new(
                     kind::ACCEPTED,
@@ -246,7 +247,8 @@ pub fn status(
                     g,
                 )),
             }
-            if let Some(p) = &outcome.partially_invalid {
+            // PartiallyInvalid is only set on accepted parents.
+            if let Some(p) = outcome.partially_invalid.as_ref().filter(|_| rejected.is_none()) {
                 conditions.push(Condition::new(kind::PARTIALLY_INVALID, true, p.reason, &p.message, g));
             }
             RouteParentStatus {
