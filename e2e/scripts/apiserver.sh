@@ -60,7 +60,8 @@ port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 30000))
+		# Below the kernel's ephemeral range (32768+), so outgoing connections do not take it.
+		p=$((20000 + RANDOM % 12000))
 		if port_free "$p" && ! grep -qx "$p" "$RUN/.ports-taken" 2>/dev/null; then
 			echo "$p" >> "$RUN/.ports-taken"
 			echo "$p"
@@ -82,11 +83,17 @@ launch() {
 }
 
 # wait_for NAME SECONDS COMMAND...: poll COMMAND until it succeeds, failing fast if NAME died.
+# Returns 3 if NAME died because its port was taken meanwhile (the caller retries).
 wait_for() {
 	local name="$1" secs="$2"; shift 2
 	local deadline=$(($(date +%s) + secs))
 	until "$@" > /dev/null 2>&1; do
 		if ! pid_alive "$name"; then
+			if grep -q "address already in use" "$LOGS/$name.log"; then
+				log "$name: port taken meanwhile"
+				rm -f "$RUN/$name.pid"
+				return 3
+			fi
 			tail -n 30 "$LOGS/$name.log" >&2 || true
 			die "$name exited; see $LOGS/$name.log"
 		fi
@@ -263,23 +270,30 @@ start_apiserver() {
 		--allow-privileged=true --profiling=false --enable-priority-and-fairness=false \
 		"${admission[@]}" \
 		--v="${TURNA_APISERVER_V:-1}"
-	wait_for kube-apiserver "$TIMEOUT" api_curl /readyz
+	wait_for kube-apiserver "$TIMEOUT" api_curl /readyz || return
 	log "kube-apiserver ready at https://$ADDR:$API_PORT"
 }
 
 start_controller_manager() {
 	write_kubeconfig "$RUN/controller-manager.kubeconfig" controller-manager
 	local kc="$RUN/controller-manager.kubeconfig"
-	launch kube-controller-manager "$(bin kube-controller-manager)" \
-		--kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-		--bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
-		--controllers="$KCM_CONTROLLERS" \
-		--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-		--use-service-account-credentials=true \
-		--service-cluster-ip-range="$SERVICE_CIDR" \
-		--leader-elect=false --v="${TURNA_KCM_V:-1}"
-	wait_for kube-controller-manager "$TIMEOUT" \
-		curl -fsSk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz"
+	local attempt rc
+	for attempt in 1 2 3; do
+		launch kube-controller-manager "$(bin kube-controller-manager)" \
+			--kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+			--bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+			--controllers="$KCM_CONTROLLERS" \
+			--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+			--use-service-account-credentials=true \
+			--service-cluster-ip-range="$SERVICE_CIDR" \
+			--leader-elect=false --v="${TURNA_KCM_V:-1}"
+		rc=0
+		wait_for kube-controller-manager "$TIMEOUT" \
+			curl -fsSk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz" || rc=$?
+		[[ $rc == 3 && $attempt != 3 ]] || break
+		KCM_PORT=$(free_port); sed -i "s/^KCM_PORT=.*/KCM_PORT=$KCM_PORT/" "$RUN/ports"
+	done
+	[[ $rc == 0 ]] || die "could not start kube-controller-manager"
 	# The first sign that it works: the `default` ServiceAccount of `default`.
 	wait_for kube-controller-manager "$TIMEOUT" "$(bin kubectl)" --kubeconfig "$KUBECONFIG_FILE" \
 		get serviceaccount default -n default
@@ -289,11 +303,18 @@ start_controller_manager() {
 start_scheduler() {
 	write_kubeconfig "$RUN/scheduler.kubeconfig" scheduler
 	local kc="$RUN/scheduler.kubeconfig"
-	launch kube-scheduler "$(bin kube-scheduler)" \
-		--kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-		--bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
-		--leader-elect=false --v="${TURNA_SCHEDULER_V:-1}"
-	wait_for kube-scheduler "$TIMEOUT" curl -fsSk --max-time 2 "https://127.0.0.1:$SCHED_PORT/healthz"
+	local attempt rc
+	for attempt in 1 2 3; do
+		launch kube-scheduler "$(bin kube-scheduler)" \
+			--kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+			--bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
+			--leader-elect=false --v="${TURNA_SCHEDULER_V:-1}"
+		rc=0
+		wait_for kube-scheduler "$TIMEOUT" curl -fsSk --max-time 2 "https://127.0.0.1:$SCHED_PORT/healthz" || rc=$?
+		[[ $rc == 3 && $attempt != 3 ]] || break
+		SCHED_PORT=$(free_port); sed -i "s/^SCHED_PORT=.*/SCHED_PORT=$SCHED_PORT/" "$RUN/ports"
+	done
+	[[ $rc == 0 ]] || die "could not start kube-scheduler"
 	log "kube-scheduler ready"
 }
 
@@ -366,9 +387,15 @@ start)
 		source "$RUN/ports"
 		log "control plane of $DIR already running"
 	else
-		load_ports
-		start_etcd
-		start_apiserver
+		for attempt in 1 2 3; do
+			load_ports
+			rc=0
+			start_etcd && start_apiserver || rc=$?
+			[[ $rc != 0 ]] || break
+			[[ $rc == 3 && $attempt != 3 ]] || die "could not start etcd and kube-apiserver"
+			stop_one kube-apiserver; stop_one etcd
+			rm -f "$RUN/ports"
+		done
 	fi
 	write_kubeconfig "$KUBECONFIG_FILE" admin
 	write_env

@@ -31,6 +31,9 @@ for a in "$@"; do
 done
 
 mkdir -p "$TOOLS_BIN"
+# One build at a time per tools dir (parallel test binaries may all call this script).
+exec 9> "$TURNA_TOOLS_DIR/.lock"
+flock 9
 stamp_now="$(cat "$TOOLS_MOD_DIR/go.mod" "$TOOLS_MOD_DIR/go.sum" "$TOOLS_MOD_DIR"/cmd/*/*.go | sha256sum | cut -c1-16)"
 stamp_file="$TOOLS_BIN/.stamp"
 if [[ -f "$stamp_file" && "$(cat "$stamp_file")" != "$stamp_now" ]]; then
