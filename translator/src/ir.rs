@@ -199,8 +199,11 @@ pub struct HttpMatch {
 #[serde(tag = "type", content = "value")]
 pub enum PathMatch {
     Exact(String),
-    /// Matches whole path segments: `/foo` matches `/foo` and `/foo/bar`, not `/foobar`.
+    /// Matches whole path segments: `/foo` matches `/foo` and `/foo/bar`, not `/foobar`. The
+    /// translator drops a trailing `/` (the spec ignores it), so `/` alone is the only prefix
+    /// ending in one.
     Prefix(String),
+    /// RE2 syntax, matched against the whole path (anchored at both ends).
     RegularExpression(String),
 }
 
