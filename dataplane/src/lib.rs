@@ -76,6 +76,7 @@ impl Dataplane {
                     address: settings.address,
                     table: Arc::new(ArcSwap::from_pointee(Table::default())),
                     udp_idle_timeout: settings.udp_idle_timeout,
+                    mirror_slots: Arc::new(tokio::sync::Semaphore::new(http::MAX_MIRRORS_IN_FLIGHT)),
                 },
                 listeners: Mutex::new(Listeners::default()),
             }),

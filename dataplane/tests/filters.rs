@@ -206,3 +206,134 @@ async fn url_rewrites_hostname_full_path_and_prefix() {
         assert_eq!(reply.header("x-host"), "example.com", "{path}");
     }
 }
+
+fn cors(origins: &[&str], methods: &[&str], headers: &[&str], credentials: bool) -> ir::Filter {
+    let list = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+    ir::Filter::Cors(ir::Cors {
+        allow_origins: list(origins),
+        allow_methods: list(methods),
+        allow_headers: list(headers),
+        expose_headers: list(&["x-header-3", "x-header-4"]),
+        max_age: Some(3600),
+        allow_credentials: credentials,
+    })
+}
+
+#[tokio::test]
+async fn cors_preflights_are_answered_and_responses_get_headers() {
+    let echo = EchoBackend::start("echo").await;
+    let rules = vec![
+        with_filters(
+            rule("cors-1", prefix("/cors-1"), "echo"),
+            vec![cors(
+                &["https://www.foo.com", "https://*.bar.com"],
+                &["GET", "OPTIONS"],
+                &["x-header-1", "x-header-2"],
+                true,
+            )],
+        ),
+        with_filters(
+            rule("cors-2", prefix("/cors-2"), "echo"),
+            vec![cors(&["*"], &["*"], &["*"], false)],
+        ),
+    ];
+    let (_dp, addr) = start(simple(rules, vec![echo_backend(&echo)])).await;
+    let client = client();
+    let preflight = |path: &str, origin: &str, method: &str| {
+        let mut req = request(addr, "a.com", "OPTIONS", path);
+        let headers = req.headers_mut();
+        headers.insert("origin", origin.parse().unwrap());
+        headers.insert("access-control-request-method", method.parse().unwrap());
+        headers.insert(
+            "access-control-request-headers",
+            "x-header-1, x-header-2".parse().unwrap(),
+        );
+        req
+    };
+
+    for origin in ["https://www.foo.com", "https://xpto.www.bar.com"] {
+        let reply = send(&client, preflight("/cors-1", origin, "GET")).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("access-control-allow-origin"), origin);
+        assert_eq!(reply.header("access-control-allow-methods"), "GET, OPTIONS");
+        assert_eq!(reply.header("access-control-allow-headers"), "x-header-1, x-header-2");
+        assert_eq!(reply.header("access-control-expose-headers"), "x-header-3, x-header-4");
+        assert_eq!(reply.header("access-control-max-age"), "3600");
+        assert_eq!(reply.header("access-control-allow-credentials"), "true");
+    }
+    let reply = send(&client, preflight("/cors-1", "https://foobar.com", "GET")).await;
+    assert!(reply.headers.get("access-control-allow-origin").is_none());
+    assert_eq!(echo.requests(), 0, "preflights never reach the backend");
+
+    let reply = send(&client, preflight("/cors-2", "https://foobar.com:12345", "PUT")).await;
+    assert_eq!(reply.header("access-control-allow-origin"), "https://foobar.com:12345");
+    assert_eq!(reply.header("access-control-allow-methods"), "PUT");
+    assert!(reply.headers.get("access-control-allow-credentials").is_none());
+
+    let mut simple_request = request(addr, "a.com", "GET", "/cors-1");
+    simple_request
+        .headers_mut()
+        .insert("origin", "https://www.bar.com".parse().unwrap());
+    let reply = send(&client, simple_request).await;
+    assert_eq!(reply.backend(), "echo");
+    assert_eq!(reply.header("access-control-allow-origin"), "https://www.bar.com");
+    assert_eq!(reply.header("access-control-allow-credentials"), "true");
+
+    let mut other = request(addr, "a.com", "GET", "/cors-1");
+    other
+        .headers_mut()
+        .insert("origin", "https://foobar.com".parse().unwrap());
+    let reply = send(&client, other).await;
+    assert_eq!(reply.backend(), "echo");
+    assert!(reply.headers.get("access-control-allow-origin").is_none());
+}
+
+fn mirror(backend: Option<&str>, numerator: u32, denominator: u32) -> ir::Filter {
+    ir::Filter::RequestMirror(ir::Mirror {
+        backend: backend.map(str::to_string),
+        numerator,
+        denominator,
+    })
+}
+
+/// Waits until `backend` has seen `count` requests.
+async fn wait_for_requests(backend: &EchoBackend, count: usize) -> usize {
+    for _ in 0..100 {
+        if backend.requests() >= count {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    backend.requests()
+}
+
+#[tokio::test]
+async fn mirrors_receive_copies_by_percentage() {
+    let main = EchoBackend::start("main").await;
+    let always = EchoBackend::start("always").await;
+    let never = EchoBackend::start("never").await;
+    let half = EchoBackend::start("half").await;
+    let rules = vec![with_filters(
+        rule("r", prefix("/"), "main"),
+        vec![
+            mirror(Some("always"), 1, 1),
+            mirror(Some("never"), 0, 100),
+            mirror(Some("half"), 50, 100),
+            mirror(None, 1, 1),
+        ],
+    )];
+    let backends = [&main, &always, &never, &half].map(echo_backend).to_vec();
+    let (_dp, addr) = start(simple(rules, backends)).await;
+    let client = client();
+    for _ in 0..200 {
+        let mut req = request(addr, "a.com", "POST", "/mirrored");
+        *req.body_mut() = http_body_util::Full::new(bytes::Bytes::from_static(b"payload"));
+        let reply = send(&client, req).await;
+        assert_eq!(reply.backend(), "main");
+        assert_eq!(reply.header("x-body-length"), "7");
+    }
+    assert_eq!(wait_for_requests(&always, 200).await, 200);
+    assert_eq!(never.requests(), 0);
+    let half = half.requests();
+    assert!((60..=140).contains(&half), "{half}");
+}

@@ -5,12 +5,17 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 
-use super::filters::{Filter, HeaderEdit, RedirectTarget};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::filters::{Filter, RedirectTarget, ResponseEdit};
+use super::mirror;
 use super::response::{self, ProxyBody};
 use super::retry::MAX_RETRY_BODY;
 use super::rule::{Rule, describe};
 use super::upgrade::UpgradeRequest;
-use crate::upstream::{BufferedBody, ForwardError, RequestBody};
+use crate::upstream::{BufferedBody, ForwardError, RequestBody, Upstream};
 
 /// A request routed to `rule`.
 pub struct Exchange<'a> {
@@ -22,6 +27,8 @@ pub struct Exchange<'a> {
     pub host: String,
     /// Retries on another endpoint when one is unreachable (rules without retry).
     pub connect_retries: u32,
+    /// Mirror copies that may still be sent.
+    pub mirror_slots: &'a Arc<Semaphore>,
 }
 
 /// The outcome of one attempt.
@@ -51,27 +58,37 @@ impl<'a> Exchange<'a> {
     pub async fn run(&self, mut parts: Parts, body: Incoming) -> Response<ProxyBody> {
         let rule: &'a Rule = self.rule;
         let mut response_edits = Vec::new();
-        if let Some(answer) = self.apply(&rule.filters, &mut parts, &mut response_edits) {
+        let mut mirrors = Vec::new();
+        if let Some(answer) = self.apply(&rule.filters, &mut parts, &mut response_edits, &mut mirrors) {
             return answer;
         }
         let mut upgrade = UpgradeRequest::take(&mut parts);
         // With a route retry, endpoints are not retried by the backend: attempts + 1 in all.
-        // Upgrades are sent once: the client's connection can only be handed over once.
-        let (retries, connect_retries, mut source) = match &rule.retry {
-            Some(_) if upgrade.is_some() => (0, 0, BodySource::Once(Some(RequestBody::streaming(body)))),
-            None => (
-                0,
-                self.connect_retries,
-                BodySource::Once(Some(RequestBody::streaming(body))),
-            ),
-            Some(policy) => match RequestBody::buffer(body, MAX_RETRY_BODY).await {
-                Ok(RequestBody::Buffered(buffered)) => (policy.attempts, 0, BodySource::Replay(buffered)),
-                Ok(streaming) => (0, 0, BodySource::Once(Some(streaming))),
+        let connect_retries = if rule.retry.is_some() { 0 } else { self.connect_retries };
+        // Retries and mirrors need the body more than once; upgrades are sent once, unmirrored.
+        let buffered = upgrade.is_none() && (rule.retry.is_some() || !mirrors.is_empty());
+        let (retries, mut source) = if buffered {
+            match RequestBody::buffer(body, MAX_RETRY_BODY).await {
+                Ok(RequestBody::Buffered(buffered)) => {
+                    for (copy, upstream) in mirrors {
+                        mirror::send(self.mirror_slots, upstream, copy, buffered.clone());
+                    }
+                    let retries = rule.retry.as_ref().map_or(0, |p| p.attempts);
+                    (retries, BodySource::Replay(buffered))
+                }
+                Ok(streaming) => {
+                    if !mirrors.is_empty() {
+                        tracing::debug!("request body too large to mirror");
+                    }
+                    (0, BodySource::Once(Some(streaming)))
+                }
                 Err(error) => {
                     tracing::debug!(%error, "reading the request body failed");
                     return response::local(StatusCode::BAD_REQUEST, rule.grpc);
                 }
-            },
+            }
+        } else {
+            (0, BodySource::Once(Some(RequestBody::streaming(body))))
         };
         let mut attempt = 0;
         loop {
@@ -122,15 +139,22 @@ impl<'a> Exchange<'a> {
         mut parts: Parts,
         body: RequestBody,
         connect_retries: u32,
-        rule_edits: &[&'a HeaderEdit],
+        rule_edits: &[ResponseEdit<'a>],
         upgrade: &mut Option<UpgradeRequest>,
     ) -> Attempt {
         let Some(backend) = self.rule.pick_backend() else {
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
         };
-        let mut response_edits = rule_edits.to_vec();
-        if let Some(answer) = self.apply(&backend.filters, &mut parts, &mut response_edits) {
+        let mut response_edits = Vec::new();
+        let mut mirrors = Vec::new();
+        if let Some(answer) = self.apply(&backend.filters, &mut parts, &mut response_edits, &mut mirrors) {
             return Attempt::Response(answer);
+        }
+        // Per-backend mirrors can copy only a buffered body.
+        if let RequestBody::Buffered(buffered) = &body {
+            for (copy, upstream) in mirrors {
+                mirror::send(self.mirror_slots, upstream, copy, buffered.clone());
+            }
         }
         let Some(upstream) = &backend.upstream else {
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
@@ -161,7 +185,7 @@ impl<'a> Exchange<'a> {
         if !joined {
             strip_hop_by_hop(response.headers_mut());
         }
-        for edit in response_edits {
+        for edit in rule_edits.iter().chain(&response_edits) {
             edit.apply(response.headers_mut());
         }
         Attempt::Response(response)
@@ -172,12 +196,26 @@ impl<'a> Exchange<'a> {
         &self,
         filters: &'a [Filter],
         parts: &mut Parts,
-        response_edits: &mut Vec<&'a HeaderEdit>,
+        response_edits: &mut Vec<ResponseEdit<'a>>,
+        mirrors: &mut Vec<(Parts, Arc<Upstream>)>,
     ) -> Option<Response<ProxyBody>> {
         for filter in filters {
             match filter {
                 Filter::RequestHeaders(edit) => edit.apply(&mut parts.headers),
-                Filter::ResponseHeaders(edit) => response_edits.push(edit),
+                Filter::ResponseHeaders(edit) => response_edits.push(ResponseEdit::Headers(edit)),
+                Filter::Cors(cors) => {
+                    if let Some(preflight) = cors.preflight(&parts.method, &parts.headers) {
+                        return Some(response::from_head(preflight));
+                    }
+                    if let Some(origin) = cors.allowed_origin(&parts.headers) {
+                        response_edits.push(ResponseEdit::Cors(cors, origin));
+                    }
+                }
+                Filter::Mirror(mirror) => {
+                    if let (true, Some(upstream)) = (mirror.sampled(), &mirror.upstream) {
+                        mirrors.push((copy_parts(parts), upstream.clone()));
+                    }
+                }
                 Filter::Redirect(redirect) => {
                     let location = redirect.location(&RedirectTarget {
                         scheme: self.scheme,

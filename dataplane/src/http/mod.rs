@@ -4,6 +4,7 @@ mod exchange;
 pub mod filters;
 pub mod host;
 pub mod matcher;
+mod mirror;
 mod proxy;
 mod response;
 pub mod retry;
@@ -11,6 +12,7 @@ pub mod router;
 pub mod rule;
 mod upgrade;
 
+pub use mirror::MAX_MIRRORS_IN_FLIGHT;
 pub use proxy::{HttpService, ListenerContext};
 pub use response::ProxyBody;
 pub use router::PortRoutes;

@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+use tokio::sync::Semaphore;
 
 use super::exchange::Exchange;
 use super::host::request_host;
@@ -26,6 +27,8 @@ pub struct ListenerContext {
     pub port: u16,
     /// `http` or `https`.
     pub scheme: &'static str,
+    /// Mirror copies that may still be sent, shared by all listeners.
+    pub mirror_slots: Arc<Semaphore>,
 }
 
 /// The hyper service of one connection.
@@ -76,6 +79,7 @@ impl HttpService {
             listener_port: context.port,
             host,
             connect_retries: table.connect_retries,
+            mirror_slots: &context.mirror_slots,
         };
         match rule.request_timeout {
             Some(limit) => match tokio::time::timeout(limit, exchange.run(parts, body)).await {

@@ -48,6 +48,11 @@ pub fn redirect(status: StatusCode, location: &str) -> Option<Response<ProxyBody
     Some(response)
 }
 
+/// A response of the proxy with the given head and no body.
+pub fn from_head(head: Response<()>) -> Response<ProxyBody> {
+    head.map(|()| empty())
+}
+
 fn empty() -> ProxyBody {
     Full::new(Bytes::new()).map_err(|e| match e {}).boxed_unsync()
 }

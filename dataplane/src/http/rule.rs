@@ -68,7 +68,7 @@ impl Rule {
                 Ok(RuleBackend {
                     upstream,
                     weight: b.weight,
-                    filters: filters::compile(&b.filters, prefix, &context)?,
+                    filters: filters::compile(&b.filters, prefix, &context, upstreams)?,
                 })
             })
             .collect::<Result<_, ValidationError>>()?;
@@ -76,7 +76,7 @@ impl Rule {
             route: rule.route.clone(),
             grpc: rule.grpc,
             matcher: Matcher::compile(&rule.matcher, &context)?,
-            filters: filters::compile(&rule.filters, prefix, &context)?,
+            filters: filters::compile(&rule.filters, prefix, &context, upstreams)?,
             backends,
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
             backend_timeout: rule.timeouts.backend_request_ms.map(Duration::from_millis),

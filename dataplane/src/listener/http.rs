@@ -26,6 +26,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
         table: shared.table.clone(),
         port: socket.port,
         scheme: "http",
+        mirror_slots: shared.mirror_slots.clone(),
     });
     Ok((local_addr, Running::spawn(|stopped| accept(listener, context, stopped))))
 }

@@ -28,6 +28,8 @@ pub struct Shared {
     pub table: Arc<ArcSwap<Table>>,
     /// UDP sessions without traffic for this long are closed.
     pub udp_idle_timeout: Duration,
+    /// Request mirror copies that may still be sent.
+    pub mirror_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// A listener's accept task and how to stop it.

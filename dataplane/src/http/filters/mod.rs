@@ -1,20 +1,27 @@
-//! Compiled HTTP filters: header modifiers, redirects and URL rewrites.
-//!
-//! Request mirrors and CORS are accepted in the IR but not applied by this dataplane yet.
+//! Compiled HTTP filters: header modifiers, redirects, URL rewrites, CORS and request mirrors.
 
+mod cors;
 mod headers;
+mod mirror;
 mod path;
 mod redirect;
 mod rewrite;
 
+pub use cors::Cors;
 pub use headers::HeaderEdit;
+pub use mirror::Mirror;
 pub use path::PathRewrite;
 pub use redirect::{Redirect, RedirectTarget};
 pub use rewrite::Rewrite;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue};
 use translator::ir;
 
 use crate::error::ValidationError;
+use crate::upstream::Upstream;
 
 /// One filter, validated and ready to apply.
 #[derive(Debug)]
@@ -23,11 +30,35 @@ pub enum Filter {
     ResponseHeaders(HeaderEdit),
     Redirect(Redirect),
     Rewrite(Rewrite),
+    Cors(Cors),
+    Mirror(Mirror),
+}
+
+/// A change to the response, decided while the request was filtered.
+#[derive(Debug)]
+pub enum ResponseEdit<'a> {
+    Headers(&'a HeaderEdit),
+    /// CORS headers for an allowed origin.
+    Cors(&'a Cors, HeaderValue),
+}
+
+impl ResponseEdit<'_> {
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        match self {
+            ResponseEdit::Headers(edit) => edit.apply(headers),
+            ResponseEdit::Cors(cors, origin) => cors.apply(origin, headers),
+        }
+    }
 }
 
 /// Compiles the filters that apply to requests; `prefix` is the rule's `PathPrefix`, which
 /// `ReplacePrefixMatch` replaces.
-pub fn compile(filters: &[ir::Filter], prefix: Option<&str>, context: &str) -> Result<Vec<Filter>, ValidationError> {
+pub fn compile(
+    filters: &[ir::Filter],
+    prefix: Option<&str>,
+    context: &str,
+    upstreams: &HashMap<String, Arc<Upstream>>,
+) -> Result<Vec<Filter>, ValidationError> {
     let mut compiled = Vec::with_capacity(filters.len());
     for filter in filters {
         compiled.push(match filter {
@@ -35,7 +66,8 @@ pub fn compile(filters: &[ir::Filter], prefix: Option<&str>, context: &str) -> R
             ir::Filter::ResponseHeaderModifier(m) => Filter::ResponseHeaders(HeaderEdit::compile(m, context)?),
             ir::Filter::RequestRedirect(r) => Filter::Redirect(Redirect::compile(r, prefix, context)?),
             ir::Filter::UrlRewrite(r) => Filter::Rewrite(Rewrite::compile(r, prefix, context)?),
-            ir::Filter::RequestMirror(_) | ir::Filter::Cors(_) => continue,
+            ir::Filter::Cors(c) => Filter::Cors(Cors::compile(c, context)?),
+            ir::Filter::RequestMirror(m) => Filter::Mirror(Mirror::compile(m, context, upstreams)?),
         });
     }
     Ok(compiled)
