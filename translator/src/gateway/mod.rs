@@ -77,26 +77,32 @@ impl GatewayModel<'_> {
         if !self.is_accepted() {
             return Condition::new(kind::PROGRAMMED, false, reason::INVALID, "Gateway is not accepted", g);
         }
+        // A requested IP that is not assigned cannot be used: a load balancer that cannot assign
+        // one of the requested IPs often assigns none of them.
+        let missing: Vec<&str> = self
+            .requested_addresses
+            .iter()
+            .filter(|a| !a.is_empty() && !self.addresses.iter().any(|s| &s.value == *a))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Condition::new(
+                kind::PROGRAMMED,
+                false,
+                reason::ADDRESS_NOT_USABLE,
+                format!(
+                    "Requested addresses {} are not assigned; check that the load balancer can assign them",
+                    missing.join(", ")
+                ),
+                g,
+            );
+        }
         if self.addresses.is_empty() {
             return Condition::new(
                 kind::PROGRAMMED,
                 false,
                 reason::ADDRESS_NOT_ASSIGNED,
                 "No address has been assigned to the Gateway yet",
-                g,
-            );
-        }
-        if let Some(missing) = self
-            .requested_addresses
-            .iter()
-            .filter(|a| !a.is_empty())
-            .find(|a| !self.addresses.iter().any(|s| &s.value == *a))
-        {
-            return Condition::new(
-                kind::PROGRAMMED,
-                false,
-                reason::ADDRESS_NOT_USABLE,
-                format!("Requested address {missing} was not assigned; check that the load balancer can assign it"),
                 g,
             );
         }
