@@ -40,6 +40,7 @@ pub fn compile(
 ) -> Compiled {
     let mut out = Compiled::default();
     let mut dropped: Vec<(String, Problem)> = Vec::new();
+    let mut session_persistence = false;
     for (index, rule) in route.rules.iter().enumerate() {
         let route_ref = RouteRef {
             kind: route.kind.name().into(),
@@ -72,12 +73,7 @@ pub fn compile(
                 continue;
             }
         };
-        if parts.session_persistence {
-            outcome.unresolved.get_or_insert(Problem::new(
-                reason::UNSUPPORTED_VALUE,
-                "sessionPersistence is not supported; the rule routes without it",
-            ));
-        }
+        session_persistence |= parts.session_persistence;
         let mut filters = Vec::new();
         // A filter that cannot be applied fails the requests it would process (HTTP 500).
         let mut broken = false;
@@ -134,6 +130,13 @@ pub fn compile(
                 retry: parts.retry.clone(),
             });
         }
+    }
+    if session_persistence {
+        // After the rules: a reference problem is the more useful ResolvedRefs reason.
+        outcome.unresolved.get_or_insert(Problem::new(
+            reason::UNSUPPORTED_VALUE,
+            "sessionPersistence is not supported; the rule routes without it",
+        ));
     }
     if let Some((_, first)) = dropped.first() {
         if dropped.len() == route.rules.len() {
