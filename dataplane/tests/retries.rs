@@ -151,7 +151,7 @@ async fn unreachable_endpoints_count_as_attempts() {
             failed += 1;
         }
     }
-    assert_eq!(failed, 5, "round robin alternates between the endpoints");
+    assert_eq!(failed, 3, "round robin alternates until the dead endpoint is ejected");
 }
 
 #[tokio::test]

@@ -30,12 +30,17 @@ impl Upstream {
         if count == 0 {
             return None;
         }
-        let candidates: Vec<usize> = (0..count).filter(|i| !tried.contains(i)).collect();
-        let candidates = if candidates.is_empty() {
-            (0..count).collect()
-        } else {
-            candidates
-        };
+        // Healthy untried endpoints first; when none is left, any untried one, then any.
+        let untried = |i: &usize| !tried.contains(i);
+        let mut candidates: Vec<usize> = (0..count)
+            .filter(|i| untried(i) && !self.endpoints[*i].health.ejected())
+            .collect();
+        if candidates.is_empty() {
+            candidates = (0..count).filter(untried).collect();
+        }
+        if candidates.is_empty() {
+            candidates = (0..count).collect();
+        }
         let chosen = match self.strategy {
             Strategy::RoundRobin => {
                 let start = self.cursor.fetch_add(1, Ordering::Relaxed);

@@ -144,8 +144,14 @@ impl Upstream {
             *request.headers_mut() = parts.headers.clone();
             let guard = ActiveGuard::new(&endpoint.active);
             match self.client.request(request).await {
-                Ok(response) => return Ok(Forwarded { response, guard }),
+                Ok(response) => {
+                    endpoint.health.connected();
+                    return Ok(Forwarded { response, guard });
+                }
                 Err(source) if source.is_connect() => {
+                    if endpoint.health.failed() {
+                        tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
+                    }
                     let retries_left = tried.len() <= connect_retries as usize;
                     match slot.reclaim() {
                         Some(unread) if retries_left => {

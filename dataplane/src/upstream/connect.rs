@@ -20,6 +20,7 @@ impl Upstream {
             let error =
                 match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint.authority.as_str())).await {
                     Ok(Ok(stream)) => {
+                        endpoint.health.connected();
                         let _ = stream.set_nodelay(true);
                         return Ok((stream, guard));
                     }
@@ -27,6 +28,9 @@ impl Upstream {
                     Err(_) => std::io::Error::from(std::io::ErrorKind::TimedOut),
                 };
             tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, %error, "endpoint unreachable");
+            if endpoint.health.failed() {
+                tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
+            }
             if tried.len() > connect_retries as usize {
                 return Err(ForwardError::Connect {
                     backend: self.id.clone(),

@@ -5,6 +5,7 @@ mod balancer;
 mod body;
 mod client;
 mod connect;
+mod health;
 mod reclaim;
 
 pub use balancer::pick_weighted;
@@ -35,11 +36,12 @@ pub struct Upstream {
     client: Client<HttpConnector, ReclaimBody>,
 }
 
-/// An endpoint and its requests in flight (for least_conn).
+/// An endpoint, its requests in flight (for least_conn) and its passive health.
 #[derive(Debug)]
 struct Endpoint {
     authority: Authority,
     active: Arc<AtomicUsize>,
+    health: Arc<health::Health>,
 }
 
 impl Upstream {
@@ -63,11 +65,13 @@ impl Upstream {
                     address: e.address.clone(),
                     port: e.port,
                 })?;
-                let active = previous
-                    .and_then(|p| p.endpoints.iter().find(|old| old.authority == authority))
-                    .map(|old| old.active.clone())
-                    .unwrap_or_default();
-                Ok(Endpoint { authority, active })
+                // An endpoint kept across swaps keeps its load and health.
+                let old = previous.and_then(|p| p.endpoints.iter().find(|old| old.authority == authority));
+                Ok(Endpoint {
+                    authority,
+                    active: old.map(|o| o.active.clone()).unwrap_or_default(),
+                    health: old.map(|o| o.health.clone()).unwrap_or_default(),
+                })
             })
             .collect::<Result<Vec<_>, ValidationError>>()?;
         let same_protocol = previous.filter(|p| p.spec.protocol == spec.protocol);
