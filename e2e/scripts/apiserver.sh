@@ -27,13 +27,16 @@
 # (default 127.0.0.1), TURNA_START_TIMEOUT (seconds, default 90), TURNA_GATEWAY_VAP=0 to skip
 # the Gateway API ValidatingAdmissionPolicy.
 set -euo pipefail
+# shellcheck source=e2e/scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 cmd="$1"; shift
 DIR="$1"; shift
-mkdir -p "$DIR"
+if [[ "$cmd" == start ]]; then mkdir -p "$DIR"; fi
+if [[ "$cmd" == stop && ! -d "$DIR" ]]; then exit 0; fi
+[[ -d "$DIR" ]] || die "$DIR does not exist"
 DIR="$(cd "$DIR" && pwd)"
 
 ADDR="${TURNA_APISERVER_ADDRESS:-127.0.0.1}"
@@ -404,6 +407,7 @@ start)
 	[[ $with_crds == 1 ]] && install_crds
 	if [[ -n "$stop_with" ]]; then
 		# A watchdog in its own session: polls the pid, then stops everything of DIR.
+		# shellcheck disable=SC2016  # expanded by the inner bash
 		setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
 			"$2" stop "$3"
 			[[ "${TURNA_E2E_CLEANUP:-0}" == 1 ]] && rm -rf "$3"' \
@@ -436,6 +440,7 @@ status)
 	exit $rc
 	;;
 crds)
+	# shellcheck disable=SC1091
 	source "$RUN/ports"
 	install_crds
 	;;

@@ -10,6 +10,7 @@
 #   e2e/scripts/build-tools.sh --force    # rebuild all
 #   e2e/scripts/build-tools.sh --print-dir
 set -euo pipefail
+# shellcheck source=e2e/scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)

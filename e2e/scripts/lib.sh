@@ -1,9 +1,11 @@
 # Shared settings for the e2e scripts. Source it; do not run it.
+# shellcheck shell=bash disable=SC2034  # variables for the scripts that source this
 #
 # The e2e Go modules (the conformance driver) need Go 1.27 (sigs.k8s.io/gateway-api v1.7.0);
-# the tools module itself builds with Go 1.26, but using one toolchain everywhere keeps the
-# build cache shared. GOTOOLCHAIN is honoured if the caller already set it.
-export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
+# the tools module itself builds with Go 1.26, but one toolchain everywhere keeps the build
+# cache shared. The machine's go env says GOTOOLCHAIN=local, so set it explicitly (the Go
+# module proxy serves the toolchain); TURNA_GOTOOLCHAIN overrides.
+export GOTOOLCHAIN="${TURNA_GOTOOLCHAIN:-go1.27.3}"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

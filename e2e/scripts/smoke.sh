@@ -7,6 +7,7 @@
 #
 #   e2e/scripts/smoke.sh [--keep] [--no-controllers]
 set -euo pipefail
+# shellcheck source=e2e/scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCRIPTS="$E2E_DIR/scripts"
 
