@@ -67,17 +67,22 @@ pub fn mark_overlapping_tls(listeners: &mut [ListenerModel]) {
             {
                 continue;
             }
-            // A listener without a hostname matches every hostname; two without are conflicted.
-            let overlap = match (a.spec.hostname.as_deref(), b.spec.hostname.as_deref()) {
-                (Some(ha), Some(hb)) => ha != hb && hostname::intersect(Some(ha), hb).is_some(),
-                (None, None) => false,
-                _ => true,
-            };
+            let overlap = hostnames_overlap(a.spec.hostname.as_deref(), b.spec.hostname.as_deref());
             if overlap {
                 listeners[i].overlapping_tls = true;
                 listeners[j].overlapping_tls = true;
             }
         }
+    }
+}
+
+/// Whether two distinct listener hostnames on one port overlap. A listener without a hostname
+/// matches every hostname; two without are conflicted rather than overlapping.
+fn hostnames_overlap(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(ha), Some(hb)) => ha != hb && hostname::intersect(Some(ha), hb).is_some(),
+        (None, None) => false,
+        _ => true,
     }
 }
 
@@ -169,6 +174,31 @@ pub fn resolve_shared_ports(models: &mut [GatewayModel<'_>]) {
             continue;
         }
         seen.push((p, l.spec.port, l.spec.hostname.clone(), validation));
+    }
+
+    // Served terminating listeners of all Gateways on one port share its TLS handshakes: their
+    // overlaps are recomputed over the shared port.
+    for &gi in &gateways {
+        for l in &mut models[gi].listeners {
+            l.overlapping_tls = false;
+        }
+    }
+    let served: Vec<(usize, usize)> = gateways
+        .iter()
+        .flat_map(|&gi| (0..models[gi].listeners.len()).map(move |li| (gi, li)))
+        .filter(|(gi, li)| {
+            let l = &models[*gi].listeners[*li];
+            l.is_ready() && l.terminates_tls()
+        })
+        .collect();
+    for (i, &(ga, la)) in served.iter().enumerate() {
+        for &(gb, lb) in &served[i + 1..] {
+            let (a, b) = (&models[ga].listeners[la], &models[gb].listeners[lb]);
+            if a.spec.port == b.spec.port && hostnames_overlap(a.spec.hostname.as_deref(), b.spec.hostname.as_deref()) {
+                models[ga].listeners[la].overlapping_tls = true;
+                models[gb].listeners[lb].overlapping_tls = true;
+            }
+        }
     }
 }
 
