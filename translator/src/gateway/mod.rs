@@ -91,7 +91,7 @@ impl GatewayModel<'_> {
                 false,
                 reason::ADDRESS_NOT_USABLE,
                 format!(
-                    "Requested addresses {} are not assigned; check that the load balancer can assign them",
+                    "Requested addresses not assigned: {}; check that the load balancer can assign them",
                     missing.join(", ")
                 ),
                 g,
