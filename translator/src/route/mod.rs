@@ -161,21 +161,22 @@ pub fn attach_all(
     let mut out: Vec<Vec<Attachment>> = routes.iter().map(|r| attach(r, gateways, namespace_labels)).collect();
     let mut by_age: Vec<usize> = (0..routes.len()).collect();
     by_age.sort_by_key(|i| age_rank.get(*i).copied().unwrap_or(usize::MAX));
-    // Hostnames served so far, by (gateway, listener), with the kind that serves them.
-    let mut served: BTreeMap<(usize, usize), Vec<(RouteKind, String)>> = BTreeMap::new();
+    // Hostnames served so far, by (gateway, listener, kind): a route only looks at the other
+    // kind's, so many routes of one kind stay linear.
+    let mut served: BTreeMap<(usize, usize, RouteKind), Vec<String>> = BTreeMap::new();
     for ri in by_age {
         let route = &routes[ri];
-        if !matches!(route.kind, RouteKind::Http | RouteKind::Grpc) {
-            continue;
-        }
+        let other = match route.kind {
+            RouteKind::Http => RouteKind::Grpc,
+            RouteKind::Grpc => RouteKind::Http,
+            _ => continue,
+        };
         for a in out[ri].iter_mut().filter(|a| a.problem.is_none()) {
             let gw = &gateways[a.gateway];
             let conflict = a.listeners.iter().any(|li| {
-                let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), &route.hostnames);
-                served.get(&(a.gateway, *li)).is_some_and(|taken| {
-                    taken
-                        .iter()
-                        .any(|(k, t)| *k != route.kind && hosts.iter().any(|h| hostnames_overlap(h, t)))
+                served.get(&(a.gateway, *li, other)).is_some_and(|taken| {
+                    let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), &route.hostnames);
+                    taken.iter().any(|t| hosts.iter().any(|h| hostnames_overlap(h, t)))
                 })
             });
             if conflict {
@@ -188,10 +189,7 @@ pub fn attach_all(
             }
             for li in &a.listeners {
                 let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), &route.hostnames);
-                served
-                    .entry((a.gateway, *li))
-                    .or_default()
-                    .extend(hosts.into_iter().map(|h| (route.kind, h)));
+                served.entry((a.gateway, *li, route.kind)).or_default().extend(hosts);
             }
         }
     }

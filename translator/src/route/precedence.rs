@@ -3,6 +3,7 @@
 //! also cover it. The dataplane takes the first matching entry of the most specific host.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 
 use crate::ir::{HttpRule, PathMatch, RouteRef, VirtualHost};
 
@@ -35,12 +36,29 @@ pub fn precedence(a: &HttpRule, b: &HttpRule, age: impl Fn(&RouteRef) -> usize) 
 /// the spec orders routes by hostname specificity before their matches. `hosts` must be sorted
 /// most specific first.
 pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
-    let own: Vec<(String, Vec<HttpRule>)> = hosts.iter().map(|h| (h.hostname.clone(), h.rules.clone())).collect();
+    // Only `*` and wildcards cover other hosts: their own entries by hostname, with their rank.
+    let wildcards: BTreeMap<String, (usize, Vec<HttpRule>)> = hosts
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.hostname.starts_with('*'))
+        .map(|(i, h)| (h.hostname.clone(), (i, h.rules.clone())))
+        .collect();
+    if wildcards.is_empty() {
+        return;
+    }
     for host in hosts.iter_mut() {
-        for (pattern, rules) in &own {
-            if *pattern != host.hostname && covers(pattern, &host.hostname) {
-                host.rules.extend(rules.iter().cloned());
-            }
+        let name = host.hostname.clone();
+        // The candidates are `*` and `*` plus each suffix of the name that starts at a dot.
+        let mut covering: Vec<&(usize, Vec<HttpRule>)> = name
+            .match_indices('.')
+            .map(|(i, _)| format!("*{}", &name[i..]))
+            .chain(std::iter::once("*".to_string()))
+            .filter(|pattern| *pattern != name && covers(pattern, &name))
+            .filter_map(|pattern| wildcards.get(&pattern))
+            .collect();
+        covering.sort_by_key(|(rank, _)| *rank);
+        for (_, rules) in covering {
+            host.rules.extend(rules.iter().cloned());
         }
     }
 }
@@ -108,7 +126,7 @@ mod tests {
 
     #[test]
     fn exact_then_longest_prefix_then_method_then_headers_then_rule_order() {
-        let mut rules = vec![
+        let mut rules = [
             rule(PathMatch::Prefix("/".into()), None, 0, 0),
             rule(PathMatch::Prefix("/a".into()), None, 2, 1),
             rule(PathMatch::Prefix("/a".into()), Some("GET"), 0, 2),
