@@ -289,6 +289,8 @@ fn parse_env(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| l.strip_prefix("export "))
         .filter_map(|kv| kv.split_once('='))
+        // `PATH=<bin>:$PATH` is for shells; `tool()` gives the binaries' paths.
+        .filter(|(k, _)| *k != "PATH")
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
