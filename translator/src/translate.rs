@@ -101,10 +101,10 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 &certificates,
             );
             let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
-            let (rules, streams, compiled) = match route.kind {
+            let (mut rules, streams, compiled) = match route.kind {
                 RouteKind::Http | RouteKind::Grpc => {
-                    let c = route::http::compile(route, &backends, client_certificate, &mut outcome);
-                    (c.rules.clone(), BTreeMap::new(), c)
+                    let mut c = route::http::compile(route, &backends, client_certificate, &mut outcome);
+                    (std::mem::take(&mut c.rules), BTreeMap::new(), c)
                 }
                 RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {
                     let modes = listeners.iter().map(terminated).collect();
@@ -115,19 +115,30 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             };
             used_backends.extend(compiled.backends.into_iter().map(|b| (*gi, b)));
             used_policies.extend(compiled.policies.into_iter().map(|p| (p, gw.key())));
-            for li in listeners {
+            for (k, li) in listeners.iter().enumerate() {
+                // The last listener takes the entries, the others a copy.
+                let rules = if k + 1 == listeners.len() {
+                    std::mem::take(&mut rules)
+                } else {
+                    rules.clone()
+                };
                 contributions[*gi].entry(*li).or_default().push(Contribution {
                     route: ri,
-                    rules: rules.clone(),
+                    rules,
                     stream: streams.get(&terminated(li)).cloned(),
                 });
             }
         }
         if outcome.not_accepted.is_some() {
-            // A route that is not accepted serves nothing.
-            for per_gateway in &mut contributions {
-                for list in per_gateway.values_mut() {
-                    list.retain(|c| c.route != ri);
+            // A route that is not accepted serves nothing: drop what it just added (the last
+            // contributions of the listeners it attached to).
+            for (gi, listeners) in &attached {
+                for li in listeners {
+                    if let Some(list) = contributions[*gi].get_mut(li) {
+                        while list.last().is_some_and(|c| c.route == ri) {
+                            list.pop();
+                        }
+                    }
                 }
             }
         } else {
@@ -326,7 +337,7 @@ fn add_listeners(
         let list = contributions.remove(&li).unwrap_or_default();
         match protocol {
             Protocol::Http | Protocol::Https => {
-                listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), &list, routes, age_rank);
+                listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank);
             }
             Protocol::Tls | Protocol::Tcp | Protocol::Udp => {
                 let attached = list
@@ -371,18 +382,26 @@ fn add_listeners(
 /// Groups HTTP entries by effective hostname and orders each group by precedence.
 fn virtual_hosts(
     listener_hostname: Option<&str>,
-    contributions: &[Contribution],
+    contributions: Vec<Contribution>,
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
     // Entries by effective hostname, with the route's own hostname that produced it.
     let mut hosts: BTreeMap<String, Vec<(usize, String, ir::HttpRule)>> = BTreeMap::new();
-    for c in contributions {
+    for mut c in contributions {
         let route_hostnames = &routes[c.route].hostnames;
-        for h in hostname::effective(listener_hostname, route_hostnames) {
+        let effective = hostname::effective(listener_hostname, route_hostnames);
+        let last = effective.len().saturating_sub(1);
+        for (k, h) in effective.into_iter().enumerate() {
             let original = route::http::original_hostname(listener_hostname, route_hostnames, &h);
+            // The last hostname takes the entries, the others a copy.
+            let rules = if k == last {
+                std::mem::take(&mut c.rules)
+            } else {
+                c.rules.clone()
+            };
             let entry = hosts.entry(h).or_default();
-            entry.extend(c.rules.iter().cloned().map(|r| (c.route, original.clone(), r)));
+            entry.extend(rules.into_iter().map(|r| (c.route, original.clone(), r)));
         }
     }
     let mut out: Vec<VirtualHost> = hosts

@@ -441,18 +441,15 @@ fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts, Problem> {
     })
 }
 
-fn pairs<T: serde::Serialize>(items: &Option<Vec<T>>) -> Vec<(String, String)> {
-    items
-        .iter()
-        .flatten()
-        .filter_map(|i| {
-            let v = serde_json::to_value(i).ok()?;
-            Some((
-                v.get("name")?.as_str()?.to_string(),
-                v.get("value")?.as_str()?.to_string(),
-            ))
-        })
-        .collect()
+/// The `name`/`value` pairs of a header modifier list (each list has its own generated type).
+macro_rules! pairs {
+    ($items:expr) => {
+        $items
+            .iter()
+            .flatten()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect::<Vec<(String, String)>>()
+    };
 }
 
 /// Why a filter cannot be applied.
@@ -478,8 +475,8 @@ fn filter(
                 return Ok(None);
             };
             Filter::RequestHeaderModifier(HeaderModifier {
-                set: pairs(&m.set),
-                add: pairs(&m.add),
+                set: pairs!(m.set),
+                add: pairs!(m.add),
                 remove: m.remove.clone().unwrap_or_default(),
             })
         }
@@ -488,8 +485,8 @@ fn filter(
                 return Ok(None);
             };
             Filter::ResponseHeaderModifier(HeaderModifier {
-                set: pairs(&m.set),
-                add: pairs(&m.add),
+                set: pairs!(m.set),
+                add: pairs!(m.add),
                 remove: m.remove.clone().unwrap_or_default(),
             })
         }
