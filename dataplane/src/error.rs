@@ -41,6 +41,20 @@ pub enum ValidationError {
     FilterHostname { context: String, hostname: String },
     #[error("{context}: backend {backend:?} is not in the IR's backends")]
     UnknownBackend { context: String, backend: String },
+    #[error("listener {listener}: certificate {secret:?}: {reason}")]
+    Certificate {
+        listener: String,
+        secret: String,
+        reason: String,
+    },
+    #[error("port {port}: CA bundle {config_map:?}: {reason}")]
+    CaBundle {
+        port: u16,
+        config_map: String,
+        reason: String,
+    },
+    #[error("TLS settings: {0}")]
+    Tls(String),
     #[error("backend {backend}: key {key:?} differs from its id")]
     BackendId { backend: String, key: String },
     #[error("backend {backend}: endpoint {address:?}:{port} is not a valid authority")]

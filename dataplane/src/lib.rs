@@ -10,6 +10,7 @@ pub mod http;
 pub mod listener;
 pub mod stream;
 pub mod table;
+pub mod tls;
 pub mod upstream;
 
 use std::future::Future;
@@ -22,6 +23,7 @@ use tokio::sync::Mutex;
 use translator::ir;
 
 pub use error::{ApplyError, PortError, ValidationError};
+pub use tls::{Material, TlsCertificate};
 
 use listener::{Listeners, Shared};
 use table::Table;
@@ -86,9 +88,15 @@ impl Dataplane {
     /// Validates `proxy` and serves it. On [`ApplyError::Invalid`] nothing changed; on
     /// [`ApplyError::Ports`] the IR is served except on the listed ports.
     pub async fn apply(&self, proxy: ir::Proxy) -> Result<(), ApplyError> {
+        self.apply_with(proxy, &Material::default()).await
+    }
+
+    /// [`Dataplane::apply`] for an IR whose TLS listeners use certificates and CA bundles of
+    /// `material` (the proxy's bundle Secret).
+    pub async fn apply_with(&self, proxy: ir::Proxy, material: &Material) -> Result<(), ApplyError> {
         let mut listeners = self.inner.listeners.lock().await;
         let shared = &self.inner.shared;
-        let table = Arc::new(Table::build(&proxy, &shared.table.load())?);
+        let table = Arc::new(Table::build(&proxy, material, &shared.table.load())?);
         shared.table.store(table.clone());
         let errors = listeners.reconcile(shared, &table);
         tracing::info!(proxy = %table.id, port_errors = errors.len(), "IR applied");

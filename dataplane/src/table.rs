@@ -5,11 +5,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use rustls::ServerConfig;
 use translator::ir;
 
 use crate::error::ValidationError;
 use crate::http::PortRoutes;
 use crate::stream::StreamPort;
+use crate::tls::{self, Material};
 use crate::upstream::Upstream;
 
 /// Everything the proxy serves, ready for lookups.
@@ -21,6 +23,8 @@ pub struct Table {
     http_ports: HashMap<u16, PortRoutes>,
     /// TCP, TLS passthrough and UDP routes by transport and Gateway listener port.
     stream_ports: HashMap<(ir::Transport, u16), StreamPort>,
+    /// TLS settings of HTTPS ports.
+    tls_configs: HashMap<u16, Arc<ServerConfig>>,
     /// Sockets to serve.
     sockets: Vec<Socket>,
     upstreams: HashMap<String, Arc<Upstream>>,
@@ -35,6 +39,9 @@ pub struct Socket {
     pub port: u16,
     pub bind_port: u16,
     pub kind: SocketKind,
+    /// Fingerprint of the client-certificate validation (HTTPS); a change reopens the socket,
+    /// so connections accepted under the old validation are closed.
+    pub validation: u64,
 }
 
 /// What a socket serves.
@@ -42,6 +49,8 @@ pub struct Socket {
 pub enum SocketKind {
     /// Plain HTTP listeners.
     Http,
+    /// HTTPS listeners: TLS terminated, certificate by SNI.
+    Https,
     /// TCP listeners: bytes to the route's backend.
     Tcp,
     /// TLS passthrough listeners: routed by the ClientHello's server name.
@@ -61,6 +70,7 @@ impl SocketKind {
             _ if port.listeners.is_empty() => None,
             ir::Transport::Udp => all(ir::Protocol::Udp).then_some(SocketKind::Udp),
             ir::Transport::Tcp if all(ir::Protocol::Http) => Some(SocketKind::Http),
+            ir::Transport::Tcp if all(ir::Protocol::Https) => Some(SocketKind::Https),
             ir::Transport::Tcp if all(ir::Protocol::Tcp) => Some(SocketKind::Tcp),
             ir::Transport::Tcp if passthrough => Some(SocketKind::TlsPassthrough),
             ir::Transport::Tcp => None,
@@ -71,7 +81,7 @@ impl SocketKind {
 impl Table {
     /// Validates `proxy` and builds its table; upstreams that did not change are taken from
     /// `previous` with their pools and balancing state.
-    pub fn build(proxy: &ir::Proxy, previous: &Table) -> Result<Table, ValidationError> {
+    pub fn build(proxy: &ir::Proxy, material: &Material, previous: &Table) -> Result<Table, ValidationError> {
         if proxy.schema != ir::SCHEMA_VERSION {
             return Err(ValidationError::Schema {
                 found: proxy.schema,
@@ -92,6 +102,7 @@ impl Table {
         }
         let mut http_ports = HashMap::new();
         let mut stream_ports = HashMap::new();
+        let mut tls_configs = HashMap::new();
         let mut sockets = Vec::new();
         for port in &proxy.ports {
             let Some(kind) = SocketKind::of(port) else {
@@ -101,7 +112,12 @@ impl Table {
                 );
                 continue;
             };
-            if kind == SocketKind::Http {
+            let mut validation = 0;
+            if kind == SocketKind::Https {
+                tls_configs.insert(port.port, tls::server_config(port, material)?);
+                validation = validation_fingerprint(port, material);
+            }
+            if matches!(kind, SocketKind::Http | SocketKind::Https) {
                 http_ports.insert(port.port, PortRoutes::compile(port, &upstreams)?);
             } else {
                 stream_ports.insert((port.transport, port.port), StreamPort::compile(port, &upstreams)?);
@@ -111,12 +127,14 @@ impl Table {
                 port: port.port,
                 bind_port: port.bind_port,
                 kind,
+                validation,
             });
         }
         Ok(Table {
             id: proxy.id.clone(),
             http_ports,
             stream_ports,
+            tls_configs,
             sockets,
             upstreams,
             connect_retries: proxy.connect_retries,
@@ -133,10 +151,30 @@ impl Table {
         self.stream_ports.get(&(transport, port))
     }
 
+    /// The TLS settings of HTTPS port `port`.
+    pub fn tls_config(&self, port: u16) -> Option<&Arc<ServerConfig>> {
+        self.tls_configs.get(&port)
+    }
+
     /// The sockets to serve.
     pub fn sockets(&self) -> &[Socket] {
         &self.sockets
     }
+}
+
+/// Identifies the client-certificate validation of a port, including its CA certificates.
+fn validation_fingerprint(port: &ir::Port, material: &Material) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Some(validation) = &port.frontend_validation else {
+        return 0;
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    format!("{:?}", validation.mode).hash(&mut hasher);
+    for name in &validation.ca_certificates {
+        name.hash(&mut hasher);
+        material.ca_bundles.get(name).hash(&mut hasher);
+    }
+    hasher.finish() | 1
 }
 
 /// Ports and bind ports are unique per transport.

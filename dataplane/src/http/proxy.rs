@@ -37,6 +37,8 @@ pub struct HttpService {
     pub context: Arc<ListenerContext>,
     /// The client's address.
     pub peer: SocketAddr,
+    /// The TLS server name (SNI) of an HTTPS connection.
+    pub server_name: Option<Arc<str>>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for HttpService {
@@ -60,6 +62,13 @@ impl HttpService {
             return response::local(StatusCode::NOT_FOUND, grpc);
         };
         let host = request_host(&req);
+        // A connection is bound to the listener its server name selected; a request for another
+        // listener's host (a reused HTTP/2 connection, say) must be sent on its own connection.
+        if let Some(server_name) = &self.server_name
+            && routes.listener(server_name).map(|l| &l.name) != routes.listener(&host).map(|l| &l.name)
+        {
+            return response::local(StatusCode::MISDIRECTED_REQUEST, grpc);
+        }
         let (mut parts, body) = req.into_parts();
         let routed = routes.route(&RequestView {
             host: &host,
@@ -71,6 +80,7 @@ impl HttpService {
         let Some(routed) = routed else {
             return response::local(StatusCode::NOT_FOUND, grpc);
         };
+
         let rule = routed.rule;
         self.forwarding_headers(&mut parts.headers, &parts.uri);
         let exchange = Exchange {

@@ -97,7 +97,7 @@ impl Listeners {
                 continue;
             }
             let bound = match socket.kind {
-                SocketKind::Http => http::bind(shared, *socket),
+                SocketKind::Http | SocketKind::Https => http::bind(shared, *socket),
                 SocketKind::Tcp | SocketKind::TlsPassthrough => tcp::bind(shared, *socket),
                 SocketKind::Udp => udp::bind(shared, *socket),
             };

@@ -1,0 +1,292 @@
+//! HTTPS listeners over real sockets: certificates by SNI, ALPN, 421 Misdirected Request and
+//! client-certificate validation.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use dataplane::{ApplyError, Dataplane, Material, Settings, TlsCertificate};
+use http::{Request, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rustls::RootCertStore;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use translator::ir;
+
+/// A self-signed certificate for `names`, as bundle material and as a client trust root.
+fn self_signed(names: &[&str]) -> (TlsCertificate, CertificateDer<'static>) {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let generated = rcgen::generate_simple_self_signed(names).unwrap();
+    let material = TlsCertificate {
+        chain_pem: generated.cert.pem(),
+        key_pem: generated.signing_key.serialize_pem(),
+    };
+    (material, generated.cert.der().clone())
+}
+
+fn https_listener(name: &str, hostname: Option<&str>, secret: &str, rules: Vec<ir::HttpRule>) -> ir::Listener {
+    let mut l = listener(name, hostname, vec![vhost(hostname.unwrap_or("*"), rules)]);
+    l.protocol = ir::Protocol::Https;
+    l.tls = Some(ir::ListenerTls {
+        mode: ir::TlsMode::Terminate,
+        certificates: vec![secret.into()],
+    });
+    l
+}
+
+/// A client identity: certificate chain and key.
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+fn connector(roots: &[CertificateDer<'static>], identity: Option<Identity>, alpn: &[&[u8]]) -> TlsConnector {
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store.add(root.clone()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(store);
+    let mut config = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    TlsConnector::from(Arc::new(config))
+}
+
+/// GET `path` with `host` over TLS with server name `sni`; HTTP/2 when ALPN selects it.
+async fn https_get(
+    addr: SocketAddr,
+    connector: &TlsConnector,
+    sni: &str,
+    host: &str,
+    path: &str,
+) -> Result<Reply, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let server_name = ServerName::try_from(sni.to_string()).map_err(|e| e.to_string())?;
+    let tls = connector.connect(server_name, tcp).await.map_err(|e| e.to_string())?;
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(tls);
+    let response = if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .uri(format!("https://{host}{path}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        sender.send_request(req).await.map_err(|e| e.to_string())?
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .uri(path)
+            .header("host", host)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        sender.send_request(req).await.map_err(|e| e.to_string())?
+    };
+    let version = response.version();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let mut headers = parts.headers;
+    headers.insert("x-client-version", format!("{version:?}").parse().unwrap());
+    Ok(Reply {
+        status: parts.status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+struct Fixture {
+    _dp: Dataplane,
+    addr: SocketAddr,
+    exact_root: CertificateDer<'static>,
+    wildcard_root: CertificateDer<'static>,
+}
+
+/// Port 443 with `a.example.com` (its own certificate) and `*.example.com`.
+async fn two_listeners(validation: Option<ir::FrontendValidation>, mut material: Material) -> Fixture {
+    let exact = EchoBackend::start("exact").await;
+    let wildcard = EchoBackend::start("wildcard").await;
+    let (exact_cert, exact_root) = self_signed(&["a.example.com"]);
+    let (wildcard_cert, wildcard_root) = self_signed(&["*.example.com"]);
+    material.certificates.insert("test/exact".into(), exact_cert);
+    material.certificates.insert("test/wildcard".into(), wildcard_cert);
+    let mut port = http_port(
+        443,
+        vec![
+            https_listener(
+                "exact",
+                Some("a.example.com"),
+                "test/exact",
+                vec![rule("exact", prefix("/"), "exact")],
+            ),
+            https_listener(
+                "wildcard",
+                Some("*.example.com"),
+                "test/wildcard",
+                vec![rule("wildcard", prefix("/"), "wildcard")],
+            ),
+        ],
+    );
+    port.frontend_validation = validation;
+    let ir = proxy(vec![port], vec![echo_backend(&exact), echo_backend(&wildcard)]);
+    let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
+    dp.apply_with(ir, &material).await.unwrap();
+    let addr = dp.local_addr(443).await.unwrap();
+    Fixture {
+        _dp: dp,
+        addr,
+        exact_root,
+        wildcard_root,
+    }
+}
+
+#[tokio::test]
+async fn certificates_are_chosen_by_server_name() {
+    let f = two_listeners(None, Material::default()).await;
+    let trusts_exact = connector(std::slice::from_ref(&f.exact_root), None, &[b"http/1.1"]);
+    let trusts_wildcard = connector(std::slice::from_ref(&f.wildcard_root), None, &[b"http/1.1"]);
+
+    let reply = https_get(f.addr, &trusts_exact, "a.example.com", "a.example.com", "/")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.backend(), "exact");
+    assert_eq!(reply.echoed("x-forwarded-proto"), ["https"]);
+
+    let reply = https_get(f.addr, &trusts_wildcard, "b.example.com", "b.example.com", "/")
+        .await
+        .unwrap();
+    assert_eq!(reply.backend(), "wildcard");
+
+    // b.example.com is served the wildcard certificate, which this client does not trust.
+    assert!(
+        https_get(f.addr, &trusts_exact, "b.example.com", "b.example.com", "/")
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn alpn_negotiates_http2() {
+    let f = two_listeners(None, Material::default()).await;
+    let client = connector(std::slice::from_ref(&f.exact_root), None, &[b"h2", b"http/1.1"]);
+    let reply = https_get(f.addr, &client, "a.example.com", "a.example.com", "/h2")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("x-client-version"), format!("{:?}", Version::HTTP_2));
+    assert_eq!(reply.header("x-path"), "/h2");
+}
+
+#[tokio::test]
+async fn requests_for_another_listener_are_misdirected() {
+    let f = two_listeners(None, Material::default()).await;
+    for alpn in [&[b"h2" as &[u8]][..], &[b"http/1.1"]] {
+        let client = connector(std::slice::from_ref(&f.exact_root), None, alpn);
+        let reply = https_get(f.addr, &client, "a.example.com", "b.example.com", "/")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::MISDIRECTED_REQUEST);
+        let reply = https_get(f.addr, &client, "a.example.com", "a.example.com:443", "/")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+}
+
+/// A CA, and a client identity it signed.
+fn client_ca() -> (String, Identity, Identity) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let identity = |signer: Option<&CertifiedIssuer<'_, KeyPair>>| {
+        let key = KeyPair::generate().unwrap();
+        let params = CertificateParams::new(vec!["client".to_string()]).unwrap();
+        let cert = match signer {
+            Some(ca) => params.signed_by(&key, ca).unwrap(),
+            None => params.self_signed(&key).unwrap(),
+        };
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        (vec![cert.der().clone()], key)
+    };
+    (ca.pem(), identity(Some(&ca)), identity(None))
+}
+
+#[tokio::test]
+async fn allow_valid_only_requires_a_client_certificate_from_the_ca() {
+    let (ca_pem, valid, self_signed_identity) = client_ca();
+    let mut material = Material::default();
+    material.ca_bundles.insert("test/client-ca".into(), ca_pem);
+    let validation = ir::FrontendValidation {
+        mode: ir::FrontendValidationMode::AllowValidOnly,
+        ca_certificates: vec!["test/client-ca".into()],
+    };
+    let f = two_listeners(Some(validation), material).await;
+    let roots = std::slice::from_ref(&f.exact_root);
+
+    let client = connector(roots, Some(valid), &[b"http/1.1"]);
+    let reply = https_get(f.addr, &client, "a.example.com", "a.example.com", "/")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+
+    for identity in [None, Some(self_signed_identity)] {
+        let client = connector(roots, identity, &[b"http/1.1"]);
+        assert!(
+            https_get(f.addr, &client, "a.example.com", "a.example.com", "/")
+                .await
+                .is_err()
+        );
+    }
+}
+
+#[tokio::test]
+async fn allow_insecure_fallback_accepts_every_client() {
+    let (ca_pem, _, _) = client_ca();
+    let mut material = Material::default();
+    material.ca_bundles.insert("test/client-ca".into(), ca_pem);
+    let validation = ir::FrontendValidation {
+        mode: ir::FrontendValidationMode::AllowInsecureFallback,
+        ca_certificates: vec!["test/client-ca".into()],
+    };
+    let f = two_listeners(Some(validation), material).await;
+    let client = connector(std::slice::from_ref(&f.exact_root), None, &[b"http/1.1"]);
+    let reply = https_get(f.addr, &client, "a.example.com", "a.example.com", "/")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn missing_certificates_reject_the_ir() {
+    let echo = EchoBackend::start("echo").await;
+    let port = http_port(
+        443,
+        vec![https_listener(
+            "tls",
+            None,
+            "test/missing",
+            vec![rule("r", prefix("/"), "echo")],
+        )],
+    );
+    let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
+    let error = dp
+        .apply(proxy(vec![port], vec![echo_backend(&echo)]))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ApplyError::Invalid(_)), "{error}");
+    assert!(error.to_string().contains("test/missing"), "{error}");
+}
