@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use translator::ir;
 
-use super::names::{self, Names};
+use super::names::Names;
 use crate::settings::Kubernetes;
 
 /// Where the proxy config file is mounted.
@@ -394,6 +394,7 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provision::names;
     use crate::settings::Proxy as ProxySettings;
 
     fn ir_proxy() -> ir::Proxy {

@@ -171,9 +171,9 @@ impl Stores {
 
     /// One snapshot of everything watched.
     pub fn snapshot(&self, installed: &BTreeSet<String>) -> Snapshot {
-        fn all<K: Clone>(store: &Store<K>) -> Vec<K>
+        fn all<K>(store: &Store<K>) -> Vec<K>
         where
-            K: Resource + 'static,
+            K: Resource + Clone + 'static,
             K::DynamicType: Default + Eq + std::hash::Hash + Clone,
         {
             store.state().iter().map(|o| (**o).clone()).collect()
