@@ -5,9 +5,11 @@
 //! swaps the table atomically (requests in flight finish on the table they started with) and
 //! reconciles the listeners.
 
+pub mod admin;
 pub mod error;
 pub mod http;
 pub mod listener;
+pub mod metrics;
 pub mod stream;
 pub mod table;
 pub mod tls;
@@ -16,6 +18,7 @@ pub mod upstream;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -35,6 +38,11 @@ pub struct Settings {
     pub address: IpAddr,
     /// UDP sessions without traffic for this long are closed.
     pub udp_idle_timeout: Duration,
+    /// How long [`Dataplane::serve`] keeps accepting after its signal (load balancers need time
+    /// to stop sending new connections).
+    pub shutdown_delay: Duration,
+    /// Log one line per HTTP request (target `turna::access`).
+    pub access_log: bool,
 }
 
 impl Settings {
@@ -52,6 +60,8 @@ impl Default for Settings {
         Settings {
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             udp_idle_timeout: Duration::from_secs(60),
+            shutdown_delay: Duration::ZERO,
+            access_log: false,
         }
     }
 }
@@ -65,8 +75,13 @@ pub struct Dataplane {
 #[derive(Debug)]
 struct Inner {
     shared: Shared,
+    shutdown_delay: Duration,
+    /// Set by the first applied IR.
+    ready: Arc<AtomicBool>,
     /// Also serializes applies.
     listeners: Mutex<Listeners>,
+    /// The health address server, stopped last.
+    admin: Mutex<Option<listener::Running>>,
 }
 
 impl Dataplane {
@@ -79,8 +94,13 @@ impl Dataplane {
                     table: Arc::new(ArcSwap::from_pointee(Table::default())),
                     udp_idle_timeout: settings.udp_idle_timeout,
                     mirror_slots: Arc::new(tokio::sync::Semaphore::new(http::MAX_MIRRORS_IN_FLIGHT)),
+                    metrics: Arc::new(metrics::Metrics::default()),
+                    access_log: settings.access_log,
                 },
+                shutdown_delay: settings.shutdown_delay,
+                ready: Arc::new(AtomicBool::new(false)),
                 listeners: Mutex::new(Listeners::default()),
+                admin: Mutex::new(None),
             }),
         }
     }
@@ -96,8 +116,18 @@ impl Dataplane {
     pub async fn apply_with(&self, proxy: ir::Proxy, material: &Material) -> Result<(), ApplyError> {
         let mut listeners = self.inner.listeners.lock().await;
         let shared = &self.inner.shared;
-        let table = Arc::new(Table::build(&proxy, material, &shared.table.load())?);
+        let built = Table::build(&proxy, material, &shared.table.load(), &shared.metrics);
+        let table = match built {
+            Ok(table) => Arc::new(table),
+            Err(error) => {
+                shared.metrics.apply_errors.inc();
+                tracing::error!(%error, "IR rejected; the previous one keeps serving");
+                return Err(error.into());
+            }
+        };
         shared.table.store(table.clone());
+        shared.metrics.config_version.inc();
+        self.inner.ready.store(true, Ordering::Relaxed);
         let errors = listeners.reconcile(shared, &table);
         tracing::info!(proxy = %table.id, port_errors = errors.len(), "IR applied");
         if errors.is_empty() {
@@ -117,14 +147,37 @@ impl Dataplane {
         self.inner.listeners.lock().await.local_addr(ir::Transport::Udp, port)
     }
 
-    /// Serves until `signal` completes, then stops accepting and drains connections.
+    /// Serves `/healthz`, `/ready` and `/metrics` on `address` until shutdown.
+    pub async fn serve_health(&self, address: SocketAddr) -> std::io::Result<SocketAddr> {
+        let status = admin::Status {
+            ready: self.inner.ready.clone(),
+            metrics: self.inner.shared.metrics.clone(),
+        };
+        let (local_addr, running) = admin::bind(address, status).await?;
+        if let Some(previous) = self.inner.admin.lock().await.replace(running) {
+            previous.close();
+        }
+        Ok(local_addr)
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn metrics(&self) -> String {
+        self.inner.shared.metrics.encode()
+    }
+
+    /// Serves until `signal` completes, keeps serving for the shutdown delay, then stops
+    /// accepting and drains connections.
     pub async fn serve(&self, signal: impl Future<Output = ()>) {
         signal.await;
+        tokio::time::sleep(self.inner.shutdown_delay).await;
         self.shutdown().await;
     }
 
     /// Stops accepting on every port and waits for open connections to finish.
     pub async fn shutdown(&self) {
         self.inner.listeners.lock().await.shutdown().await;
+        if let Some(admin) = self.inner.admin.lock().await.take() {
+            let _ = admin.close().await;
+        }
     }
 }

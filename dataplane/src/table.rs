@@ -10,6 +10,7 @@ use translator::ir;
 
 use crate::error::ValidationError;
 use crate::http::PortRoutes;
+use crate::metrics::Metrics;
 use crate::stream::StreamPort;
 use crate::tls::{self, Material};
 use crate::upstream::Upstream;
@@ -81,7 +82,12 @@ impl SocketKind {
 impl Table {
     /// Validates `proxy` and builds its table; upstreams that did not change are taken from
     /// `previous` with their pools and balancing state.
-    pub fn build(proxy: &ir::Proxy, material: &Material, previous: &Table) -> Result<Table, ValidationError> {
+    pub fn build(
+        proxy: &ir::Proxy,
+        material: &Material,
+        previous: &Table,
+        metrics: &Metrics,
+    ) -> Result<Table, ValidationError> {
         if proxy.schema != ir::SCHEMA_VERSION {
             return Err(ValidationError::Schema {
                 found: proxy.schema,
@@ -97,7 +103,7 @@ impl Table {
                     key: key.clone(),
                 });
             }
-            let upstream = Upstream::build(backend, previous.upstreams.get(key))?;
+            let upstream = Upstream::build(backend, previous.upstreams.get(key), metrics)?;
             upstreams.insert(key.clone(), upstream);
         }
         let mut http_ports = HashMap::new();

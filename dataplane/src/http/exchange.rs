@@ -15,6 +15,7 @@ use super::response::{self, ProxyBody};
 use super::retry::MAX_RETRY_BODY;
 use super::rule::{Rule, describe};
 use super::upgrade::UpgradeRequest;
+use crate::metrics::Metrics;
 use crate::upstream::{BufferedBody, ForwardError, RequestBody, Upstream};
 
 /// A request routed to `rule`.
@@ -29,6 +30,7 @@ pub struct Exchange<'a> {
     pub connect_retries: u32,
     /// Mirror copies that may still be sent.
     pub mirror_slots: &'a Arc<Semaphore>,
+    pub metrics: &'a Metrics,
 }
 
 /// The outcome of one attempt.
@@ -127,6 +129,7 @@ impl<'a> Exchange<'a> {
                 };
             }
             attempt += 1;
+            self.metrics.retries.inc();
             if let Some(backoff) = rule.retry.as_ref().and_then(|p| p.backoff) {
                 tokio::time::sleep(backoff).await;
             }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use http::header::{self, HeaderValue};
@@ -17,6 +18,7 @@ use super::exchange::Exchange;
 use super::host::request_host;
 use super::response::{self, ProxyBody};
 use super::router::RequestView;
+use crate::metrics::{Metrics, RequestLabels};
 use crate::table::Table;
 
 /// What a listener's requests are served with.
@@ -29,6 +31,9 @@ pub struct ListenerContext {
     pub scheme: &'static str,
     /// Mirror copies that may still be sent, shared by all listeners.
     pub mirror_slots: Arc<Semaphore>,
+    pub metrics: Arc<Metrics>,
+    /// Log one line per request.
+    pub access_log: bool,
 }
 
 /// The hyper service of one connection.
@@ -54,6 +59,34 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
 
 impl HttpService {
     async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let mut labels = RequestLabels {
+            listener: String::new(),
+            route: String::new(),
+            code: 0,
+        };
+        let response = self.route(req, &mut labels).await;
+        labels.code = response.status().as_u16();
+        if self.context.access_log {
+            tracing::info!(
+                target: "turna::access",
+                peer = %self.peer,
+                %method,
+                %path,
+                status = labels.code,
+                listener = %labels.listener,
+                route = %labels.route,
+                micros = started.elapsed().as_micros() as u64,
+            );
+        }
+        self.context.metrics.requests.get_or_create(&labels).inc();
+        response
+    }
+
+    /// Routes and serves `req`, naming the listener and rule it took in `labels`.
+    async fn route(&self, req: Request<Incoming>, labels: &mut RequestLabels) -> Response<ProxyBody> {
         let context = &self.context;
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = context.table.load_full();
@@ -62,12 +95,16 @@ impl HttpService {
             return response::local(StatusCode::NOT_FOUND, grpc);
         };
         let host = request_host(&req);
+        let listener = routes.listener(&host);
         // A connection is bound to the listener its server name selected; a request for another
         // listener's host (a reused HTTP/2 connection, say) must be sent on its own connection.
         if let Some(server_name) = &self.server_name
-            && routes.listener(server_name).map(|l| &l.name) != routes.listener(&host).map(|l| &l.name)
+            && routes.listener(server_name).map(|l| &l.name) != listener.map(|l| &l.name)
         {
             return response::local(StatusCode::MISDIRECTED_REQUEST, grpc);
+        }
+        if let Some(listener) = listener {
+            labels.listener.clone_from(&listener.name);
         }
         let (mut parts, body) = req.into_parts();
         let routed = routes.route(&RequestView {
@@ -80,8 +117,8 @@ impl HttpService {
         let Some(routed) = routed else {
             return response::local(StatusCode::NOT_FOUND, grpc);
         };
-
         let rule = routed.rule;
+        labels.route.clone_from(&rule.name);
         self.forwarding_headers(&mut parts.headers, &parts.uri);
         let exchange = Exchange {
             rule,
@@ -90,6 +127,7 @@ impl HttpService {
             host,
             connect_retries: table.connect_retries,
             mirror_slots: &context.mirror_slots,
+            metrics: &context.metrics,
         };
         match rule.request_timeout {
             Some(limit) => match tokio::time::timeout(limit, exchange.run(parts, body)).await {

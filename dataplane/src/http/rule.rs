@@ -16,6 +16,8 @@ use crate::upstream::Upstream;
 #[derive(Debug)]
 pub struct Rule {
     pub route: ir::RouteRef,
+    /// How logs and metrics name the rule.
+    pub name: String,
     /// Errors are answered as gRPC statuses.
     pub grpc: bool,
     pub matcher: Matcher,
@@ -73,6 +75,7 @@ impl Rule {
             })
             .collect::<Result<_, ValidationError>>()?;
         Ok(Rule {
+            name: context.clone(),
             route: rule.route.clone(),
             grpc: rule.grpc,
             matcher: Matcher::compile(&rule.matcher, &context)?,

@@ -37,6 +37,8 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
             "http"
         },
         mirror_slots: shared.mirror_slots.clone(),
+        metrics: shared.metrics.clone(),
+        access_log: shared.access_log,
     });
     Ok((local_addr, Running::spawn(|stopped| accept(listener, context, stopped))))
 }
@@ -75,6 +77,7 @@ async fn connection(
     builder: Arc<auto::Builder<TokioExecutor>>,
     watcher: Watcher,
 ) {
+    let _open = context.metrics.connection();
     if context.scheme == "http" {
         let service = HttpService {
             context,

@@ -30,6 +30,9 @@ pub struct Shared {
     pub udp_idle_timeout: Duration,
     /// Request mirror copies that may still be sent.
     pub mirror_slots: Arc<tokio::sync::Semaphore>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Log one line per HTTP request.
+    pub access_log: bool,
 }
 
 /// A listener's accept task and how to stop it.

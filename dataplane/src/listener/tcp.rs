@@ -14,6 +14,7 @@ use translator::ir::Transport;
 
 use super::{DRAIN_TIMEOUT, Running, Shared, port_error, stopping};
 use crate::error::PortError;
+use crate::metrics::Metrics;
 use crate::stream::sni::{self, ClientHello};
 use crate::table::{Socket, SocketKind, Table};
 
@@ -41,13 +42,20 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
     let listener = listen(addr).map_err(&error)?;
     let local_addr = listener.local_addr().map_err(&error)?;
     let table = shared.table.clone();
+    let metrics = shared.metrics.clone();
     Ok((
         local_addr,
-        Running::spawn(move |stopped| accept(listener, table, socket, stopped)),
+        Running::spawn(move |stopped| accept(listener, table, socket, metrics, stopped)),
     ))
 }
 
-async fn accept(listener: TcpListener, table: Arc<ArcSwap<Table>>, socket: Socket, mut stopped: watch::Receiver<bool>) {
+async fn accept(
+    listener: TcpListener,
+    table: Arc<ArcSwap<Table>>,
+    socket: Socket,
+    metrics: Arc<Metrics>,
+    mut stopped: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             biased;
@@ -58,7 +66,9 @@ async fn accept(listener: TcpListener, table: Arc<ArcSwap<Table>>, socket: Socke
                     // The connection stays on the table it was accepted with.
                     let table = table.load_full();
                     let stopped = stopped.clone();
+                    let open = metrics.connection();
                     tokio::spawn(async move {
+                        let _open = open;
                         tokio::select! {
                             _ = forward(stream, &table, socket) => {}
                             _ = drained(stopped) => tracing::debug!(%peer, "connection closed after the drain timeout"),

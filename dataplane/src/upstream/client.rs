@@ -143,13 +143,16 @@ impl Upstream {
             *request.version_mut() = version;
             *request.headers_mut() = parts.headers.clone();
             let guard = ActiveGuard::new(&endpoint.active);
+            let started = std::time::Instant::now();
             match self.client.request(request).await {
                 Ok(response) => {
+                    self.latency.observe(started.elapsed().as_secs_f64());
                     endpoint.health.connected();
                     return Ok(Forwarded { response, guard });
                 }
                 Err(source) if source.is_connect() => {
                     if endpoint.health.failed() {
+                        self.ejections.inc();
                         tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
                     }
                     let retries_left = tried.len() <= connect_retries as usize;

@@ -29,6 +29,7 @@ impl Upstream {
                 };
             tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, %error, "endpoint unreachable");
             if endpoint.health.failed() {
+                self.ejections.inc();
                 tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
             }
             if tried.len() > connect_retries as usize {

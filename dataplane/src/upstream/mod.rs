@@ -22,7 +22,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use translator::config::Strategy;
 use translator::ir;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+
 use crate::error::ValidationError;
+use crate::metrics::{BackendLabels, Metrics};
 
 /// One backend of the IR with its balancing state and connection pool.
 #[derive(Debug)]
@@ -34,6 +38,10 @@ pub struct Upstream {
     /// Round-robin position, kept across swaps.
     cursor: Arc<AtomicUsize>,
     client: Client<HttpConnector, ReclaimBody>,
+    /// This backend's time to response headers.
+    latency: Histogram,
+    /// This backend's endpoint ejections.
+    ejections: Counter,
 }
 
 /// An endpoint, its requests in flight (for least_conn) and its passive health.
@@ -47,7 +55,11 @@ struct Endpoint {
 impl Upstream {
     /// Builds the upstream for `spec`, reusing `previous` (same id) when nothing changed, and its
     /// pool and balancing state when only endpoints changed.
-    pub fn build(spec: &ir::Backend, previous: Option<&Arc<Upstream>>) -> Result<Arc<Upstream>, ValidationError> {
+    pub fn build(
+        spec: &ir::Backend,
+        previous: Option<&Arc<Upstream>>,
+        metrics: &Metrics,
+    ) -> Result<Arc<Upstream>, ValidationError> {
         if let Some(previous) = previous.filter(|p| p.spec == *spec) {
             return Ok(previous.clone());
         }
@@ -74,6 +86,9 @@ impl Upstream {
                 })
             })
             .collect::<Result<Vec<_>, ValidationError>>()?;
+        let labels = BackendLabels {
+            backend: spec.id.clone(),
+        };
         let same_protocol = previous.filter(|p| p.spec.protocol == spec.protocol);
         Ok(Arc::new(Upstream {
             id: spec.id.clone(),
@@ -85,6 +100,8 @@ impl Upstream {
                 Some(p) => p.client.clone(),
                 None => client::build(spec.protocol),
             },
+            latency: metrics.upstream_latency.get_or_create(&labels).clone(),
+            ejections: metrics.ejections.get_or_create(&labels).clone(),
         }))
     }
 }
