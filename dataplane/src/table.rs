@@ -24,7 +24,7 @@ pub struct Table {
     http_ports: HashMap<u16, PortRoutes>,
     /// TCP, TLS passthrough and UDP routes by transport and Gateway listener port.
     stream_ports: HashMap<(ir::Transport, u16), StreamPort>,
-    /// TLS settings of HTTPS ports.
+    /// TLS settings of ports with terminating listeners.
     tls_configs: HashMap<u16, Arc<ServerConfig>>,
     /// Sockets to serve.
     sockets: Vec<Socket>,
@@ -54,8 +54,8 @@ pub enum SocketKind {
     Https,
     /// TCP listeners: bytes to the route's backend.
     Tcp,
-    /// TLS passthrough listeners: routed by the ClientHello's server name.
-    TlsPassthrough,
+    /// TLS listeners (passthrough and terminate): routed by the ClientHello's server name.
+    Tls,
     /// UDP listeners: datagrams per client session.
     Udp,
 }
@@ -64,16 +64,13 @@ impl SocketKind {
     /// The kind of socket `port` needs; `None` when this dataplane cannot serve it yet.
     fn of(port: &ir::Port) -> Option<SocketKind> {
         let all = |protocol: ir::Protocol| port.listeners.iter().all(|l| l.protocol == protocol);
-        let passthrough = port.listeners.iter().all(|l| {
-            l.protocol == ir::Protocol::Tls && l.tls.as_ref().is_some_and(|t| t.mode == ir::TlsMode::Passthrough)
-        });
         match port.transport {
             _ if port.listeners.is_empty() => None,
             ir::Transport::Udp => all(ir::Protocol::Udp).then_some(SocketKind::Udp),
             ir::Transport::Tcp if all(ir::Protocol::Http) => Some(SocketKind::Http),
             ir::Transport::Tcp if all(ir::Protocol::Https) => Some(SocketKind::Https),
             ir::Transport::Tcp if all(ir::Protocol::Tcp) => Some(SocketKind::Tcp),
-            ir::Transport::Tcp if passthrough => Some(SocketKind::TlsPassthrough),
+            ir::Transport::Tcp if all(ir::Protocol::Tls) => Some(SocketKind::Tls),
             ir::Transport::Tcp => None,
         }
     }
@@ -120,8 +117,12 @@ impl Table {
             };
             let mut validation = 0;
             if kind == SocketKind::Https {
-                tls_configs.insert(port.port, tls::server_config(port, material)?);
+                tls_configs.insert(port.port, tls::server_config(port, material, tls::Alpn::Http)?);
                 validation = validation_fingerprint(port, material);
+            }
+            let terminates = |l: &ir::Listener| l.tls.as_ref().is_some_and(|t| t.mode == ir::TlsMode::Terminate);
+            if kind == SocketKind::Tls && port.listeners.iter().any(terminates) {
+                tls_configs.insert(port.port, tls::server_config(port, material, tls::Alpn::None)?);
             }
             if matches!(kind, SocketKind::Http | SocketKind::Https) {
                 http_ports.insert(port.port, PortRoutes::compile(port, &upstreams)?);
@@ -157,7 +158,7 @@ impl Table {
         self.stream_ports.get(&(transport, port))
     }
 
-    /// The TLS settings of HTTPS port `port`.
+    /// The TLS settings of the terminating listeners of HTTPS or TLS port `port`.
     pub fn tls_config(&self, port: u16) -> Option<&Arc<ServerConfig>> {
         self.tls_configs.get(&port)
     }

@@ -290,3 +290,54 @@ async fn missing_certificates_reject_the_ir() {
     assert!(matches!(error, ApplyError::Invalid(_)), "{error}");
     assert!(error.to_string().contains("test/missing"), "{error}");
 }
+
+#[tokio::test]
+async fn tls_terminate_and_passthrough_share_a_port() {
+    use common::stream::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let passthrough = tcp_echo("pass").await;
+    let terminated = tcp_echo("term").await;
+    let (cert, root) = self_signed(&["term.example.com"]);
+    let mut material = Material::default();
+    material.certificates.insert("test/term".into(), cert);
+    let mut terminate = stream_listener(
+        "term",
+        ir::Protocol::Tls,
+        Some("term.example.com"),
+        vec![stream_route("term", &[], vec![weighted(Some("term"), 1)])],
+    );
+    terminate.tls = Some(ir::ListenerTls {
+        mode: ir::TlsMode::Terminate,
+        certificates: vec!["test/term".into()],
+    });
+    let pass = stream_listener(
+        "pass",
+        ir::Protocol::Tls,
+        Some("pass.example.com"),
+        vec![stream_route("pass", &[], vec![weighted(Some("pass"), 1)])],
+    );
+    let ir = proxy(
+        vec![port(ir::Transport::Tcp, 443, vec![terminate, pass])],
+        vec![stream_backend("pass", passthrough), stream_backend("term", terminated)],
+    );
+    let dp = Dataplane::new(loopback());
+    dp.apply_with(ir, &material).await.unwrap();
+    let addr = dp.local_addr(443).await.unwrap();
+
+    // Terminated: the backend gets the decrypted bytes.
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let client = connector(&[root], None, &[]);
+    let mut tls = client
+        .connect(ServerName::try_from("term.example.com").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"secret").await.unwrap();
+    let mut buf = [0u8; 11];
+    tls.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"term:secret");
+
+    // Passthrough: the backend gets the ClientHello itself.
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    assert!(exchange(&mut tcp, &client_hello("pass.example.com"), "pass").await);
+}

@@ -101,7 +101,7 @@ impl Listeners {
             }
             let bound = match socket.kind {
                 SocketKind::Http | SocketKind::Https => http::bind(shared, *socket),
-                SocketKind::Tcp | SocketKind::TlsPassthrough => tcp::bind(shared, *socket),
+                SocketKind::Tcp | SocketKind::Tls => tcp::bind(shared, *socket),
                 SocketKind::Udp => udp::bind(shared, *socket),
             };
             match bound {

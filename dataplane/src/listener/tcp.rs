@@ -1,13 +1,13 @@
-//! TCP and TLS passthrough listeners: each connection is joined to an endpoint of its route's
-//! backend. TLS passthrough routes by the server name of the ClientHello, which is forwarded
-//! untouched.
+//! TCP and TLS listeners: each connection is joined to an endpoint of its route's backend. TLS
+//! listeners route by the server name of the ClientHello; passthrough forwards it untouched,
+//! terminate completes the handshake and forwards the decrypted bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use translator::ir::Transport;
@@ -15,8 +15,12 @@ use translator::ir::Transport;
 use super::{DRAIN_TIMEOUT, Running, Shared, port_error, stopping};
 use crate::error::PortError;
 use crate::metrics::Metrics;
+use tokio_rustls::TlsAcceptor;
+
+use crate::stream::prefixed::Prefixed;
 use crate::stream::sni::{self, ClientHello};
 use crate::table::{Socket, SocketKind, Table};
+use crate::upstream::Upstream;
 
 /// Pending connections the kernel queues for one listener.
 const BACKLOG: u32 = 1024;
@@ -96,7 +100,7 @@ async fn forward(mut client: TcpStream, table: &Table, socket: Socket) {
         return;
     };
     let mut hello = Vec::new();
-    let server_name = if socket.kind == SocketKind::TlsPassthrough {
+    let server_name = if socket.kind == SocketKind::Tls {
         match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut client, &mut hello)).await {
             Ok(Some(name)) => Some(name.unwrap_or_default()),
             _ => return,
@@ -104,25 +108,47 @@ async fn forward(mut client: TcpStream, table: &Table, socket: Socket) {
     } else {
         None
     };
-    let Some(route) = port.route(server_name.as_deref()) else {
+    let Some(routed) = port.route(server_name.as_deref()) else {
         tracing::debug!(port = socket.port, ?server_name, "no route for connection");
         return;
     };
     // Invalid backends (and zero weights) close their share of connections.
-    let Some(upstream) = route.pick_backend().and_then(|b| b.upstream.as_ref()) else {
+    let Some(upstream) = routed.route.pick_backend().and_then(|b| b.upstream.as_ref()) else {
         return;
     };
-    let (mut backend, _active) = match upstream.connect_tcp(table.connect_retries).await {
+    if routed.terminate {
+        // The peeked ClientHello starts the handshake this proxy completes.
+        let Some(config) = table.tls_config(socket.port).cloned() else {
+            return;
+        };
+        let client = Prefixed::new(hello, client);
+        let accepted = tokio::time::timeout(HELLO_TIMEOUT, TlsAcceptor::from(config).accept(client)).await;
+        let Ok(Ok(mut client)) = accepted else {
+            return;
+        };
+        join(&mut client, upstream, table.connect_retries, &[]).await;
+    } else {
+        join(&mut client, upstream, table.connect_retries, &hello).await;
+    }
+}
+
+/// Connects to an endpoint of `upstream`, sends `first`, then copies both ways until either
+/// side closes.
+async fn join<S>(client: &mut S, upstream: &Upstream, connect_retries: u32, first: &[u8])
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut backend, _active) = match upstream.connect_tcp(connect_retries).await {
         Ok(connected) => connected,
         Err(error) => {
             tracing::warn!(%error, "no connection to backend");
             return;
         }
     };
-    if !hello.is_empty() && backend.write_all(&hello).await.is_err() {
+    if !first.is_empty() && backend.write_all(first).await.is_err() {
         return;
     }
-    if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+    if let Err(error) = tokio::io::copy_bidirectional(client, &mut backend).await {
         tracing::debug!(%error, "stream ended with an error");
     }
 }

@@ -93,8 +93,8 @@ async fn open_session(
     idle: Duration,
     stopped: &watch::Receiver<bool>,
 ) -> Option<mpsc::Sender<Bytes>> {
-    let route = table.stream_port(Transport::Udp, socket.port)?.route(None)?;
-    let upstream = route.pick_backend()?.upstream.as_ref()?;
+    let routed = table.stream_port(Transport::Udp, socket.port)?.route(None)?;
+    let upstream = routed.route.pick_backend()?.upstream.as_ref()?;
     let (endpoint, active) = upstream.pick_datagram_endpoint()?;
     let local: SocketAddr = if client.is_ipv4() {
         ([0, 0, 0, 0], 0).into()

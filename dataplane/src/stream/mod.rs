@@ -1,5 +1,6 @@
 //! Stream routing: TCP, UDP and TLS passthrough listeners and their routes.
 
+pub mod prefixed;
 pub mod sni;
 
 use std::collections::HashMap;
@@ -21,7 +22,16 @@ pub struct StreamPort {
 #[derive(Debug)]
 struct StreamListener {
     hostname: HostPattern,
+    /// TLS listeners in Terminate mode.
+    terminate: bool,
     routes: Vec<StreamRoute>,
+}
+
+/// The route of a connection, and whether its listener terminates TLS.
+#[derive(Debug)]
+pub struct Routed<'a> {
+    pub route: &'a StreamRoute,
+    pub terminate: bool,
 }
 
 /// One TCP, UDP or TLS route.
@@ -89,14 +99,19 @@ impl StreamPort {
                     })
                 })
                 .collect::<Result<_, ValidationError>>()?;
-            listeners.push(StreamListener { hostname, routes });
+            let terminate = listener.tls.as_ref().is_some_and(|t| t.mode == ir::TlsMode::Terminate);
+            listeners.push(StreamListener {
+                hostname,
+                terminate,
+                routes,
+            });
         }
         listeners.sort_by_key(|l| std::cmp::Reverse(l.hostname.specificity()));
         Ok(StreamPort { listeners })
     }
 
     /// The route for a connection: by server name for TLS, else the first (oldest) route.
-    pub fn route(&self, server_name: Option<&str>) -> Option<&StreamRoute> {
+    pub fn route(&self, server_name: Option<&str>) -> Option<Routed<'_>> {
         let name = server_name.map(str::to_ascii_lowercase).unwrap_or_default();
         let listener = match server_name {
             Some(_) => self.listeners.iter().find(|l| l.hostname.matches(&name))?,
@@ -121,7 +136,10 @@ impl StreamPort {
                 best = Some((route, s));
             }
         }
-        best.map(|(route, _)| route)
+        best.map(|(route, _)| Routed {
+            route,
+            terminate: listener.terminate,
+        })
     }
 }
 

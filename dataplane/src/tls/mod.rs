@@ -19,6 +19,15 @@ use crate::http::host::HostPattern;
 /// ALPN protocols offered on HTTPS listeners.
 const HTTPS_ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
+/// What a terminating port offers in ALPN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alpn {
+    /// HTTPS: h2 and http/1.1.
+    Http,
+    /// TLS Terminate: bytes, no application protocol.
+    None,
+}
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -41,11 +50,13 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
-/// The TLS settings of a port whose listeners terminate TLS.
-pub fn server_config(port: &ir::Port, material: &Material) -> Result<Arc<ServerConfig>, ValidationError> {
+/// The TLS settings of the listeners of `port` that terminate TLS.
+pub fn server_config(port: &ir::Port, material: &Material, alpn: Alpn) -> Result<Arc<ServerConfig>, ValidationError> {
     let mut listeners = Vec::new();
     for listener in &port.listeners {
-        let Some(tls) = &listener.tls else { continue };
+        let Some(tls) = listener.tls.as_ref().filter(|t| t.mode == ir::TlsMode::Terminate) else {
+            continue;
+        };
         let Some(name) = tls.certificates.first() else {
             return Err(ValidationError::Certificate {
                 listener: listener.name.clone(),
@@ -86,6 +97,8 @@ pub fn server_config(port: &ir::Port, material: &Material) -> Result<Arc<ServerC
         _ => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(Arc::new(SniResolver { listeners }));
-    config.alpn_protocols = HTTPS_ALPN.iter().map(|p| p.to_vec()).collect();
+    if alpn == Alpn::Http {
+        config.alpn_protocols = HTTPS_ALPN.iter().map(|p| p.to_vec()).collect();
+    }
     Ok(Arc::new(config))
 }

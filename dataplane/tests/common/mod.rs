@@ -1,6 +1,8 @@
 //! Shared test fixtures: echo backends, IR builders and a client.
 #![allow(dead_code)]
 
+pub mod stream;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
