@@ -72,9 +72,10 @@ fn run(scenario: &Scenario) -> (Snapshot, Output) {
     (snapshot, output)
 }
 
-fn cases() -> ProptestConfig {
+/// `cases` scenarios per property; the whole file stays within a few seconds in debug builds.
+fn cases(cases: u32) -> ProptestConfig {
     ProptestConfig {
-        cases: 192,
+        cases,
         // Integration tests have no lib.rs to store regressions beside; failures print the case.
         failure_persistence: None,
         max_shrink_iters: 2_000,
@@ -83,7 +84,7 @@ fn cases() -> ProptestConfig {
 }
 
 proptest! {
-    #![proptest_config(cases())]
+    #![proptest_config(cases(256))]
 
     /// Object order never shows in the output (serialized, byte for byte).
     #[test]
@@ -197,6 +198,11 @@ proptest! {
             }
         }
     }
+}
+
+proptest! {
+    // Cross-namespace certificates that also resolve are rarer than the rest: more cases.
+    #![proptest_config(cases(768))]
 
     /// A Secret in another namespace than every Gateway or ListenerSet referencing it reaches a
     /// proxy's bundle only through a ReferenceGrant.
@@ -275,7 +281,7 @@ fn generator_reaches_interesting_cases() {
     let mut runner = TestRunner::deterministic();
     let strategy = scenario();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for _ in 0..300 {
+    for _ in 0..400 {
         let scenario = strategy.new_tree(&mut runner).expect("generates").current();
         let (_, output) = run(&scenario);
         let listeners: Vec<_> = output
@@ -334,7 +340,7 @@ fn generator_reaches_interesting_cases() {
         );
     }
     for (what, n) in &seen {
-        assert!(*n >= 5, "only {n} of 300 scenarios have a {what}: {seen:?}");
+        assert!(*n >= 5, "only {n} of 400 scenarios have a {what}: {seen:?}");
     }
     assert_eq!(seen.len(), 8, "{seen:?}");
 }

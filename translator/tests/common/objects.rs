@@ -112,7 +112,7 @@ pub fn listener() -> impl Strategy<Value = Value> {
             let wants_tls = matches!(protocol, "HTTPS" | "TLS");
             let tls = (
                 maybe(select(&["Terminate", "Passthrough"][..]).prop_map(|s| json!(s))),
-                prop::collection::vec(certificate_ref(), 0..3),
+                prop_oneof![9 => prop::collection::vec(certificate_ref(), 1..3), 1 => Just(Vec::new())],
             )
                 .prop_map(|(mode, refs)| obj(vec![("mode", mode), ("certificateRefs", Some(Value::from(refs)))]));
             (
@@ -185,8 +185,48 @@ pub fn meta(name: Value, namespace: Value, age: u8) -> Value {
     })
 }
 
+/// `spec.tls`: a backend client certificate and client-certificate validation of HTTPS ports.
+fn gateway_tls() -> impl Strategy<Value = Value> {
+    let frontend = (
+        maybe(name(NAMESPACES)),
+        select(&["AllowValidOnly", "AllowInsecureFallback"][..]),
+    )
+        .prop_map(|(namespace, mode)| {
+            let ca = obj(vec![
+                ("group", Some(json!(""))),
+                ("kind", Some(json!("ConfigMap"))),
+                ("name", Some(json!("ca-a"))),
+                ("namespace", namespace),
+            ]);
+            json!({"default": {"validation": {"caCertificateRefs": [ca], "mode": mode}}})
+        });
+    (maybe(certificate_ref()), rarely(frontend)).prop_map(|(client, frontend)| {
+        let backend = client.map(|r| json!({"clientCertificateRef": r}));
+        obj(vec![("backend", backend), ("frontend", frontend)])
+    })
+}
+
+/// `spec.addresses` and `spec.infrastructure`, which can keep a Gateway from being accepted.
+fn gateway_infrastructure() -> impl Strategy<Value = (Option<Value>, Option<Value>)> {
+    let address = (
+        mostly(&["IPAddress"], &["Hostname", "example.com/Custom"]),
+        mostly(&["192.0.2.1", ""], &["not-an-ip"]),
+    )
+        .prop_map(|(kind, value)| json!({"type": kind, "value": value}));
+    let parameters = json!({"group": "example.com", "kind": "Params", "name": "p"});
+    let infrastructure = rarely(Just(parameters)).prop_map(|parameters| {
+        obj(vec![
+            ("labels", Some(json!({"team": "a"}))),
+            ("parametersRef", parameters),
+        ])
+    });
+    (
+        rarely(prop::collection::vec(address, 1..3).prop_map(Value::from)),
+        rarely(infrastructure),
+    )
+}
+
 pub fn gateway() -> impl Strategy<Value = Value> {
-    let client_certificate = certificate_ref().prop_map(|r| json!({"backend": {"clientCertificateRef": r}}));
     let allowed_listeners = select(&["All", "Same", "None"][..]).prop_map(|f| json!({"namespaces": {"from": f}}));
     (
         name(GATEWAYS),
@@ -194,22 +234,27 @@ pub fn gateway() -> impl Strategy<Value = Value> {
         any::<u8>(),
         mostly(&[CLASS], &["foreign", "missing-class"]),
         named_listeners("l", 3),
-        maybe(client_certificate),
+        maybe(gateway_tls()),
         maybe(allowed_listeners),
+        gateway_infrastructure(),
     )
-        .prop_map(|(name, ns, age, class, listeners, tls, allowed)| {
-            json!({
-                "apiVersion": "gateway.networking.k8s.io/v1",
-                "kind": "Gateway",
-                "metadata": meta(name, ns, age),
-                "spec": obj(vec![
-                    ("gatewayClassName", Some(json!(class))),
-                    ("listeners", Some(listeners)),
-                    ("tls", tls),
-                    ("allowedListeners", allowed),
-                ]),
-            })
-        })
+        .prop_map(
+            |(name, ns, age, class, listeners, tls, allowed, (addresses, infrastructure))| {
+                json!({
+                    "apiVersion": "gateway.networking.k8s.io/v1",
+                    "kind": "Gateway",
+                    "metadata": meta(name, ns, age),
+                    "spec": obj(vec![
+                        ("gatewayClassName", Some(json!(class))),
+                        ("listeners", Some(listeners)),
+                        ("tls", tls),
+                        ("allowedListeners", allowed),
+                        ("addresses", addresses),
+                        ("infrastructure", infrastructure),
+                    ]),
+                })
+            },
+        )
 }
 
 pub fn listener_set() -> impl Strategy<Value = Value> {
