@@ -100,7 +100,7 @@ impl Table {
                     key: key.clone(),
                 });
             }
-            let upstream = Upstream::build(backend, previous.upstreams.get(key), metrics)?;
+            let upstream = Upstream::build(backend, previous.upstreams.get(key), material, metrics)?;
             upstreams.insert(key.clone(), upstream);
         }
         let mut http_ports = HashMap::new();

@@ -138,7 +138,7 @@ async fn join<S>(client: &mut S, upstream: &Upstream, connect_retries: u32, firs
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (mut backend, _active) = match upstream.connect_tcp(connect_retries).await {
+    let (mut backend, _active) = match upstream.connect_stream(connect_retries).await {
         Ok(connected) => connected,
         Err(error) => {
             tracing::warn!(%error, "no connection to backend");

@@ -14,6 +14,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use translator::ir::AppProtocol;
 
+use super::connector::UpstreamConnector;
+use super::tls::{BackendTls, TlsClient};
 use super::{ReclaimBody, RequestBody, Upstream};
 
 /// How long connecting to one endpoint may take before the next is tried.
@@ -21,11 +23,15 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle pooled connections are closed after this.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// A keep-alive client for one backend: HTTP/1.1, or HTTP/2 without TLS for h2c backends.
-pub fn build(protocol: AppProtocol) -> Client<HttpConnector, ReclaimBody> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+/// A keep-alive client for one backend: HTTP/1.1, or HTTP/2 for h2c backends; over TLS when
+/// `tls` is set.
+pub fn build(protocol: AppProtocol, tls: Option<Arc<TlsClient>>) -> Client<UpstreamConnector, ReclaimBody> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    // TLS happens in the connector; the URI stays http.
+    http.enforce_http(false);
+    let connector = UpstreamConnector::new(http, tls);
     let mut builder = Client::builder(TokioExecutor::new());
     builder.pool_idle_timeout(POOL_IDLE_TIMEOUT);
     if protocol == AppProtocol::H2c {
@@ -81,8 +87,8 @@ pub enum ForwardError {
         #[source]
         source: std::io::Error,
     },
-    #[error("backend {0} needs TLS, which this dataplane does not originate yet")]
-    TlsUnsupported(String),
+    #[error("backend {0}: its BackendTLSPolicy has no usable CA certificate")]
+    InvalidTls(String),
 }
 
 impl ForwardError {
@@ -93,7 +99,7 @@ impl ForwardError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
-            ForwardError::TlsUnsupported(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ForwardError::InvalidTls(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -107,8 +113,8 @@ impl Upstream {
         body: RequestBody,
         connect_retries: u32,
     ) -> Result<Forwarded, ForwardError> {
-        if self.spec.tls.is_some() {
-            return Err(ForwardError::TlsUnsupported(self.id.clone()));
+        if matches!(self.tls, BackendTls::Invalid) {
+            return Err(ForwardError::InvalidTls(self.id.clone()));
         }
         let version = match self.spec.protocol {
             AppProtocol::H2c => Version::HTTP_2,

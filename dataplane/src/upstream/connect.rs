@@ -1,11 +1,40 @@
 //! Raw connections to endpoints for TCP, TLS passthrough and UDP routes.
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::client::{ActiveGuard, CONNECT_TIMEOUT};
+use super::connector::handshake;
+use super::tls::BackendTls;
 use super::{ForwardError, Upstream};
 
+/// A connection to an endpoint for stream routes: TCP, or TLS over it.
+pub trait StreamIo: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> StreamIo for T {}
+
 impl Upstream {
+    /// Connects to an endpoint like [`Upstream::connect_tcp`], then opens TLS when a
+    /// BackendTLSPolicy applies.
+    pub async fn connect_stream(&self, connect_retries: u32) -> Result<(Box<dyn StreamIo>, ActiveGuard), ForwardError> {
+        let client = match &self.tls {
+            BackendTls::Invalid => return Err(ForwardError::InvalidTls(self.id.clone())),
+            BackendTls::Tls(client) => Some(client.clone()),
+            BackendTls::Plain => None,
+        };
+        let (tcp, guard) = self.connect_tcp(connect_retries).await?;
+        match client {
+            None => Ok((Box::new(tcp), guard)),
+            Some(client) => match handshake(&client, tcp).await {
+                Ok(tls) => Ok((Box::new(tls), guard)),
+                Err(source) => Err(ForwardError::Connect {
+                    backend: self.id.clone(),
+                    source,
+                }),
+            },
+        }
+    }
+
     /// Connects to an endpoint over TCP, trying up to `connect_retries` others when one is
     /// unreachable.
     pub async fn connect_tcp(&self, connect_retries: u32) -> Result<(TcpStream, ActiveGuard), ForwardError> {

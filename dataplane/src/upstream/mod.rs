@@ -5,8 +5,10 @@ mod balancer;
 mod body;
 mod client;
 mod connect;
+mod connector;
 mod health;
 mod reclaim;
+mod tls;
 
 pub use balancer::pick_weighted;
 pub use body::{BufferedBody, RequestBody};
@@ -18,7 +20,6 @@ use std::sync::atomic::AtomicUsize;
 
 use http::uri::Authority;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use translator::config::Strategy;
 use translator::ir;
 
@@ -27,6 +28,9 @@ use prometheus_client::metrics::histogram::Histogram;
 
 use crate::error::ValidationError;
 use crate::metrics::{BackendLabels, Metrics};
+use crate::tls::Material;
+use connector::UpstreamConnector;
+use tls::BackendTls;
 
 /// One backend of the IR with its balancing state and connection pool.
 #[derive(Debug)]
@@ -37,7 +41,10 @@ pub struct Upstream {
     strategy: Strategy,
     /// Round-robin position, kept across swaps.
     cursor: Arc<AtomicUsize>,
-    client: Client<HttpConnector, ReclaimBody>,
+    client: Client<UpstreamConnector, ReclaimBody>,
+    tls: BackendTls,
+    /// Fingerprint of the TLS settings and material the client was built with.
+    tls_fingerprint: u64,
     /// This backend's time to response headers.
     latency: Histogram,
     /// This backend's endpoint ejections.
@@ -58,9 +65,12 @@ impl Upstream {
     pub fn build(
         spec: &ir::Backend,
         previous: Option<&Arc<Upstream>>,
+        material: &Material,
         metrics: &Metrics,
     ) -> Result<Arc<Upstream>, ValidationError> {
-        if let Some(previous) = previous.filter(|p| p.spec == *spec) {
+        let (tls, tls_fingerprint) = BackendTls::build(spec, material)?;
+        let unchanged = |p: &&Arc<Upstream>| p.spec == *spec && p.tls_fingerprint == tls_fingerprint;
+        if let Some(previous) = previous.filter(unchanged) {
             return Ok(previous.clone());
         }
         let endpoints = spec
@@ -89,17 +99,25 @@ impl Upstream {
         let labels = BackendLabels {
             backend: spec.id.clone(),
         };
-        let same_protocol = previous.filter(|p| p.spec.protocol == spec.protocol);
+        let same_client = previous.filter(|p| p.spec.protocol == spec.protocol && p.tls_fingerprint == tls_fingerprint);
         Ok(Arc::new(Upstream {
             id: spec.id.clone(),
             spec: spec.clone(),
             endpoints,
             strategy: spec.strategy,
             cursor: previous.map(|p| p.cursor.clone()).unwrap_or_default(),
-            client: match same_protocol {
+            client: match same_client {
                 Some(p) => p.client.clone(),
-                None => client::build(spec.protocol),
+                None => client::build(
+                    spec.protocol,
+                    match &tls {
+                        BackendTls::Tls(client) => Some(client.clone()),
+                        _ => None,
+                    },
+                ),
             },
+            tls,
+            tls_fingerprint,
             latency: metrics.upstream_latency.get_or_create(&labels).clone(),
             ejections: metrics.ejections.get_or_create(&labels).clone(),
         }))

@@ -41,6 +41,15 @@ pub struct EchoBackend {
 
 impl EchoBackend {
     pub async fn start(name: &str) -> EchoBackend {
+        Self::start_with(name, None).await
+    }
+
+    /// An echo backend that serves HTTP/1.1 and HTTP/2 over TLS with `tls`.
+    pub async fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> EchoBackend {
+        Self::start_with(name, Some(tls)).await
+    }
+
+    async fn start_with(name: &str, tls: Option<Arc<rustls::ServerConfig>>) -> EchoBackend {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind backend");
         let addr = listener.local_addr().expect("backend addr");
         let connections = Arc::new(AtomicUsize::new(0));
@@ -56,11 +65,23 @@ impl EchoBackend {
                 counter.fetch_add(1, Ordering::SeqCst);
                 let name = backend_name.clone();
                 let requests = request_counter.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| echo(name.clone(), requests.clone(), req));
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .await;
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                .await;
+                        }
+                        Some(config) => {
+                            let Ok(stream) = tokio_rustls::TlsAcceptor::from(config).accept(stream).await else {
+                                return;
+                            };
+                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
                 });
             }
         });
