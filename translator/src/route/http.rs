@@ -119,10 +119,15 @@ pub fn compile(
             filters.clear();
             weighted.clear();
         }
-        for m in parts.matches {
+        // One entry per match: copies for all but the last, which takes the rule's parts.
+        let grpc = route.kind == RouteKind::Grpc;
+        let mut matches = parts.matches;
+        let Some(last) = matches.pop() else { continue };
+        out.rules.reserve(matches.len() + 1);
+        for m in matches {
             out.rules.push(HttpRule {
                 route: route_ref.clone(),
-                grpc: route.kind == RouteKind::Grpc,
+                grpc,
                 matcher: m,
                 filters: filters.clone(),
                 backends: weighted.clone(),
@@ -130,6 +135,15 @@ pub fn compile(
                 retry: parts.retry.clone(),
             });
         }
+        out.rules.push(HttpRule {
+            route: route_ref,
+            grpc,
+            matcher: last,
+            filters,
+            backends: weighted,
+            timeouts: parts.timeouts,
+            retry: parts.retry,
+        });
     }
     if session_persistence {
         // After the rules: a reference problem is the more useful ResolvedRefs reason.
