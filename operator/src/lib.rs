@@ -2,7 +2,10 @@
 //!
 //! It never decides routing semantics; that is the translator's job.
 
+pub mod admin;
+pub mod leader;
 pub mod local;
+pub mod metrics;
 pub mod provision;
 pub mod reconcile;
 pub mod settings;

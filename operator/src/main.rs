@@ -16,8 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Watch the cluster and write the status of Gateway API objects (leader election,
-    /// proxy provisioning and IR push are not implemented yet).
+    /// Watch the cluster and, as elected leader, write the status of Gateway API objects
+    /// (proxy provisioning and IR push are not implemented yet).
     Controller {
         /// Provider configuration (`providers.kubernetes`).
         #[arg(short, long)]
@@ -52,6 +52,26 @@ fn load(config: Option<PathBuf>) -> anyhow::Result<settings::Kubernetes> {
     })
 }
 
+/// Completes on SIGTERM (pod deletion) or Ctrl-C, so the leader Lease is released.
+async fn shutdown() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down");
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -65,7 +85,17 @@ fn main() -> anyhow::Result<()> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the Kubernetes API")?;
-                operator::reconcile::run(client, settings).await
+                let options = operator::reconcile::Options::default();
+                let health = operator::admin::bind(&settings.health_address)
+                    .await
+                    .with_context(|| format!("binding health_address {}", settings.health_address))?;
+                tokio::spawn(operator::admin::serve(
+                    health,
+                    options.metrics.clone(),
+                    options.readiness.clone(),
+                ));
+                operator::reconcile::run_with(client, settings, options, shutdown()).await;
+                anyhow::Ok(())
             })?;
         }
         Command::Translate { files, config, output } => {

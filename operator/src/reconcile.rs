@@ -1,15 +1,22 @@
 //! The reconcile loop: wait for changes, debounce, snapshot, translate, write status.
 //!
 //! Failures are retried with exponential backoff from 200ms to 30s even without a new event.
+//! Every instance watches and translates; only the leader writes (see [`crate::leader`]).
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 
+use crate::admin::Readiness;
+use crate::leader::{self, Elector, Leadership};
+use crate::metrics::Metrics;
+use crate::provision::Provisioning;
 use crate::settings::Kubernetes;
 use crate::status::writer;
-use crate::watch::{Changes, Scope, Stores, discovery};
+use crate::watch::discovery::{self, Discovery};
+use crate::watch::{Changes, Scope, Stores};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -25,10 +32,37 @@ pub fn scope(settings: &Kubernetes) -> Scope {
     }
 }
 
+/// What a controller instance needs besides the client and the configuration file.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Holder identity in the leader Lease.
+    pub identity: String,
+    pub lease: leader::Timing,
+    /// How often served CRDs and permissions are rechecked.
+    pub discovery_interval: Duration,
+    pub metrics: Arc<Metrics>,
+    pub readiness: Readiness,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            identity: leader::default_identity(),
+            lease: leader::Timing::default(),
+            discovery_interval: discovery::INTERVAL,
+            metrics: Arc::default(),
+            readiness: Readiness::default(),
+        }
+    }
+}
+
 /// Runs the controller until the process ends.
-pub async fn run(client: Client, settings: Kubernetes) -> anyhow::Result<()> {
-    let installed: BTreeSet<String> = discovery::installed_kinds(&client).await?;
-    tracing::info!(kinds = ?installed, "Gateway API kinds served");
+pub async fn run(client: Client, settings: Kubernetes) {
+    run_with(client, settings, Options::default(), std::future::pending()).await;
+}
+
+/// Runs the controller until `shutdown` completes, then releases the leader Lease if held.
+pub async fn run_with(client: Client, settings: Kubernetes, options: Options, shutdown: impl Future<Output = ()>) {
     let changes = Changes::default();
     let mut settings = settings;
     if let Scope::Namespace(ns) = scope(&settings)
@@ -36,25 +70,110 @@ pub async fn run(client: Client, settings: Kubernetes) -> anyhow::Result<()> {
     {
         settings.namespaces = vec![ns];
     }
-    let stores = Stores::start(&client, &scope(&settings), &installed, &changes);
+    let scope = scope(&settings);
+    let stores = Stores::start(&client, &scope, &changes, &options.metrics);
+    let (elector, leadership) = if settings.status.leader_election.disabled {
+        options.metrics.set_leader(true);
+        (None, Leadership::always())
+    } else {
+        let namespace = leader::lease_namespace(&settings, &client);
+        let elector = Elector::new(
+            client.clone(),
+            &namespace,
+            &settings.status.leader_election.name,
+            options.identity.clone(),
+            options.lease,
+            changes.clone(),
+            options.metrics.clone(),
+        );
+        let leadership = elector.leadership();
+        (Some(elector), leadership)
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let campaign = async {
+        if let Some(elector) = elector {
+            let mut stopped = stopped.clone();
+            elector
+                .run(async move {
+                    // Err: the sender is gone, which also means stop.
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await;
+        }
+    };
+    let work = async {
+        let mut discovery = Discovery::new(client.clone(), scope.clone(), stores.clone());
+        tokio::select! {
+            () = shutdown => {}
+            () = async {
+                discovery.first_pass().await;
+                tokio::join!(
+                    discovery.run(options.discovery_interval),
+                    reconcile(&client, &settings, &options, &stores, &changes, &leadership),
+                );
+            } => {}
+        }
+        let _ = stop.send(true);
+    };
+    tokio::join!(campaign, work);
+}
+
+/// Waits for changes and reconciles, forever.
+async fn reconcile(
+    client: &Client,
+    settings: &Kubernetes,
+    options: &Options,
+    stores: &Stores,
+    changes: &Changes,
+    leadership: &Leadership,
+) {
+    stores.synced().await;
+    changes.notify();
     let config = settings.translator_config();
+    let metrics = &options.metrics;
     let mut backoff = BACKOFF_MIN;
+    let mut provisioning = Provisioning::start(client, settings, changes);
     loop {
         changes.changed().await;
         tokio::time::sleep(settings.debounce).await;
-        let snapshot = stores.snapshot(&installed);
+        let started = Instant::now();
+        let mut snapshot = stores.snapshot();
+        provisioning.observe(&mut snapshot.facts);
         let output = translator::translate(&snapshot, &config);
-        if settings.status.disabled {
+        metrics.translated(started.elapsed());
+        options.readiness.set_ready();
+        if !leadership.is_leader() {
+            metrics.reconciled("status", "standby", started.elapsed());
             continue;
         }
-        let written = writer::write(&client, &stores, &output, &settings.controller_name).await;
+        let mut failed = 0;
+        if !settings.status.disabled {
+            let written = writer::write(client, stores, &output, &settings.controller_name).await;
+            tracing::debug!(
+                applied = written.applied,
+                unchanged = written.unchanged,
+                failed = written.failed,
+                "status pass"
+            );
+            metrics.status_written("applied", written.applied);
+            metrics.status_written("unchanged", written.unchanged);
+            metrics.status_written("failed", written.failed);
+            metrics.status_conflicted(written.conflicts);
+            let result = if written.failed > 0 { "error" } else { "success" };
+            metrics.reconciled("status", result, started.elapsed());
+            failed += written.failed;
+        }
+        // Provisioning is independent of status.disabled (product.md).
+        let provisioned = provisioning.provision(&output).await;
         tracing::debug!(
-            applied = written.applied,
-            unchanged = written.unchanged,
-            failed = written.failed,
-            "status pass"
+            applied = provisioned.applied,
+            unchanged = provisioned.unchanged,
+            deleted = provisioned.deleted,
+            failed = provisioned.failed,
+            "provisioning pass"
         );
-        if written.failed > 0 {
+        failed += provisioned.failed;
+        if failed > 0 {
             let retry = changes.clone();
             let wait = backoff;
             tokio::spawn(async move {

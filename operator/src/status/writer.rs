@@ -27,6 +27,8 @@ pub struct Written {
     pub applied: usize,
     pub unchanged: usize,
     pub failed: usize,
+    /// Of `failed`, the writes refused because the object changed since it was read (409).
+    pub conflicts: usize,
 }
 
 /// Now, as Kubernetes writes condition times.
@@ -80,6 +82,9 @@ async fn apply<K>(
         Ok(_) => written.applied += 1,
         Err(error) => {
             written.failed += 1;
+            if matches!(&error, kube::Error::Api(status) if status.code == 409) {
+                written.conflicts += 1;
+            }
             tracing::warn!(kind = %K::kind(&()), namespace, name, %error, "status write failed; will retry");
         }
     }

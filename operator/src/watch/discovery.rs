@@ -1,29 +1,280 @@
-//! Which Gateway API kinds the cluster serves, rechecked every minute.
+//! Which Gateway API kinds to watch, and at which version: served CRDs and granted permissions,
+//! rechecked every minute so CRDs installed (or upgraded) and RBAC granted later are picked up
+//! without a restart.
+//!
+//! A kind is watched at the version of its typed struct when the API server serves it, else at a
+//! served version through [`DynamicObject`](kube::api::DynamicObject)s converted into the typed
+//! struct (ReferenceGrant at v1beta1 on clusters with older CRDs). ListenerSet and
+//! BackendTLSPolicy are watched only when a SelfSubjectAccessReview grants list, watch and status
+//! patch; a review that fails (rather than denies) keeps the previous answer and is retried at the
+//! next pass, never taken as a yes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use kube::Client;
-use kube::discovery::{Discovery, verbs};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use kube::api::{ApiResource, PostParams};
+use kube::discovery::ApiGroup;
+use kube::{Api, Client};
 
-/// Kinds of the Gateway API group the API server serves, plus the core kinds Turna always watches.
+use super::{Scope, Stores};
+
+/// How often discovery runs by default.
+pub const INTERVAL: Duration = Duration::from_secs(60);
+
+/// Kinds that need an access review before they are watched, with their plural.
+const REVIEWED: [(&str, &str); 2] = [
+    ("ListenerSet", "listenersets"),
+    ("BackendTLSPolicy", "backendtlspolicies"),
+];
+
+/// Where a kind's watch reads from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The version of the typed struct.
+    Typed,
+    /// Another served version, converted into the typed struct.
+    Dynamic(ApiResource),
+}
+
+/// The versions the API server serves for each kind of the Gateway API group, most preferred
+/// first.
+pub type Served = BTreeMap<String, Vec<ApiResource>>;
+
+/// The served kinds and versions of the Gateway API group (empty when no CRD is installed).
+pub async fn served(client: &Client) -> Result<Served, kube::Error> {
+    let group: ApiGroup = match kube::discovery::group(client, translator::GROUP).await {
+        Ok(group) => group,
+        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => return Ok(Served::new()),
+        Err(error) => return Err(error),
+    };
+    let mut served = Served::new();
+    for version in group.versions() {
+        for (resource, _) in group.versioned_resources(version) {
+            served.entry(resource.kind.clone()).or_default().push(resource);
+        }
+    }
+    Ok(served)
+}
+
+/// Kinds of the Gateway API group the API server serves.
 pub async fn installed_kinds(client: &Client) -> Result<BTreeSet<String>, kube::Error> {
-    let discovery = Discovery::new(client.clone())
-        .filter(&[translator::GROUP])
-        .run()
-        .await?;
-    let mut kinds = BTreeSet::new();
-    for group in discovery.groups() {
-        for (resource, caps) in group.recommended_resources() {
-            if caps.supports_operation(verbs::WATCH) {
-                kinds.insert(resource.kind.clone());
+    Ok(served(client).await?.into_keys().collect())
+}
+
+/// Where to watch a kind whose typed struct is at `typed_version`, given the versions served.
+pub fn source(typed_version: &str, served: &[ApiResource]) -> Option<Source> {
+    if served.iter().any(|r| r.version == typed_version) {
+        return Some(Source::Typed);
+    }
+    served.first().cloned().map(Source::Dynamic)
+}
+
+/// The watch source of every kind in `typed` (kind → typed version): `None` when not served or
+/// not `permitted`.
+pub fn plan(
+    typed: &BTreeMap<&'static str, String>,
+    served: &Served,
+    permitted: impl Fn(&str) -> bool,
+) -> BTreeMap<&'static str, Option<Source>> {
+    typed
+        .iter()
+        .map(|(&kind, version)| {
+            let source = served
+                .get(kind)
+                .filter(|_| permitted(kind))
+                .and_then(|versions| source(version, versions));
+            (kind, source)
+        })
+        .collect()
+}
+
+/// Whether this identity may do `verb` on `resource` (and `subresource`) of the Gateway API group
+/// in `namespace` (`None`: every namespace).
+async fn allowed(
+    client: &Client,
+    namespace: Option<&str>,
+    resource: &str,
+    subresource: Option<&str>,
+    verb: &str,
+) -> Result<bool, kube::Error> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(translator::GROUP.into()),
+                resource: Some(resource.into()),
+                subresource: subresource.map(Into::into),
+                verb: Some(verb.into()),
+                namespace: namespace.map(Into::into),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// list and watch of `plural` and patch of its status, all granted.
+async fn permitted(client: &Client, scope: &Scope, plural: &str) -> Result<bool, kube::Error> {
+    let namespace = match scope {
+        Scope::Cluster => None,
+        Scope::Namespace(ns) => Some(ns.as_str()),
+    };
+    for (subresource, verb) in [(None, "list"), (None, "watch"), (Some("status"), "patch")] {
+        if !allowed(client, namespace, plural, subresource, verb).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Runs discovery passes and starts, switches or stops the watches of [`Stores`].
+pub struct Discovery {
+    client: Client,
+    scope: Scope,
+    stores: Stores,
+    /// Last access review answer per reviewed kind; absent until one succeeded.
+    permissions: BTreeMap<&'static str, bool>,
+    /// Kinds whose denial was logged (once until granted again).
+    warned: BTreeSet<&'static str>,
+    last_plan: Option<BTreeMap<&'static str, Option<Source>>>,
+}
+
+impl Discovery {
+    pub fn new(client: Client, scope: Scope, stores: Stores) -> Discovery {
+        Discovery {
+            client,
+            scope,
+            stores,
+            permissions: BTreeMap::new(),
+            warned: BTreeSet::new(),
+            last_plan: None,
+        }
+    }
+
+    /// One pass; on failure nothing changes and the next pass retries.
+    pub async fn pass(&mut self) -> Result<(), kube::Error> {
+        let served = served(&self.client).await?;
+        for (kind, plural) in REVIEWED {
+            if !served.contains_key(kind) {
+                continue;
+            }
+            match permitted(&self.client, &self.scope, plural).await {
+                Ok(true) => {
+                    self.permissions.insert(kind, true);
+                    self.warned.remove(kind);
+                }
+                Ok(false) => {
+                    self.permissions.insert(kind, false);
+                    if self.warned.insert(kind) {
+                        tracing::warn!(
+                            kind,
+                            resource = plural,
+                            "no permission to list, watch and patch the status of {plural}; {kind} objects are not watched"
+                        );
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(kind, %error, "access review failed; keeping the previous answer and retrying at the next discovery");
+                }
             }
         }
-        // Kinds served only at older versions (TCPRoute v1alpha2, ReferenceGrant v1beta1) count too.
-        for version in group.versions() {
-            for (resource, _) in group.versioned_resources(version) {
-                kinds.insert(resource.kind.clone());
+        let permissions = &self.permissions;
+        let plan = plan(&self.stores.typed_versions(), &served, |kind| {
+            !REVIEWED.iter().any(|(k, _)| *k == kind) || permissions.get(kind).copied().unwrap_or(false)
+        });
+        if self.last_plan.as_ref() != Some(&plan) {
+            let watched: BTreeMap<&str, String> = plan
+                .iter()
+                .filter_map(|(kind, source)| {
+                    let version = match source.as_ref()? {
+                        Source::Typed => "typed".to_string(),
+                        Source::Dynamic(r) => r.version.clone(),
+                    };
+                    Some((*kind, version))
+                })
+                .collect();
+            tracing::info!(?watched, "Gateway API kinds to watch");
+            for (kind, source) in &plan {
+                self.stores.set_source(kind, source.clone());
+            }
+            self.last_plan = Some(plan);
+        }
+        Ok(())
+    }
+
+    /// Runs passes until one succeeds, with backoff from 200ms to 30s.
+    pub async fn first_pass(&mut self) {
+        let mut backoff = Duration::from_millis(200);
+        while let Err(error) = self.pass().await {
+            tracing::warn!(%error, retry_in = ?backoff, "discovery failed");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    /// Runs a pass every `interval` forever (the first one an interval from now).
+    pub async fn run(mut self, interval: Duration) {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if let Err(error) = self.pass().await {
+                tracing::warn!(%error, "discovery failed; retrying at the next pass");
             }
         }
     }
-    Ok(kinds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(kind: &str, version: &str) -> ApiResource {
+        ApiResource {
+            group: translator::GROUP.into(),
+            version: version.into(),
+            api_version: format!("{}/{version}", translator::GROUP),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        }
+    }
+
+    #[test]
+    fn typed_version_wins_and_older_versions_are_converted() {
+        assert_eq!(
+            source(
+                "v1",
+                &[resource("ReferenceGrant", "v1"), resource("ReferenceGrant", "v1beta1")]
+            ),
+            Some(Source::Typed)
+        );
+        assert_eq!(
+            source("v1", &[resource("ReferenceGrant", "v1beta1")]),
+            Some(Source::Dynamic(resource("ReferenceGrant", "v1beta1")))
+        );
+        assert_eq!(source("v1", &[]), None);
+    }
+
+    #[test]
+    fn missing_crds_and_denied_kinds_are_not_watched() {
+        let typed: BTreeMap<&'static str, String> = [
+            ("HTTPRoute", "v1".to_string()),
+            ("TCPRoute", "v1alpha2".to_string()),
+            ("ListenerSet", "v1".to_string()),
+        ]
+        .into();
+        let served: Served = [
+            ("HTTPRoute".to_string(), vec![resource("HTTPRoute", "v1")]),
+            ("ListenerSet".to_string(), vec![resource("ListenerSet", "v1")]),
+        ]
+        .into();
+        let p = plan(&typed, &served, |kind| kind != "ListenerSet");
+        assert_eq!(p["HTTPRoute"], Some(Source::Typed));
+        assert_eq!(p["TCPRoute"], None, "CRD missing");
+        assert_eq!(p["ListenerSet"], None, "not permitted");
+    }
 }

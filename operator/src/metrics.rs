@@ -1,0 +1,173 @@
+//! The operator's Prometheus metrics (`turna_operator_*`), served on `/metrics` by [`crate::admin`].
+//!
+//! One [`Metrics`] per controller instance rather than a global registry, so two controllers in
+//! one process (tests) do not share counts.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// `kind` and `result` of a reconcile pass.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// What the pass did: `status` (write statuses) or `provision`.
+    pub kind: String,
+    /// `success`, `error`, or `standby` (skipped: not the leader).
+    pub result: String,
+}
+
+/// `result` of one status write.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// `applied`, `unchanged` or `failed`.
+    pub result: String,
+}
+
+/// The watched `kind` of a watch error.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+/// Every metric of the operator and the registry that encodes them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_duration: Histogram,
+    translate_duration: Histogram,
+    status_writes: Family<WriteLabels, Counter>,
+    status_conflicts: Counter,
+    leader: Gauge,
+    watch_errors: Family<KindLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// 1 ms to about 16 s.
+fn seconds_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("turna_operator");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register("reconciles", "Reconcile passes by kind and result", reconciles.clone());
+        let reconcile_duration = seconds_buckets();
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of a reconcile pass: snapshot, translation and writes",
+            reconcile_duration.clone(),
+        );
+        let translate_duration = seconds_buckets();
+        registry.register(
+            "translate_duration_seconds",
+            "Duration of one translation of a snapshot",
+            translate_duration.clone(),
+        );
+        let status_writes = Family::<WriteLabels, Counter>::default();
+        registry.register("status_writes", "Status writes by result", status_writes.clone());
+        let status_conflicts = Counter::default();
+        registry.register(
+            "status_conflicts",
+            "Status writes refused because the object changed meanwhile",
+            status_conflicts.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this instance holds the leader lease", leader.clone());
+        let watch_errors = Family::<KindLabels, Counter>::default();
+        registry.register("watch_errors", "Watch errors by kind", watch_errors.clone());
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_duration,
+            translate_duration,
+            status_writes,
+            status_conflicts,
+            leader,
+            watch_errors,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    pub fn reconciled(&self, kind: &str, result: &str, took: Duration) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind: kind.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn translated(&self, took: Duration) {
+        self.translate_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn status_written(&self, result: &str, count: usize) {
+        self.status_writes
+            .get_or_create(&WriteLabels { result: result.into() })
+            .inc_by(count as u64);
+    }
+
+    pub fn status_conflicted(&self, count: usize) {
+        self.status_conflicts.inc_by(count as u64);
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    pub fn watch_error(&self, kind: &str) {
+        self.watch_errors.get_or_create(&KindLabels { kind: kind.into() }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_with_prefix() {
+        let m = Metrics::new();
+        m.reconciled("status", "success", Duration::from_millis(3));
+        m.status_written("applied", 2);
+        m.set_leader(true);
+        m.watch_error("HTTPRoute");
+        let text = m.encode();
+        assert!(
+            text.contains(r#"turna_operator_reconciles_total{kind="status",result="success"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"turna_operator_status_writes_total{result="applied"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains("turna_operator_leader 1"), "{text}");
+        assert!(
+            text.contains("turna_operator_reconcile_duration_seconds_bucket"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"turna_operator_watch_errors_total{kind="HTTPRoute"} 1"#),
+            "{text}"
+        );
+    }
+}
