@@ -4,8 +4,95 @@
 //! Everything carries the installation's ownership label, and names include a hash of the
 //! Gateway's `namespace/name`, so `a-b/c` and `a/b-c` never share a proxy.
 
+pub mod addresses;
+pub mod apply;
+pub mod bundle;
 pub mod names;
 pub mod objects;
 
+pub use apply::{ProvisionError, Provisioned, Provisioner};
 pub use names::Names;
 pub use objects::{Objects, ProxyInput, build};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use translator::Output;
+use translator::snapshot::Facts;
+
+use crate::settings::{Kubernetes, Mode};
+use crate::watch::{self, Changes};
+
+/// The provisioning side of the reconcile loop: load balancer addresses in, proxies out.
+pub struct Provisioning {
+    mode: Mode,
+    /// Controller mode only.
+    provisioner: Option<Provisioner>,
+    /// Services whose ingress become Gateway addresses.
+    services: Option<Store<Service>>,
+}
+
+impl Provisioning {
+    /// Starts the watch of the address Services `settings` call for.
+    pub fn start(client: &Client, settings: &Kubernetes, changes: &Changes) -> Provisioning {
+        let mut provisioning = Provisioning {
+            mode: settings.mode,
+            provisioner: None,
+            services: None,
+        };
+        match settings.mode {
+            Mode::Controller => {
+                let provisioner = Provisioner::new(client.clone(), settings);
+                provisioning.services = provisioner.services().map(|api| {
+                    let config = watcher::Config::default().labels(&provisioner.selector());
+                    watch::address_services(api, config, changes.clone())
+                });
+                provisioning.provisioner = Some(provisioner);
+            }
+            Mode::Standalone if settings.status.addresses.is_empty() => {
+                if let Some((namespace, name)) = settings.status.service.split_once('/') {
+                    let api = Api::namespaced(client.clone(), namespace);
+                    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+                    provisioning.services = Some(watch::address_services(api, config, changes.clone()));
+                }
+            }
+            Mode::Standalone | Mode::Proxy => {}
+        }
+        provisioning
+    }
+
+    /// Adds the assigned load balancer addresses to the snapshot's facts.
+    pub fn observe(&self, facts: &mut Facts) {
+        if let Some(store) = &self.services {
+            let services = store.state();
+            addresses::fill(facts, services.iter().map(|s| &**s), self.mode);
+        }
+    }
+
+    /// Applies the proxies of `output` (controller mode; a no-op otherwise).
+    pub async fn provision(&mut self, output: &Output) -> Provisioned {
+        match self.provisioner.as_mut() {
+            Some(p) => p.provision(output).await,
+            None => Provisioned::default(),
+        }
+    }
+}
+
+/// The installation's identity: `controller_id`, or one derived from the controller name, watch
+/// scope and election lease, so independent installations differ without configuration.
+pub fn controller_id(settings: &Kubernetes) -> String {
+    if !settings.controller_id.is_empty() {
+        return settings.controller_id.clone();
+    }
+    let lease = &settings.status.leader_election;
+    format!(
+        "{}|namespaces={}|class={}|gateways={}|lease={}/{}",
+        settings.controller_name,
+        settings.namespaces.join(","),
+        settings.gateway_class,
+        settings.gateways.join(","),
+        lease.namespace,
+        lease.name
+    )
+}

@@ -20,6 +20,11 @@ use crate::settings::Kubernetes;
 
 /// Where the proxy config file is mounted.
 pub const CONFIG_PATH: &str = "/etc/turna/turna.yaml";
+/// Annotation of the proxy Service naming its Gateway as `namespace/name` in full (labels are
+/// truncated to 63 characters); Gateway addresses are read back through it.
+pub const GATEWAY_ANNOTATION: &str = "turna.rakunlabs.com/gateway";
+/// Pod annotation holding the hash of the proxy ConfigMap's data: a config change rolls the Deployment.
+pub const CONFIG_HASH_ANNOTATION: &str = "turna.rakunlabs.com/config-hash";
 
 /// What one proxy is built from.
 pub struct ProxyInput<'a> {
@@ -30,8 +35,8 @@ pub struct ProxyInput<'a> {
     pub image: &'a str,
     /// Namespace of the controller (bundle Secret, Role).
     pub controller_namespace: &'a str,
-    /// Hash of the proxy configuration; a change rolls the Deployment.
-    pub config_hash: &'a str,
+    /// The installation's identity (`controller_id`, or the one derived from the settings).
+    pub controller_id: &'a str,
 }
 
 /// The objects of one proxy.
@@ -91,9 +96,11 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         s.proxy.service_account.clone()
     };
 
+    let config_data = BTreeMap::from([("turna.yaml".to_string(), proxy_config(input))]);
+    let config_hash = super::names::hash(&serde_json::to_string(&config_data).unwrap_or_default(), 16);
     let config_map = ConfigMap {
         metadata: meta(&n.proxy, &namespace, &ours),
-        data: Some(BTreeMap::from([("turna.yaml".to_string(), proxy_config(input))])),
+        data: Some(config_data),
         ..ConfigMap::default()
     };
 
@@ -186,7 +193,7 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         ..TopologySpreadConstraint::default()
     };
     let mut pod_annotations = annotations.clone();
-    pod_annotations.insert("turna.rakunlabs.com/config-hash".into(), input.config_hash.into());
+    pod_annotations.insert(CONFIG_HASH_ANNOTATION.into(), config_hash);
     let deployment = Deployment {
         metadata: meta(&n.proxy, &namespace, &ours),
         spec: Some(DeploymentSpec {
@@ -234,6 +241,10 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         .map(|i| i.addresses.iter().filter(|a| !a.is_empty()).collect())
         .unwrap_or_default();
     let mut service_annotations = annotations.clone();
+    service_annotations.insert(
+        GATEWAY_ANNOTATION.into(),
+        format!("{}/{}", n.gateway_namespace, n.gateway_name),
+    );
     let mut load_balancer_ip = None;
     if !requested.is_empty() {
         if s.proxy.addresses_annotation.is_empty() {
@@ -376,7 +387,7 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
         "providers": {"kubernetes": {
             "mode": "proxy",
             "controller_name": s.controller_name,
-            "controller_id": s.controller_id,
+            "controller_id": input.controller_id,
             "gateways": [gateway],
             "certificate_secret": format!("{}/{}", input.controller_namespace, input.names.bundle),
             "port_offset": s.port_offset,
@@ -436,7 +447,7 @@ mod tests {
             proxy: &proxy,
             image: "turna:1",
             controller_namespace: "turna-system",
-            config_hash: "abc",
+            controller_id: "turna-system/turna",
         })
     }
 
@@ -471,6 +482,28 @@ mod tests {
             "ours win"
         );
         assert_eq!(labels.get(names::GATEWAY_NAME_LABEL).map(String::as_str), Some("web"));
+    }
+
+    #[test]
+    fn config_change_rolls_the_deployment() {
+        let hash = |o: Objects| {
+            o.deployment
+                .spec
+                .expect("spec")
+                .template
+                .metadata
+                .expect("meta")
+                .annotations
+                .expect("annotations")[CONFIG_HASH_ANNOTATION]
+                .clone()
+        };
+        let before = hash(objects(&Kubernetes::default()));
+        assert_eq!(before, hash(objects(&Kubernetes::default())), "stable");
+        let changed = Kubernetes {
+            port_offset: 9000,
+            ..Kubernetes::default()
+        };
+        assert_ne!(before, hash(objects(&changed)));
     }
 
     #[test]

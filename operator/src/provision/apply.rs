@@ -1,0 +1,479 @@
+//! Server-side apply of the proxies the translator asks for, and removal of the ones it no longer
+//! does (controller mode).
+//!
+//! Each proxy's objects come from [`super::objects::build`] and its certificate bundle from
+//! [`super::bundle`]. Objects whose desired shape did not change are not re-applied for a while,
+//! so a busy reconcile loop does not turn into a stream of no-op writes. Garbage collection
+//! deletes every object with this installation's controller-id label that no desired proxy
+//! owns, in every namespace where proxies may live under the current placement
+//! (product.md, "Switching the placement").
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde_json::Value;
+use translator::{Output, ir};
+
+use super::names::{self, CONTROLLER_ID_LABEL, MANAGED_BY, Names};
+use super::{bundle, objects};
+use crate::settings::Kubernetes;
+
+/// Field manager of Turna's server-side applies.
+pub const FIELD_MANAGER: &str = "turna-gateway";
+/// An unchanged object is applied again after this long (repairs edits by hand).
+const REAPPLY_AFTER: Duration = Duration::from_secs(60);
+/// Proxies provisioned at once.
+const CONCURRENCY: usize = 4;
+
+/// Why provisioning failed; every failure is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error("no namespace for proxies and bundle Secrets: set proxy.namespace or POD_NAMESPACE")]
+    Namespace,
+    #[error("no proxy image: proxy.image is empty and POD_NAME/POD_NAMESPACE do not name the controller pod")]
+    NoPod,
+    #[error("no proxy image: proxy.image is empty and pod {namespace}/{name} has no container image")]
+    NoImage { namespace: String, name: String },
+    #[error("reading controller pod {namespace}/{name} for the proxy image: {source}")]
+    Pod {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("reading the certificates of proxy {proxy}: {source}")]
+    Bundle { proxy: String, source: kube::Error },
+    #[error("applying {kind} {namespace}/{name}: {source}")]
+    Apply {
+        kind: String,
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("listing {kind} owned by this installation: {source}")]
+    List { kind: String, source: kube::Error },
+    #[error("deleting {kind} {namespace}/{name}: {source}")]
+    Delete {
+        kind: String,
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+/// Result of one provisioning pass.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Provisioned {
+    pub applied: usize,
+    pub unchanged: usize,
+    pub deleted: usize,
+    pub failed: usize,
+}
+
+/// Identity of one generated object (`namespace` empty when cluster-scoped).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Key {
+    kind: String,
+    namespace: String,
+    name: String,
+}
+
+/// What happened to one object: its key, the digest applied, and whether it was written
+/// (`false`: unchanged, skipped).
+type Outcome = (Key, u64, Result<bool, ProvisionError>);
+
+/// One object to apply.
+struct Desired {
+    key: Key,
+    resource: ApiResource,
+    body: Value,
+    digest: u64,
+}
+
+fn desired<K>(object: &K) -> Desired
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let meta = object.meta();
+    let body = serde_json::to_value(object).unwrap_or(Value::Null);
+    let mut hasher = DefaultHasher::new();
+    body.to_string().hash(&mut hasher);
+    Desired {
+        key: Key {
+            kind: K::kind(&()).into_owned(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+        },
+        resource: ApiResource::erase::<K>(&()),
+        body,
+        digest: hasher.finish(),
+    }
+}
+
+/// Where objects of a kind live.
+#[derive(Clone, Copy)]
+enum Place {
+    /// Next to the proxies: the home namespace, or every namespace with gateway placement.
+    Proxies,
+    /// The home namespace (bundle Secrets, Roles).
+    Home,
+    Cluster,
+}
+
+/// Kinds garbage collection looks at, and whether listing them needs the RBAC that comes with
+/// `proxy.cluster_role` (without it a refused list is not a failure).
+fn collected_kinds() -> [(ApiResource, Place, bool); 9] {
+    [
+        (ApiResource::erase::<Deployment>(&()), Place::Proxies, false),
+        (ApiResource::erase::<Service>(&()), Place::Proxies, false),
+        (ApiResource::erase::<ConfigMap>(&()), Place::Proxies, false),
+        (ApiResource::erase::<PodDisruptionBudget>(&()), Place::Proxies, false),
+        (ApiResource::erase::<ServiceAccount>(&()), Place::Proxies, true),
+        (ApiResource::erase::<Secret>(&()), Place::Home, false),
+        (ApiResource::erase::<Role>(&()), Place::Home, true),
+        (ApiResource::erase::<RoleBinding>(&()), Place::Home, true),
+        (ApiResource::erase::<ClusterRoleBinding>(&()), Place::Cluster, true),
+    ]
+}
+
+/// The objects of one proxy, before its bundle is read.
+struct Plan {
+    proxy: String,
+    names: Names,
+    bundle: translator::Bundle,
+    objects: Vec<Desired>,
+    /// Objects kept from garbage collection without being applied.
+    kept: Vec<Key>,
+}
+
+/// Provisions proxies; keeps what it applied to skip unchanged objects.
+pub struct Provisioner {
+    client: Client,
+    settings: Kubernetes,
+    controller_id: String,
+    home: Option<String>,
+    pod: Option<(String, String)>,
+    image: Option<String>,
+    applied: HashMap<Key, (u64, Instant)>,
+    collected: Option<(BTreeSet<Key>, Instant)>,
+}
+
+impl Provisioner {
+    /// A provisioner for `settings`; the controller's namespace and pod come from `POD_NAMESPACE`
+    /// and `POD_NAME`.
+    pub fn new(client: Client, settings: &Kubernetes) -> Provisioner {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let pod_namespace = env("POD_NAMESPACE");
+        let home = Some(settings.proxy.namespace.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(|| pod_namespace.clone());
+        Provisioner {
+            client,
+            controller_id: super::controller_id(settings),
+            settings: settings.clone(),
+            home,
+            pod: pod_namespace.zip(env("POD_NAME")),
+            image: None,
+            applied: HashMap::new(),
+            collected: None,
+        }
+    }
+
+    /// Namespace of the bundle Secrets and Roles, and of the proxies unless they are placed in
+    /// their Gateway's namespace.
+    pub fn home_namespace(&self) -> Option<&str> {
+        self.home.as_deref()
+    }
+
+    /// Label selector of every object this installation generates.
+    pub fn selector(&self) -> String {
+        format!(
+            "{CONTROLLER_ID_LABEL}={},{}={}",
+            names::hash(&self.controller_id, 16),
+            MANAGED_BY.0,
+            MANAGED_BY.1
+        )
+    }
+
+    /// Where the proxy Services live: every namespace with gateway placement, else the home
+    /// namespace (`None` when unknown).
+    pub fn services(&self) -> Option<Api<Service>> {
+        if self.settings.proxy.gateway_namespace {
+            Some(Api::all(self.client.clone()))
+        } else {
+            self.home.as_deref().map(|ns| Api::namespaced(self.client.clone(), ns))
+        }
+    }
+
+    /// Applies the proxies of `output` and deletes the generated objects no proxy owns.
+    pub async fn provision(&mut self, output: &Output) -> Provisioned {
+        let mut result = Provisioned::default();
+        let proxies: Vec<&ir::Proxy> = output.proxies.iter().filter(|p| p.id.contains('/')).collect();
+        let Some(home) = self.home.clone() else {
+            if !proxies.is_empty() {
+                tracing::error!(error = %ProvisionError::Namespace, "cannot provision proxies");
+                result.failed += 1;
+            }
+            return result;
+        };
+        let image = if proxies.is_empty() {
+            String::new()
+        } else {
+            match self.image().await {
+                Ok(image) => image,
+                Err(error) => {
+                    tracing::error!(%error, "cannot provision proxies");
+                    result.failed += 1;
+                    return result;
+                }
+            }
+        };
+
+        let plans: Vec<Plan> = proxies
+            .iter()
+            .filter_map(|p| self.plan(p, output, &home, &image))
+            .collect();
+        let mut wanted: BTreeSet<Key> = BTreeSet::new();
+        for plan in &plans {
+            wanted.extend(plan.objects.iter().map(|d| d.key.clone()));
+            wanted.extend(plan.kept.iter().cloned());
+            wanted.insert(Key {
+                kind: "Secret".into(),
+                namespace: home.clone(),
+                name: plan.names.bundle.clone(),
+            });
+        }
+
+        let outcomes: Vec<Vec<Outcome>> = stream::iter(plans)
+            .map(|plan| self.apply_plan(plan, &home))
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let now = Instant::now();
+        for (key, digest, outcome) in outcomes.into_iter().flatten() {
+            match outcome {
+                Ok(true) => {
+                    result.applied += 1;
+                    self.applied.insert(key, (digest, now));
+                }
+                Ok(false) => result.unchanged += 1,
+                Err(error) => {
+                    result.failed += 1;
+                    self.applied.remove(&key);
+                    tracing::warn!(%error, "provisioning failed; will retry");
+                }
+            }
+        }
+
+        let recent = self
+            .collected
+            .as_ref()
+            .is_some_and(|(keys, at)| *keys == wanted && at.elapsed() < REAPPLY_AFTER);
+        if !recent {
+            let (deleted, failed) = self.collect_garbage(&wanted, &home).await;
+            result.deleted += deleted;
+            result.failed += failed;
+            self.collected = (failed == 0).then(|| (wanted, Instant::now()));
+        }
+        result
+    }
+
+    /// `proxy.image`, else the image of the controller's own pod (read once).
+    async fn image(&mut self) -> Result<String, ProvisionError> {
+        if !self.settings.proxy.image.is_empty() {
+            return Ok(self.settings.proxy.image.clone());
+        }
+        if let Some(image) = &self.image {
+            return Ok(image.clone());
+        }
+        let (namespace, name) = self.pod.clone().ok_or(ProvisionError::NoPod)?;
+        let pod = Api::<Pod>::namespaced(self.client.clone(), &namespace)
+            .get(&name)
+            .await
+            .map_err(|source| ProvisionError::Pod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                source,
+            })?;
+        let image = pod
+            .spec
+            .and_then(|s| s.containers.into_iter().find_map(|c| c.image))
+            .ok_or(ProvisionError::NoImage { namespace, name })?;
+        self.image = Some(image.clone());
+        Ok(image)
+    }
+
+    /// The objects of one proxy, in apply order (the bundle Secret is added once read).
+    fn plan(&self, proxy: &ir::Proxy, output: &Output, home: &str, image: &str) -> Option<Plan> {
+        let (namespace, name) = proxy.id.split_once('/')?;
+        let names = Names::new(namespace, name, &self.controller_id);
+        let o = objects::build(&objects::ProxyInput {
+            names: &names,
+            settings: &self.settings,
+            proxy,
+            image,
+            controller_namespace: home,
+            controller_id: &self.controller_id,
+        });
+        let mut list = Vec::new();
+        list.extend(o.service_account.as_ref().map(desired));
+        list.extend(o.role.as_ref().map(desired));
+        list.extend(o.role_binding.as_ref().map(desired));
+        list.extend(o.cluster_role_binding.as_ref().map(desired));
+        list.push(desired(&o.config_map));
+        let mut kept = Vec::new();
+        // A Service needs a port; without listeners the existing one (and its address) stays.
+        let service = desired(&o.service);
+        if o.service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .is_some_and(|p| !p.is_empty())
+        {
+            list.push(service);
+        } else {
+            kept.push(service.key);
+        }
+        list.push(desired(&o.deployment));
+        list.extend(o.pod_disruption_budget.as_ref().map(desired));
+        Some(Plan {
+            proxy: proxy.id.clone(),
+            bundle: output.bundles.get(&proxy.id).cloned().unwrap_or_default(),
+            names,
+            objects: list,
+            kept,
+        })
+    }
+
+    /// Reads the bundle and applies the proxy's objects in order; stops at the first failure.
+    async fn apply_plan(&self, plan: Plan, home: &str) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        let contents = match bundle::fetch(&self.client, &plan.bundle).await {
+            Ok(contents) => contents,
+            Err(source) => {
+                let secret = desired(&bundle::build(&plan.names, home, &bundle::Contents::default()));
+                out.push((
+                    secret.key,
+                    0,
+                    Err(ProvisionError::Bundle {
+                        proxy: plan.proxy,
+                        source,
+                    }),
+                ));
+                return out;
+            }
+        };
+        let secret = desired(&bundle::build(&plan.names, home, &contents));
+        for object in std::iter::once(secret).chain(plan.objects) {
+            if self
+                .applied
+                .get(&object.key)
+                .is_some_and(|(digest, at)| *digest == object.digest && at.elapsed() < REAPPLY_AFTER)
+            {
+                out.push((object.key, object.digest, Ok(false)));
+                continue;
+            }
+            let outcome = self.apply(&object).await;
+            let failed = outcome.is_err();
+            out.push((object.key, object.digest, outcome.map(|()| true)));
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    async fn apply(&self, object: &Desired) -> Result<(), ProvisionError> {
+        let api = self.api(
+            &object.resource,
+            Some(object.key.namespace.as_str()).filter(|n| !n.is_empty()),
+        );
+        api.patch(
+            &object.key.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&object.body),
+        )
+        .await
+        .map_err(|source| ProvisionError::Apply {
+            kind: object.key.kind.clone(),
+            namespace: object.key.namespace.clone(),
+            name: object.key.name.clone(),
+            source,
+        })?;
+        tracing::debug!(kind = %object.key.kind, namespace = %object.key.namespace, name = %object.key.name, "applied");
+        Ok(())
+    }
+
+    fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    /// Deletes generated objects outside `wanted`; returns (deleted, failed).
+    async fn collect_garbage(&mut self, wanted: &BTreeSet<Key>, home: &str) -> (usize, usize) {
+        let (mut deleted, mut failed) = (0, 0);
+        let selector = self.selector();
+        let own_rbac = !self.settings.proxy.cluster_role.is_empty();
+        for (resource, place, needs_rbac) in collected_kinds() {
+            let scope = match place {
+                Place::Proxies if self.settings.proxy.gateway_namespace => None,
+                Place::Proxies | Place::Home => Some(home),
+                Place::Cluster => None,
+            };
+            let api = self.api(&resource, scope);
+            let listed = match api.list_metadata(&ListParams::default().labels(&selector)).await {
+                Ok(list) => list.items,
+                Err(kube::Error::Api(status)) if status.is_forbidden() && needs_rbac && !own_rbac => continue,
+                Err(source) => {
+                    failed += 1;
+                    let error = ProvisionError::List {
+                        kind: resource.kind.clone(),
+                        source,
+                    };
+                    tracing::warn!(%error, "garbage collection failed; will retry");
+                    continue;
+                }
+            };
+            for item in listed {
+                let key = Key {
+                    kind: resource.kind.clone(),
+                    namespace: item.metadata.namespace.clone().unwrap_or_default(),
+                    name: item.metadata.name.clone().unwrap_or_default(),
+                };
+                if wanted.contains(&key) {
+                    continue;
+                }
+                let api = self.api(&resource, Some(key.namespace.as_str()).filter(|n| !n.is_empty()));
+                match api.delete(&key.name, &DeleteParams::background()).await {
+                    Ok(_) => {
+                        deleted += 1;
+                        tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, "deleted proxy object no Gateway needs");
+                    }
+                    Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                    Err(source) => {
+                        failed += 1;
+                        let error = ProvisionError::Delete {
+                            kind: key.kind.clone(),
+                            namespace: key.namespace.clone(),
+                            name: key.name.clone(),
+                            source,
+                        };
+                        tracing::warn!(%error, "garbage collection failed; will retry");
+                    }
+                }
+                self.applied.remove(&key);
+            }
+        }
+        (deleted, failed)
+    }
+}
