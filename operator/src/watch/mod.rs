@@ -1,8 +1,10 @@
 //! Watching the cluster: one reflector per kind feeding one snapshot builder.
 //!
 //! Every event wakes the reconcile loop through [`Changes`]; the loop debounces and builds one
-//! [`Snapshot`] from all stores, so a burst of changes costs one translation. Route kinds,
-//! ListenerSet and BackendTLSPolicy are watched only once discovery finds their CRD.
+//! [`Snapshot`] from all stores, so a burst of changes costs one translation. Gateway API kinds
+//! are watched only while [`discovery`] finds their CRD (and, for some, permission): each has a
+//! feed task that owns its store's writer and starts, switches (another served version) or stops
+//! its watch when discovery says so, keeping the same [`Store`] for readers.
 
 pub mod discovery;
 
@@ -11,19 +13,24 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use translator::Snapshot;
 use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
     UdpRoute,
 };
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
+
+use crate::metrics::Metrics;
+use discovery::Source;
 
 /// Wakes the reconcile loop; notifications coalesce.
 #[derive(Clone, Default)]
@@ -78,12 +85,25 @@ pub struct Stores {
     /// Secret and ConfigMap facts, by `namespace/name` (no key material is kept).
     pub secrets: Arc<Mutex<BTreeMap<String, SecretFacts>>>,
     pub config_maps: Arc<Mutex<BTreeMap<String, ConfigMapFacts>>>,
-    /// Kinds whose watch runs.
+    /// Gateway API kinds whose watch runs and has listed its objects: the snapshot's
+    /// `installed_kinds`.
     pub watching: Arc<Mutex<BTreeSet<String>>>,
+    /// The feed of each Gateway API kind, by kind.
+    feeds: Arc<BTreeMap<&'static str, Feed>>,
 }
 
+/// Control of one Gateway API kind's watch.
+struct Feed {
+    typed_version: String,
+    source: watch::Sender<Option<Source>>,
+    /// Completes once the store listed its objects (or was cleared).
+    ready: BoxReady,
+}
+
+type BoxReady = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// Spawns a reflector for `api`, waking `changes` on every event, and returns its store.
-fn reflect<K>(api: Api<K>, changes: Changes, kind: &'static str) -> Store<K>
+fn reflect<K>(api: Api<K>, changes: Changes, metrics: Arc<Metrics>, kind: &'static str) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -95,14 +115,17 @@ where
         while let Some(event) = stream.next().await {
             match event {
                 Ok(_) => changes.notify(),
-                Err(error) => tracing::warn!(kind, %error, "watch error; retrying with backoff"),
+                Err(error) => {
+                    metrics.watch_error(kind);
+                    tracing::warn!(kind, %error, "watch error; retrying with backoff");
+                }
             }
         }
     });
     store
 }
 
-/// A store whose watch has not started (the CRD is missing): empty until it does.
+/// A store that is never filled (a kind the scope cannot read).
 fn idle<K>() -> Store<K>
 where
     K: Resource + Clone + 'static,
@@ -111,66 +134,249 @@ where
     reflector::store().0
 }
 
-impl Stores {
-    /// Starts the watches for the kinds `installed` says exist.
-    pub fn start(client: &Client, scope: &Scope, installed: &BTreeSet<String>, changes: &Changes) -> Stores {
-        let has = |k: &str| installed.contains(k);
-        let c = changes.clone();
-        let mut watching = BTreeSet::new();
-        macro_rules! crd {
-            ($kind:literal, $ty:ty) => {
-                if has($kind) {
-                    watching.insert($kind.to_string());
-                    reflect::<$ty>(scope.api(client), c.clone(), $kind)
-                } else {
-                    idle::<$ty>()
+/// What a feed task needs besides its kind.
+#[derive(Clone)]
+struct FeedContext {
+    client: Client,
+    /// `None`: cluster-scoped kind or cluster scope.
+    namespace: Option<String>,
+    changes: Changes,
+    metrics: Arc<Metrics>,
+    watching: Arc<Mutex<BTreeSet<String>>>,
+}
+
+type EventStream<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
+
+/// Converts an object read at another served version into the typed struct (the Gateway API
+/// keeps the schemas of served versions compatible).
+fn convert<K>(object: DynamicObject) -> Option<K>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let mut value = serde_json::to_value(&object).ok()?;
+    value["apiVersion"] = serde_json::Value::String(K::api_version(&()).into_owned());
+    match serde_json::from_value(value) {
+        Ok(typed) => Some(typed),
+        Err(error) => {
+            tracing::warn!(kind = %K::kind(&()), name = ?object.metadata.name, %error, "cannot convert object; skipped");
+            None
+        }
+    }
+}
+
+fn convert_event<K>(event: watcher::Event<DynamicObject>) -> Option<watcher::Event<K>>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    use watcher::Event;
+    Some(match event {
+        Event::Apply(o) => Event::Apply(convert(o)?),
+        Event::Delete(o) => Event::Delete(convert(o)?),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(convert(o)?),
+        Event::InitDone => Event::InitDone,
+    })
+}
+
+/// Spawns the feed task of a Gateway API kind: its watch follows the [`Source`] sent on the
+/// returned feed (none at first); the store stays the same across switches.
+fn feed<K>(ctx: &FeedContext, typed: fn(&FeedContext) -> Api<K>) -> (Store<K>, Feed)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, mut writer) = reflector::store::<K>();
+    let (source_tx, mut source_rx) = watch::channel::<Option<Source>>(None);
+    let ctx = ctx.clone();
+    let kind = K::kind(&()).into_owned();
+    tokio::spawn(async move {
+        let mut stream: Option<EventStream<K>> = None;
+        loop {
+            let next = async {
+                match stream.as_mut() {
+                    Some(s) => s.next().await,
+                    None => std::future::pending().await,
                 }
             };
+            tokio::select! {
+                changed = source_rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let source = source_rx.borrow_and_update().clone();
+                    stream = match source {
+                        Some(Source::Typed) => Some(watcher(typed(&ctx), watcher::Config::default()).default_backoff().boxed()),
+                        Some(Source::Dynamic(resource)) => {
+                            let api: Api<DynamicObject> = match &ctx.namespace {
+                                Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
+                                None => Api::all_with(ctx.client.clone(), &resource),
+                            };
+                            Some(
+                                watcher(api, watcher::Config::default())
+                                    .default_backoff()
+                                    .filter_map(|e| std::future::ready(e.map(convert_event::<K>).transpose()))
+                                    .boxed(),
+                            )
+                        }
+                        None => {
+                            writer.apply_watcher_event(&watcher::Event::Init);
+                            writer.apply_watcher_event(&watcher::Event::InitDone);
+                            lock(&ctx.watching).remove(&kind);
+                            ctx.changes.notify();
+                            None
+                        }
+                    };
+                }
+                event = next => match event {
+                    Some(Ok(event)) => {
+                        writer.apply_watcher_event(&event);
+                        match event {
+                            watcher::Event::InitDone => {
+                                lock(&ctx.watching).insert(kind.clone());
+                                ctx.changes.notify();
+                            }
+                            watcher::Event::Apply(_) | watcher::Event::Delete(_) => ctx.changes.notify(),
+                            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+                        }
+                    }
+                    Some(Err(error)) => {
+                        ctx.metrics.watch_error(&kind);
+                        tracing::warn!(kind, %error, "watch error; retrying with backoff");
+                    }
+                    None => stream = None,
+                },
+            }
+        }
+    });
+    let waiter = store.clone();
+    let ready: BoxReady = Box::new(move || {
+        let waiter = waiter.clone();
+        Box::pin(async move {
+            // Err only when the feed task ended, which is when the runtime shuts down.
+            let _ = waiter.wait_until_ready().await;
+        })
+    });
+    (
+        store,
+        Feed {
+            typed_version: K::version(&()).into_owned(),
+            source: source_tx,
+            ready,
+        },
+    )
+}
+
+impl Stores {
+    /// Starts the watches of core kinds; Gateway API kinds wait for [`Stores::set_source`].
+    pub fn start(client: &Client, scope: &Scope, changes: &Changes, metrics: &Arc<Metrics>) -> Stores {
+        let c = changes.clone();
+        let watching = Arc::new(Mutex::new(BTreeSet::new()));
+        let namespaced = FeedContext {
+            client: client.clone(),
+            namespace: match scope {
+                Scope::Cluster => None,
+                Scope::Namespace(ns) => Some(ns.clone()),
+            },
+            changes: changes.clone(),
+            metrics: metrics.clone(),
+            watching: watching.clone(),
+        };
+        let cluster = FeedContext {
+            namespace: None,
+            ..namespaced.clone()
+        };
+        fn scoped<K>(ctx: &FeedContext) -> Api<K>
+        where
+            K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+            <K as Resource>::DynamicType: Default,
+        {
+            match &ctx.namespace {
+                Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+                None => Api::all(ctx.client.clone()),
+            }
+        }
+        let mut feeds = BTreeMap::new();
+        macro_rules! crd {
+            ($kind:literal, $ctx:expr, $ty:ty, $api:expr) => {{
+                let (store, f) = feed::<$ty>($ctx, $api);
+                feeds.insert($kind, f);
+                store
+            }};
         }
         let stores = Stores {
-            gateway_classes: if has("GatewayClass") {
-                watching.insert("GatewayClass".into());
-                reflect::<GatewayClass>(Api::all(client.clone()), c.clone(), "GatewayClass")
-            } else {
-                idle()
-            },
-            gateways: crd!("Gateway", Gateway),
-            listener_sets: crd!("ListenerSet", ListenerSet),
-            http_routes: crd!("HTTPRoute", HttpRoute),
-            grpc_routes: crd!("GRPCRoute", GrpcRoute),
-            tls_routes: crd!("TLSRoute", TlsRoute),
-            tcp_routes: crd!("TCPRoute", TcpRoute),
-            udp_routes: crd!("UDPRoute", UdpRoute),
-            reference_grants: crd!("ReferenceGrant", ReferenceGrant),
-            backend_tls_policies: crd!("BackendTLSPolicy", BackendTlsPolicy),
-            services: reflect::<Service>(scope.api(client), c.clone(), "Service"),
-            endpoint_slices: reflect::<EndpointSlice>(scope.api(client), c.clone(), "EndpointSlice"),
+            gateway_classes: crd!("GatewayClass", &cluster, GatewayClass, |ctx| Api::all(
+                ctx.client.clone()
+            )),
+            gateways: crd!("Gateway", &namespaced, Gateway, scoped),
+            listener_sets: crd!("ListenerSet", &namespaced, ListenerSet, scoped),
+            http_routes: crd!("HTTPRoute", &namespaced, HttpRoute, scoped),
+            grpc_routes: crd!("GRPCRoute", &namespaced, GrpcRoute, scoped),
+            tls_routes: crd!("TLSRoute", &namespaced, TlsRoute, scoped),
+            tcp_routes: crd!("TCPRoute", &namespaced, TcpRoute, scoped),
+            udp_routes: crd!("UDPRoute", &namespaced, UdpRoute, scoped),
+            reference_grants: crd!("ReferenceGrant", &namespaced, ReferenceGrant, scoped),
+            backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy, scoped),
+            services: reflect::<Service>(scope.api(client), c.clone(), metrics.clone(), "Service"),
+            endpoint_slices: reflect::<EndpointSlice>(scope.api(client), c.clone(), metrics.clone(), "EndpointSlice"),
             namespaces: match scope {
                 // Namespace-scoped installs cannot read Namespace objects.
                 Scope::Namespace(_) => idle(),
-                Scope::Cluster => reflect::<Namespace>(Api::all(client.clone()), c.clone(), "Namespace"),
+                Scope::Cluster => {
+                    reflect::<Namespace>(Api::all(client.clone()), c.clone(), metrics.clone(), "Namespace")
+                }
             },
             secrets: Arc::default(),
             config_maps: Arc::default(),
-            watching: Arc::new(Mutex::new(watching)),
+            watching,
+            feeds: Arc::new(feeds),
         };
         facts::<Secret, SecretFacts>(
             scope.api(client),
             stores.secrets.clone(),
             c.clone(),
+            metrics.clone(),
             SecretFacts::from_secret,
         );
         facts::<ConfigMap, ConfigMapFacts>(
             scope.api(client),
             stores.config_maps.clone(),
             c,
+            metrics.clone(),
             ConfigMapFacts::from_config_map,
         );
         stores
     }
 
-    /// One snapshot of everything watched.
-    pub fn snapshot(&self, installed: &BTreeSet<String>) -> Snapshot {
+    /// The version of each Gateway API kind's typed struct, by kind.
+    pub fn typed_versions(&self) -> BTreeMap<&'static str, String> {
+        self.feeds
+            .iter()
+            .map(|(kind, feed)| (*kind, feed.typed_version.clone()))
+            .collect()
+    }
+
+    /// Starts, switches or stops the watch of `kind` (a no-op when the source is unchanged).
+    pub fn set_source(&self, kind: &str, source: Option<Source>) {
+        if let Some(feed) = self.feeds.get(kind) {
+            feed.source.send_if_modified(|current| {
+                let changed = *current != source;
+                *current = source;
+                changed
+            });
+        }
+    }
+
+    /// Waits until every Gateway API kind with a watch listed its objects once.
+    pub async fn synced(&self) {
+        for feed in self.feeds.values() {
+            if feed.source.borrow().is_some() {
+                (feed.ready)().await;
+            }
+        }
+    }
+
+    /// One snapshot of everything watched; `installed_kinds` are the Gateway API kinds whose
+    /// watch listed its objects.
+    pub fn snapshot(&self) -> Snapshot {
         fn all<K>(store: &Store<K>) -> Vec<K>
         where
             K: Resource + Clone + 'static,
@@ -196,7 +402,7 @@ impl Stores {
             config_maps: lock(&self.config_maps).values().cloned().collect(),
             ..Snapshot::default()
         };
-        snapshot.facts.installed_kinds = Some(installed.clone());
+        snapshot.facts.installed_kinds = Some(lock(&self.watching).clone());
         snapshot
     }
 }
@@ -206,8 +412,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Watches `api` and keeps only the facts `extract` derives, by `namespace/name`.
-fn facts<K, F>(api: Api<K>, map: Arc<Mutex<BTreeMap<String, F>>>, changes: Changes, extract: fn(&K) -> F)
-where
+fn facts<K, F>(
+    api: Api<K>,
+    map: Arc<Mutex<BTreeMap<String, F>>>,
+    changes: Changes,
+    metrics: Arc<Metrics>,
+    extract: fn(&K) -> F,
+) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
     F: Send + 'static,
@@ -242,7 +453,10 @@ where
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "watch error; retrying with backoff");
+                    let dynamic_type = K::DynamicType::default();
+                    let kind = K::kind(&dynamic_type);
+                    metrics.watch_error(&kind);
+                    tracing::warn!(%kind, %error, "watch error; retrying with backoff");
                     continue;
                 }
             }
