@@ -4,6 +4,7 @@ use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
 use translator::ir;
 
+use super::rules::PathKey;
 use crate::error::ValidationError;
 
 /// All predicates of an [`ir::HttpMatch`]; a request matches when every one holds.
@@ -95,6 +96,15 @@ impl Matcher {
             headers,
             query_params,
         })
+    }
+
+    /// The path predicate, for indexing.
+    pub fn path_key(&self) -> PathKey<'_> {
+        match &self.path {
+            PathPredicate::Exact(path) => PathKey::Exact(path),
+            PathPredicate::Prefix(prefix) => PathKey::Prefix(prefix),
+            PathPredicate::Regex(_) => PathKey::Other,
+        }
     }
 
     /// Whether the request described by the arguments matches; `path` excludes the query.

@@ -10,6 +10,7 @@ mod response;
 pub mod retry;
 pub mod router;
 pub mod rule;
+mod rules;
 mod upgrade;
 
 pub use mirror::MAX_MIRRORS_IN_FLIGHT;

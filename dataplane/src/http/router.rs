@@ -9,6 +9,7 @@ use translator::ir;
 
 use super::host::HostPattern;
 use super::rule::Rule;
+use super::rules::Rules;
 use crate::error::ValidationError;
 use crate::upstream::Upstream;
 
@@ -26,10 +27,10 @@ pub struct ListenerRoutes {
     pub name: String,
     hostname: HostPattern,
     exact: HashMap<String, usize>,
-    /// Wildcard suffixes, longest first.
-    wildcards: Vec<(String, usize)>,
+    /// Wildcard virtual hosts by suffix (`.example.com` for `*.example.com`).
+    wildcards: HashMap<String, usize>,
     any: Option<usize>,
-    virtual_hosts: Vec<Vec<Rule>>,
+    virtual_hosts: Vec<Rules>,
 }
 
 /// What a request is routed to.
@@ -74,9 +75,7 @@ impl PortRoutes {
     pub fn route<'a>(&'a self, req: &RequestView<'_>) -> Option<Routed<'a>> {
         let listener = self.listener(req.host)?;
         let rules = listener.virtual_host(req.host)?;
-        let rule = rules
-            .iter()
-            .find(|r| r.matcher.matches(req.method, req.path, req.query, req.headers))?;
+        let rule = rules.first_match(req)?;
         Some(Routed { listener, rule })
     }
 }
@@ -95,7 +94,7 @@ impl ListenerRoutes {
             name: listener.name.clone(),
             hostname,
             exact: HashMap::new(),
-            wildcards: Vec::new(),
+            wildcards: HashMap::new(),
             any: None,
             virtual_hosts: Vec::with_capacity(listener.virtual_hosts.len()),
         };
@@ -106,37 +105,32 @@ impl ListenerRoutes {
                 .iter()
                 .map(|r| Rule::compile(r, upstreams))
                 .collect::<Result<Vec<_>, _>>()?;
-            routes.virtual_hosts.push(rules);
+            routes.virtual_hosts.push(Rules::new(rules));
             // The first virtual host of a name wins.
             match HostPattern::parse(&vhost.hostname).ok_or_else(|| invalid(&vhost.hostname))? {
                 HostPattern::Exact(name) => {
                     routes.exact.entry(name).or_insert(index);
                 }
                 HostPattern::Wildcard(suffix) => {
-                    if !routes.wildcards.iter().any(|(s, _)| *s == suffix) {
-                        routes.wildcards.push((suffix, index));
-                    }
+                    routes.wildcards.entry(suffix).or_insert(index);
                 }
                 HostPattern::Any => {
                     routes.any.get_or_insert(index);
                 }
             }
         }
-        routes
-            .wildcards
-            .sort_by_key(|(suffix, _)| std::cmp::Reverse(suffix.len()));
         Ok(routes)
     }
 
     /// Rules of the virtual host for `host`: exact name, longest wildcard suffix, then `*`.
-    fn virtual_host(&self, host: &str) -> Option<&[Rule]> {
+    fn virtual_host(&self, host: &str) -> Option<&Rules> {
         let index = self.exact.get(host).copied().or_else(|| {
-            self.wildcards
-                .iter()
-                .find(|(suffix, _)| host.len() > suffix.len() && host.ends_with(suffix.as_str()))
-                .map(|(_, i)| *i)
+            // Suffixes from the longest: each dot after the first label starts one.
+            host.char_indices()
+                .filter(|(i, c)| *c == '.' && *i > 0)
+                .find_map(|(i, _)| self.wildcards.get(&host[i..]).copied())
                 .or(self.any)
         })?;
-        self.virtual_hosts.get(index).map(Vec::as_slice)
+        self.virtual_hosts.get(index)
     }
 }

@@ -1,0 +1,154 @@
+//! The ordered rules of a virtual host, indexed by path so that a lookup among thousands of
+//! rules checks only the few that can match.
+
+use std::collections::HashMap;
+
+use super::router::RequestView;
+use super::rule::Rule;
+
+/// Below this many rules a scan is faster than the index.
+const INDEX_FROM: usize = 16;
+
+/// Rules in precedence order, with an index of their path predicates.
+#[derive(Debug)]
+pub struct Rules {
+    rules: Vec<Rule>,
+    index: Option<PathIndex>,
+}
+
+/// Rule positions by exact path and by prefix (without trailing slash); rules matching by
+/// regular expression are always candidates.
+#[derive(Debug, Default)]
+struct PathIndex {
+    exact: HashMap<String, Vec<usize>>,
+    prefix: HashMap<String, Vec<usize>>,
+    always: Vec<usize>,
+}
+
+/// What the index knows about a rule's path predicate.
+pub enum PathKey<'a> {
+    Exact(&'a str),
+    Prefix(&'a str),
+    Other,
+}
+
+impl Rules {
+    pub fn new(rules: Vec<Rule>) -> Self {
+        let index = (rules.len() >= INDEX_FROM).then(|| {
+            let mut index = PathIndex::default();
+            for (position, rule) in rules.iter().enumerate() {
+                match rule.matcher.path_key() {
+                    PathKey::Exact(path) => index.exact.entry(path.to_string()).or_default().push(position),
+                    PathKey::Prefix(prefix) => index.prefix.entry(prefix.to_string()).or_default().push(position),
+                    PathKey::Other => index.always.push(position),
+                }
+            }
+            index
+        });
+        Rules { rules, index }
+    }
+
+    /// The first rule matching the request.
+    pub fn first_match(&self, req: &RequestView<'_>) -> Option<&Rule> {
+        let matches = |rule: &&Rule| rule.matcher.matches(req.method, req.path, req.query, req.headers);
+        let Some(index) = &self.index else {
+            return self.rules.iter().find(matches);
+        };
+        let mut candidates: Vec<usize> = index.always.clone();
+        if let Some(exact) = index.exact.get(req.path) {
+            candidates.extend_from_slice(exact);
+        }
+        // Prefixes a path can match: "" (for "/"), every segment boundary, and the whole path.
+        let boundaries = req
+            .path
+            .char_indices()
+            .filter(|(i, c)| *c == '/' && *i > 0)
+            .map(|(i, _)| &req.path[..i]);
+        for prefix in std::iter::once("").chain(boundaries).chain(std::iter::once(req.path)) {
+            if let Some(positions) = index.prefix.get(prefix) {
+                candidates.extend_from_slice(positions);
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates.into_iter().map(|i| &self.rules[i]).find(matches)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use http::{HeaderMap, Method};
+    use translator::ir;
+
+    use super::*;
+
+    fn rule(position: usize, path: ir::PathMatch, method: Option<&str>) -> Rule {
+        let ir = ir::HttpRule {
+            route: ir::RouteRef {
+                kind: "HTTPRoute".into(),
+                namespace: "ns".into(),
+                name: format!("r{position}"),
+                rule: position,
+                rule_name: None,
+            },
+            grpc: false,
+            matcher: ir::HttpMatch {
+                path,
+                method: method.map(str::to_string),
+                ..Default::default()
+            },
+            filters: vec![],
+            backends: vec![],
+            timeouts: ir::Timeouts::default(),
+            retry: None,
+        };
+        Rule::compile(&ir, &HashMap::new()).unwrap()
+    }
+
+    /// The index finds the same first match as a scan, for every path and method tried.
+    #[test]
+    fn index_agrees_with_a_scan() {
+        let paths = ["/", "/a", "/a/", "/a/b", "/a/b/c", "/ab", "/b", "/a/bc", "/x/a/b"];
+        let mut rules = Vec::new();
+        for (i, path) in paths.iter().enumerate() {
+            rules.push(rule(
+                rules.len(),
+                ir::PathMatch::Exact(path.to_string()),
+                (i % 2 == 0).then_some("POST"),
+            ));
+            rules.push(rule(
+                rules.len(),
+                ir::PathMatch::Prefix(path.to_string()),
+                (i % 3 == 0).then_some("GET"),
+            ));
+        }
+        rules.push(rule(
+            rules.len(),
+            ir::PathMatch::RegularExpression("/a/.*".into()),
+            None,
+        ));
+        rules.push(rule(rules.len(), ir::PathMatch::Prefix("/".into()), Some("DELETE")));
+        let rules = Rules::new(rules);
+        assert!(rules.index.is_some());
+        let headers = HeaderMap::new();
+        for path in paths.iter().chain(&["/a/b/c/d", "/zzz", "/a//b", ""]) {
+            for method in [Method::GET, Method::POST, Method::DELETE, Method::PUT] {
+                let req = RequestView {
+                    host: "h",
+                    method: &method,
+                    path,
+                    query: None,
+                    headers: &headers,
+                };
+                let scanned = rules
+                    .rules
+                    .iter()
+                    .find(|r| r.matcher.matches(&method, path, None, &headers))
+                    .map(|r| &r.name);
+                assert_eq!(rules.first_match(&req).map(|r| &r.name), scanned, "{method} {path}");
+            }
+        }
+    }
+}
