@@ -56,7 +56,10 @@ fn golden() {
     let mut failures = Vec::new();
     let cases: Vec<PathBuf> = cases()
         .into_iter()
-        .filter(|c| c.file_name().is_some_and(|n| n.to_string_lossy().contains(only.as_str())))
+        .filter(|c| {
+            c.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(only.as_str()))
+        })
         .collect();
     assert!(!cases.is_empty(), "no golden cases found");
     for case in &cases {
