@@ -1,0 +1,551 @@
+//! Proxy provisioning (controller mode) against a real kube-apiserver (built from Go modules by
+//! e2e/scripts): the objects of a Gateway's proxy, its certificate bundle, Gateway addresses from
+//! the proxy Service, placement in the Gateway namespace and switching it, garbage collection.
+//!
+//! There is no kube-controller-manager: Deployments get no pods, and the tests play the load
+//! balancer by patching the proxy Service's `status.loadBalancer`.
+
+#[path = "../../e2e/rust/control_plane.rs"]
+mod control_plane;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use operator::provision::{Names, bundle, controller_id};
+use operator::settings::Kubernetes;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+fn plane() -> &'static control_plane::ControlPlane {
+    static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
+    PLANE.get_or_init(|| {
+        control_plane::ControlPlane::start(control_plane::Options {
+            crds: true,
+            controllers: false,
+            scheduler: false,
+        })
+        .expect("control plane starts")
+    })
+}
+
+async fn client() -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(plane().kubeconfig()).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+fn gateways(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: translator::GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{}/v1", translator::GROUP),
+        kind: "Gateway".into(),
+        plural: "gateways".into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Polls `probe` until it yields a value, for at most 30 s.
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Settings of one test's controller: its own class, installation id and home namespace, so
+/// the controllers of tests running side by side never collect each other's proxies.
+fn settings(class: &str, home: &str) -> Kubernetes {
+    Kubernetes {
+        gateway_class: class.into(),
+        controller_id: format!("test/{class}"),
+        debounce: Duration::from_millis(50),
+        status: operator::settings::Status {
+            leader_election: operator::settings::LeaderElection {
+                disabled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        proxy: operator::settings::Proxy {
+            namespace: home.into(),
+            image: "turna:test".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn start(client: &kube::Client, settings: Kubernetes) -> JoinHandle<()> {
+    tokio::spawn(operator::reconcile::run(client.clone(), settings))
+}
+
+/// A self-signed certificate and key (PEM) for `host`, made with openssl (the control plane's
+/// PKI needs it too).
+fn certificate(host: &str) -> (Vec<u8>, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-days", "1", "-subj", &format!("/CN={host}")])
+        .args(["-addext", &format!("subjectAltName=DNS:{host}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        status.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    (
+        std::fs::read(&crt).expect("tls.crt"),
+        std::fs::read(&key).expect("tls.key"),
+    )
+}
+
+async fn tls_secret(client: &kube::Client, ns: &str, name: &str, host: &str) {
+    let (crt, key) = certificate(host);
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".to_string(), ByteString(crt)),
+            ("tls.key".to_string(), ByteString(key)),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create Secret");
+}
+
+fn class_yaml(class: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: rakunlabs.com/turna}}\n"
+    )
+}
+
+/// Plays the load balancer: sets the proxy Service's ingress.
+async fn assign(client: &kube::Client, ns: &str, service: &str, ip: &str) {
+    Api::<Service>::namespaced(client.clone(), ns)
+        .patch_status(
+            service,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}})),
+        )
+        .await
+        .expect("patch Service status");
+}
+
+fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+async fn gateway_where(api: &Api<DynamicObject>, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    eventually(what, || async {
+        let gw = serde_json::to_value(api.get(name).await.ok()?).ok()?;
+        check(&gw).then_some(gw)
+    })
+    .await
+}
+
+async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.expect("get").is_some()
+}
+
+async fn bundle_keys(client: &kube::Client, home: &str, names: &Names) -> Option<Vec<String>> {
+    let secret = Api::<Secret>::namespaced(client.clone(), home)
+        .get_opt(&names.bundle)
+        .await
+        .ok()??;
+    Some(secret.data.unwrap_or_default().into_keys().collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_gets_its_proxy_addresses_and_loses_it_when_deleted() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("prov");
+    let home = cp.fresh_namespace("prov-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    tls_secret(&client, &ns, "web-cert", "web.example.com").await;
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  infrastructure: {{labels: {{team: a}}}}
+  listeners:
+    - {{name: http, port: 80, protocol: HTTP}}
+    - name: https
+      port: 443
+      protocol: HTTPS
+      hostname: web.example.com
+      tls: {{certificateRefs: [{{name: web-cert}}]}}
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let mut settings = settings(&class, &home);
+    settings.proxy.cluster_role = "turna-proxy-reader".into();
+    settings.proxy.replicas = 2;
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let controller = start(&client, settings);
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home);
+    let deployment = eventually("the proxy Deployment", || async {
+        deployments.get_opt(&names.proxy).await.ok().flatten()
+    })
+    .await;
+    let pod = deployment.spec.expect("spec").template.spec.expect("pod spec");
+    assert_eq!(pod.containers[0].image.as_deref(), Some("turna:test"));
+    assert_eq!(pod.service_account_name.as_deref(), Some(names.proxy.as_str()));
+
+    let services: Api<Service> = Api::namespaced(client.clone(), &home);
+    let service = services.get(&names.proxy).await.expect("proxy Service");
+    let ports: Vec<(i32, Option<String>)> = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| (p.port, p.target_port.as_ref().map(|t| format!("{t:?}"))))
+        .collect();
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    assert_eq!(ports[0].0, 80);
+    assert_eq!(
+        service
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("team"))
+            .map(String::as_str),
+        Some("a"),
+        "infrastructure labels reach the Service"
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &home);
+    let config = config_maps.get(&names.proxy).await.expect("proxy ConfigMap");
+    let text = config.data.unwrap_or_default().remove("turna.yaml").unwrap_or_default();
+    assert!(text.contains(&format!("{home}/{}", names.bundle)), "{text}");
+    assert!(
+        exists(
+            &Api::<PodDisruptionBudget>::namespaced(client.clone(), &home),
+            &names.proxy
+        )
+        .await
+    );
+    assert!(exists(&Api::<ServiceAccount>::namespaced(client.clone(), &home), &names.proxy).await);
+    assert!(exists(&Api::<Role>::namespaced(client.clone(), &home), &names.proxy).await);
+    assert!(exists(&Api::<RoleBinding>::namespaced(client.clone(), &home), &names.proxy).await);
+    let binding = format!("turna-proxy:{home}:{}", names.proxy);
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    assert!(exists(&bindings, &binding).await);
+
+    let keys = eventually("the bundle Secret", || bundle_keys(&client, &home, &names)).await;
+    assert_eq!(
+        keys,
+        [format!("{ns}.web-cert.tls.crt"), format!("{ns}.web-cert.tls.key")],
+        "exactly the listener's certificate"
+    );
+    let stored = Api::<Secret>::namespaced(client.clone(), &home)
+        .get(&names.bundle)
+        .await
+        .expect("bundle");
+    let source = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("web-cert")
+        .await
+        .expect("source");
+    let contents = bundle::read(&stored);
+    assert_eq!(
+        contents.certificates[&format!("{ns}/web-cert")].certificate,
+        source.data.expect("data")["tls.crt"].0
+    );
+
+    // No address yet: not programmed. The load balancer assigns one: programmed, address shown.
+    let gws = gateways(&client, &ns);
+    gateway_where(&gws, "web", "Programmed=False without an address", |g| {
+        condition(g, "Programmed").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    assign(&client, &home, &names.proxy, "192.0.2.20").await;
+    let gw = gateway_where(&gws, "web", "Programmed=True with the assigned address", |g| {
+        condition(g, "Programmed").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(
+        gw["status"]["addresses"],
+        json!([{"type": "IPAddress", "value": "192.0.2.20"}])
+    );
+
+    // A removed Gateway removes its proxy, bundle and RBAC.
+    gws.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete Gateway");
+    eventually("the proxy objects deleted", || async {
+        let gone = !exists(&deployments, &names.proxy).await
+            && !exists(&services, &names.proxy).await
+            && !exists(&config_maps, &names.proxy).await
+            && !exists(&Api::<Secret>::namespaced(client.clone(), &home), &names.bundle).await
+            && !exists(&Api::<Role>::namespaced(client.clone(), &home), &names.proxy).await
+            && !exists(&bindings, &binding).await;
+        gone.then_some(())
+    })
+    .await;
+    controller.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requested_address_not_assigned_is_not_usable() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("addr");
+    let home = cp.fresh_namespace("addr-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  addresses: [{{type: IPAddress, value: 192.0.2.10}}]
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let settings = settings(&class, &home);
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let controller = start(&client, settings);
+    let services: Api<Service> = Api::namespaced(client.clone(), &home);
+    let service = eventually("the proxy Service", || async {
+        services.get_opt(&names.proxy).await.ok().flatten()
+    })
+    .await;
+    assert_eq!(
+        service.spec.and_then(|s| s.load_balancer_ip).as_deref(),
+        Some("192.0.2.10"),
+        "the requested address is asked of the load balancer"
+    );
+
+    assign(&client, &home, &names.proxy, "192.0.2.99").await;
+    let gws = gateways(&client, &ns);
+    let gw = gateway_where(&gws, "web", "AddressNotUsable", |g| {
+        condition(g, "Programmed").is_some_and(|c| c["reason"] == "AddressNotUsable")
+    })
+    .await;
+    assert_eq!(condition(&gw, "Programmed").expect("Programmed")["status"], "False");
+
+    assign(&client, &home, &names.proxy, "192.0.2.10").await;
+    let gw = gateway_where(&gws, "web", "Programmed once assigned", |g| {
+        condition(g, "Programmed").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(
+        gw["status"]["addresses"],
+        json!([{"type": "IPAddress", "value": "192.0.2.10"}])
+    );
+    controller.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_reference_grant_revokes_certificate_from_bundle() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("grant");
+    let certs = cp.fresh_namespace("grant-certs");
+    let home = cp.fresh_namespace("grant-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    tls_secret(&client, &certs, "shared", "shared.example.com").await;
+    tls_secret(&client, &ns, "own", "own.example.com").await;
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {{name: gateways, namespace: {certs}}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: {ns}}}]
+  to: [{{group: "", kind: Secret}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - name: own
+      port: 443
+      protocol: HTTPS
+      hostname: own.example.com
+      tls: {{certificateRefs: [{{name: own}}]}}
+    - name: shared
+      port: 443
+      protocol: HTTPS
+      hostname: shared.example.com
+      tls: {{certificateRefs: [{{name: shared, namespace: {certs}}}]}}
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let settings = settings(&class, &home);
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let controller = start(&client, settings);
+
+    let shared = format!("{certs}.shared.tls.key");
+    let keys = eventually("the granted certificate in the bundle", || async {
+        bundle_keys(&client, &home, &names)
+            .await
+            .filter(|k| k.contains(&shared))
+    })
+    .await;
+    assert_eq!(keys.len(), 4, "{keys:?}");
+
+    cp.kubectl(&["delete", "referencegrant", "gateways", "-n", &certs])
+        .expect("delete ReferenceGrant");
+    let keys = eventually("the certificate revoked", || async {
+        bundle_keys(&client, &home, &names)
+            .await
+            .filter(|k| !k.iter().any(|k| k.starts_with(&format!("{certs}."))))
+    })
+    .await;
+    assert_eq!(keys, [format!("{ns}.own.tls.crt"), format!("{ns}.own.tls.key")]);
+    controller.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_namespace_placement_and_switching_back_and_forth() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("place");
+    let home = cp.fresh_namespace("place-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let mut at_home = settings(&class, &home);
+    at_home.proxy.cluster_role = "turna-proxy-reader".into();
+    let mut placed = at_home.clone();
+    placed.proxy.gateway_namespace = true;
+    let names = Names::new(&ns, "web", &controller_id(&at_home));
+    let home_deployments: Api<Deployment> = Api::namespaced(client.clone(), &home);
+    let gateway_deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let home_binding = format!("turna-proxy:{home}:{}", names.proxy);
+    let placed_binding = format!("turna-proxy:{ns}:{}", names.proxy);
+
+    let controller = start(&client, at_home.clone());
+    eventually("the proxy in the controller namespace", || async {
+        exists(&home_deployments, &names.proxy).await.then_some(())
+    })
+    .await;
+    controller.abort();
+
+    // Switching to gateway_namespace creates the proxy next to the Gateway and removes the old one.
+    let controller = start(&client, placed);
+    eventually("the proxy moved to the Gateway namespace", || async {
+        (exists(&gateway_deployments, &names.proxy).await && !exists(&home_deployments, &names.proxy).await)
+            .then_some(())
+    })
+    .await;
+    for (what, present) in [
+        (
+            "Service",
+            exists(&Api::<Service>::namespaced(client.clone(), &ns), &names.proxy).await,
+        ),
+        (
+            "ConfigMap",
+            exists(&Api::<ConfigMap>::namespaced(client.clone(), &ns), &names.proxy).await,
+        ),
+        (
+            "ServiceAccount",
+            exists(&Api::<ServiceAccount>::namespaced(client.clone(), &ns), &names.proxy).await,
+        ),
+        ("placed binding", exists(&bindings, &placed_binding).await),
+    ] {
+        assert!(present, "{what} in the Gateway namespace");
+    }
+    eventually("the bundle and Role in the controller namespace", || async {
+        (exists(&Api::<Secret>::namespaced(client.clone(), &home), &names.bundle).await
+            && exists(&Api::<Role>::namespaced(client.clone(), &home), &names.proxy).await
+            && !exists(&bindings, &home_binding).await)
+            .then_some(())
+    })
+    .await;
+    controller.abort();
+
+    // Switching back removes the ClusterRoleBinding of the placed proxy but leaves its objects.
+    let controller = start(&client, at_home);
+    eventually("the placed proxy's binding removed", || async {
+        (exists(&home_deployments, &names.proxy).await && !exists(&bindings, &placed_binding).await).then_some(())
+    })
+    .await;
+    assert!(
+        exists(&gateway_deployments, &names.proxy).await,
+        "the Deployment in the Gateway namespace is left for removal by hand"
+    );
+    let left = Api::<Deployment>::all(client.clone())
+        .list_metadata(&ListParams::default().labels(&format!(
+            "{}={}",
+            operator::provision::names::GATEWAY_NAMESPACE_LABEL,
+            ns
+        )))
+        .await
+        .expect("list");
+    assert_eq!(left.items.len(), 2, "one proxy in each place");
+    controller.abort();
+}
