@@ -16,7 +16,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::listener::{Running, stopping};
+use crate::listener::{Release, Running, stopping};
 use crate::metrics::Metrics;
 
 /// What the health endpoints report.
@@ -32,11 +32,11 @@ pub async fn bind(addr: SocketAddr, status: Status) -> std::io::Result<(SocketAd
     let local_addr = listener.local_addr()?;
     Ok((
         local_addr,
-        Running::spawn(move |stopped| accept(listener, status, stopped)),
+        Running::spawn(move |stopped, release| accept(listener, status, stopped, release)),
     ))
 }
 
-async fn accept(listener: TcpListener, status: Status, stopped: watch::Receiver<bool>) {
+async fn accept(listener: TcpListener, status: Status, stopped: watch::Receiver<bool>, _release: Release) {
     let stop = stopping(stopped);
     tokio::pin!(stop);
     loop {

@@ -128,7 +128,7 @@ impl Dataplane {
         shared.table.store(table.clone());
         shared.metrics.config_version.inc();
         self.inner.ready.store(true, Ordering::Relaxed);
-        let errors = listeners.reconcile(shared, &table);
+        let errors = listeners.reconcile(shared, &table).await;
         tracing::info!(proxy = %table.id, port_errors = errors.len(), "IR applied");
         if errors.is_empty() {
             Ok(())
@@ -155,7 +155,7 @@ impl Dataplane {
         };
         let (local_addr, running) = admin::bind(address, status).await?;
         if let Some(previous) = self.inner.admin.lock().await.replace(running) {
-            previous.close();
+            let _ = previous.close().released.await;
         }
         Ok(local_addr)
     }
@@ -177,7 +177,7 @@ impl Dataplane {
     pub async fn shutdown(&self) {
         self.inner.listeners.lock().await.shutdown().await;
         if let Some(admin) = self.inner.admin.lock().await.take() {
-            let _ = admin.close().await;
+            let _ = admin.close().drained.await;
         }
     }
 }

@@ -341,3 +341,126 @@ async fn tls_terminate_and_passthrough_share_a_port() {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
     assert!(exchange(&mut tcp, &client_hello("pass.example.com"), "pass").await);
 }
+
+#[tokio::test]
+async fn changed_client_validation_closes_connections_accepted_before() {
+    let (ca_pem, valid, _) = client_ca();
+    let mut material = Material::default();
+    material.ca_bundles.insert("test/client-ca".into(), ca_pem);
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bind_port = free.local_addr().unwrap().port();
+    drop(free);
+    let echo = EchoBackend::start("echo").await;
+    let (cert, root) = self_signed(&["a.example.com"]);
+    material.certificates.insert("test/cert".into(), cert);
+    let validation = |mode| ir::FrontendValidation {
+        mode,
+        ca_certificates: vec!["test/client-ca".into()],
+    };
+    let ir = |mode| {
+        let mut port = http_port(
+            443,
+            vec![https_listener(
+                "tls",
+                Some("a.example.com"),
+                "test/cert",
+                vec![rule("r", prefix("/"), "echo")],
+            )],
+        );
+        port.bind_port = bind_port;
+        port.frontend_validation = Some(validation(mode));
+        proxy(vec![port], vec![echo_backend(&echo)])
+    };
+    let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
+    dp.apply_with(ir(ir::FrontendValidationMode::AllowInsecureFallback), &material)
+        .await
+        .unwrap();
+    let addr = dp.local_addr(443).await.unwrap();
+
+    // A client without a certificate is served and keeps its connection open.
+    let anonymous = connector(std::slice::from_ref(&root), None, &[b"http/1.1"]);
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let tls = anonymous
+        .connect(ServerName::try_from("a.example.com").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    let request = || {
+        Request::builder()
+            .uri("/")
+            .header("host", "a.example.com")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    assert_eq!(sender.send_request(request()).await.unwrap().status(), StatusCode::OK);
+
+    dp.apply_with(ir(ir::FrontendValidationMode::AllowValidOnly), &material)
+        .await
+        .unwrap();
+    assert_eq!(dp.local_addr(443).await, Some(addr), "same local port");
+    let mut closed = false;
+    for _ in 0..50 {
+        if sender.is_closed() || sender.send_request(request()).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(closed, "the connection accepted without a certificate was closed");
+    assert!(
+        https_get(addr, &anonymous, "a.example.com", "a.example.com", "/")
+            .await
+            .is_err()
+    );
+    let with_cert = connector(std::slice::from_ref(&root), Some(valid), &[b"http/1.1"]);
+    let reply = https_get(addr, &with_cert, "a.example.com", "a.example.com", "/")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn new_certificates_apply_to_new_connections() {
+    let echo = EchoBackend::start("echo").await;
+    let (first, first_root) = self_signed(&["a.example.com"]);
+    let (second, second_root) = self_signed(&["a.example.com"]);
+    let ir = proxy(
+        vec![http_port(
+            443,
+            vec![https_listener(
+                "tls",
+                Some("a.example.com"),
+                "test/cert",
+                vec![rule("r", prefix("/"), "echo")],
+            )],
+        )],
+        vec![echo_backend(&echo)],
+    );
+    let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
+    let mut material = Material::default();
+    material.certificates.insert("test/cert".into(), first);
+    dp.apply_with(ir.clone(), &material).await.unwrap();
+    let addr = dp.local_addr(443).await.unwrap();
+    let trusts_first = connector(std::slice::from_ref(&first_root), None, &[b"http/1.1"]);
+    let trusts_second = connector(std::slice::from_ref(&second_root), None, &[b"http/1.1"]);
+    assert!(
+        https_get(addr, &trusts_first, "a.example.com", "a.example.com", "/")
+            .await
+            .is_ok()
+    );
+
+    material.certificates.insert("test/cert".into(), second);
+    dp.apply_with(ir, &material).await.unwrap();
+    assert_eq!(dp.local_addr(443).await, Some(addr), "the socket is kept");
+    assert!(
+        https_get(addr, &trusts_first, "a.example.com", "a.example.com", "/")
+            .await
+            .is_err()
+    );
+    assert!(
+        https_get(addr, &trusts_second, "a.example.com", "a.example.com", "/")
+            .await
+            .is_ok()
+    );
+}

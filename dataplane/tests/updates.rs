@@ -191,3 +191,47 @@ async fn shutdown_closes_the_listeners() {
     assert_eq!(dp.local_addr(80).await, None);
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn a_port_changing_kind_is_rebound_on_the_same_local_port() {
+    let echo = EchoBackend::start("echo").await;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bind_port = free.local_addr().unwrap().port();
+    drop(free);
+    let mut http = to(&echo, &[]);
+    http.ports[0].bind_port = bind_port;
+    let dp = dataplane();
+    dp.apply(http.clone()).await.unwrap();
+    assert_eq!(
+        get(&client(), dp.local_addr(80).await.unwrap(), "a.com", "/")
+            .await
+            .status,
+        StatusCode::OK
+    );
+
+    // The same port becomes a TCP listener: the old socket must be gone before the new bind.
+    let mut tcp = http.clone();
+    let listener = &mut tcp.ports[0].listeners[0];
+    listener.protocol = ir::Protocol::Tcp;
+    listener.virtual_hosts.clear();
+    listener.stream_routes = vec![ir::StreamRoute {
+        route: ir::RouteRef {
+            kind: "TCPRoute".into(),
+            namespace: "test".into(),
+            name: "tcp".into(),
+            rule: 0,
+            rule_name: None,
+        },
+        hostnames: vec![],
+        backends: vec![weighted(Some("echo"), 1)],
+    }];
+    dp.apply(tcp).await.unwrap();
+    assert_eq!(dp.local_addr(80).await.map(|a| a.port()), Some(bind_port));
+    // Raw TCP now reaches the (HTTP) echo backend byte for byte.
+    assert_eq!(
+        get(&client(), dp.local_addr(80).await.unwrap(), "a.com", "/")
+            .await
+            .backend(),
+        "echo"
+    );
+}

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use super::tcp::listen;
-use super::{DRAIN_TIMEOUT, Running, Shared, port_error};
+use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error};
 use crate::error::PortError;
 use crate::http::{HttpService, ListenerContext};
 use crate::table::{Socket, SocketKind};
@@ -40,10 +40,18 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
         metrics: shared.metrics.clone(),
         access_log: shared.access_log,
     });
-    Ok((local_addr, Running::spawn(|stopped| accept(listener, context, stopped))))
+    Ok((
+        local_addr,
+        Running::spawn(|stopped, release| accept(listener, context, stopped, release)),
+    ))
 }
 
-async fn accept(listener: TcpListener, context: Arc<ListenerContext>, mut stopped: watch::Receiver<bool>) {
+async fn accept(
+    listener: TcpListener,
+    context: Arc<ListenerContext>,
+    mut stopped: watch::Receiver<bool>,
+    release: Release,
+) {
     let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
     let graceful = GracefulShutdown::new();
     loop {
@@ -64,6 +72,7 @@ async fn accept(listener: TcpListener, context: Arc<ListenerContext>, mut stoppe
         }
     }
     drop(listener);
+    drop(release);
     if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
         tracing::warn!(port = context.port, "connections still open after the drain timeout");
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use translator::ir::Transport;
 
@@ -20,6 +20,9 @@ use crate::table::{Socket, SocketKind, Table};
 
 /// How long connections of a closed port may take to finish their requests.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a reconciliation waits for a closed socket to be released.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What listeners are started with.
 #[derive(Debug, Clone)]
@@ -39,26 +42,46 @@ pub struct Shared {
 #[derive(Debug)]
 pub struct Running {
     stop: watch::Sender<bool>,
+    released: oneshot::Receiver<()>,
     task: JoinHandle<()>,
 }
 
+/// A stopping listener.
+#[derive(Debug)]
+pub struct Closing {
+    /// Completes when the socket is closed (its port can be bound again).
+    pub released: oneshot::Receiver<()>,
+    /// Completes when open connections have drained.
+    pub drained: JoinHandle<()>,
+}
+
+/// Dropped by a listener task right after its socket: tells [`Closing::released`].
+#[derive(Debug)]
+pub struct Release(#[allow(dead_code)] oneshot::Sender<()>);
+
 impl Running {
-    /// Spawns `serve`, which must end soon after its receiver sees `true` (or its sender dropped).
-    pub fn spawn<F>(serve: impl FnOnce(watch::Receiver<bool>) -> F) -> Running
+    /// Spawns `serve`, which must drop its socket and then the [`Release`] soon after its
+    /// receiver sees `true` (or its sender dropped).
+    pub fn spawn<F>(serve: impl FnOnce(watch::Receiver<bool>, Release) -> F) -> Running
     where
         F: Future<Output = ()> + Send + 'static,
     {
         let (stop, stopped) = watch::channel(false);
+        let (release, released) = oneshot::channel();
         Running {
             stop,
-            task: tokio::spawn(serve(stopped)),
+            released,
+            task: tokio::spawn(serve(stopped, Release(release))),
         }
     }
 
-    /// Stops accepting at once; the returned task ends when open connections have drained.
-    pub fn close(self) -> JoinHandle<()> {
+    /// Stops accepting at once.
+    pub fn close(self) -> Closing {
         let _ = self.stop.send(true);
-        self.task
+        Closing {
+            released: self.released,
+            drained: self.task,
+        }
     }
 }
 
@@ -78,7 +101,7 @@ pub struct Listeners {
 impl Listeners {
     /// Opens the table's new sockets, closes removed ones and keeps the others (same port, bind
     /// port and kind) with their connections. Sockets that cannot be bound are reported.
-    pub fn reconcile(&mut self, shared: &Shared, table: &Table) -> Vec<PortError> {
+    pub async fn reconcile(&mut self, shared: &Shared, table: &Table) -> Vec<PortError> {
         let wanted: HashMap<(Transport, u16), Socket> =
             table.sockets().iter().map(|s| ((s.transport, s.port), *s)).collect();
         let stale: Vec<_> = self
@@ -87,11 +110,16 @@ impl Listeners {
             .filter(|(key, open)| wanted.get(key) != Some(&open.socket))
             .map(|(key, _)| *key)
             .collect();
+        let mut releasing = Vec::new();
         for key in stale {
             if let Some(open) = self.open.remove(&key) {
                 tracing::info!(port = key.1, transport = ?key.0, "closing listener");
-                open.running.close();
+                releasing.push(open.running.close().released);
             }
+        }
+        // A replaced socket may be bound again on the same port: wait until it is closed.
+        for released in releasing {
+            let _ = tokio::time::timeout(RELEASE_TIMEOUT, released).await;
         }
         let mut errors = Vec::new();
         for socket in table.sockets() {
@@ -133,8 +161,8 @@ impl Listeners {
     /// Closes every listener and waits for their connections to drain.
     pub async fn shutdown(&mut self) {
         let closing: Vec<_> = self.open.drain().map(|(_, o)| o.running.close()).collect();
-        for task in closing {
-            let _ = task.await;
+        for closing in closing {
+            let _ = closing.drained.await;
         }
     }
 }

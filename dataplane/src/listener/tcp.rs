@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use translator::ir::Transport;
 
-use super::{DRAIN_TIMEOUT, Running, Shared, port_error, stopping};
+use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
 use crate::metrics::Metrics;
 use tokio_rustls::TlsAcceptor;
@@ -49,7 +49,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
     let metrics = shared.metrics.clone();
     Ok((
         local_addr,
-        Running::spawn(move |stopped| accept(listener, table, socket, metrics, stopped)),
+        Running::spawn(move |stopped, release| accept(listener, table, socket, metrics, stopped, release)),
     ))
 }
 
@@ -59,6 +59,7 @@ async fn accept(
     socket: Socket,
     metrics: Arc<Metrics>,
     mut stopped: watch::Receiver<bool>,
+    release: Release,
 ) {
     loop {
         tokio::select! {
@@ -86,6 +87,8 @@ async fn accept(
             },
         }
     }
+    drop(listener);
+    drop(release);
 }
 
 /// Completes a drain timeout after the listener stopped.

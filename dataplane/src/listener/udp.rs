@@ -12,7 +12,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
 use translator::ir::Transport;
 
-use super::{Running, Shared, port_error, stopping};
+use super::{Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
 use crate::table::{Socket, Table};
 use crate::upstream::ActiveGuard;
@@ -36,7 +36,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
     let idle = shared.udp_idle_timeout;
     Ok((
         local_addr,
-        Running::spawn(move |stopped| relay(Arc::new(udp), table, socket, idle, stopped)),
+        Running::spawn(move |stopped, release| relay(Arc::new(udp), table, socket, idle, stopped, release)),
     ))
 }
 
@@ -46,6 +46,7 @@ async fn relay(
     socket: Socket,
     idle: Duration,
     mut stopped: watch::Receiver<bool>,
+    release: Release,
 ) {
     let mut sessions: HashMap<SocketAddr, mpsc::Sender<Bytes>> = HashMap::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -82,6 +83,10 @@ async fn relay(
             }
         }
     }
+    // Sessions hold the socket too; they end on the same signal.
+    drop(sessions);
+    drop(listener);
+    drop(release);
 }
 
 /// Starts a session of `client` to an endpoint of its route's backend.
