@@ -127,12 +127,13 @@ async fn reconcile(
     changes: &Changes,
     leadership: &Leadership,
 ) {
+    let mut provisioning = Provisioning::start(client, settings, changes);
     stores.synced().await;
+    provisioning.synced().await;
     changes.notify();
     let config = settings.translator_config();
     let metrics = &options.metrics;
     let mut backoff = BACKOFF_MIN;
-    let mut provisioning = Provisioning::start(client, settings, changes);
     loop {
         changes.changed().await;
         tokio::time::sleep(settings.debounce).await;

@@ -549,3 +549,61 @@ spec:
     assert_eq!(left.items.len(), 2, "one proxy in each place");
     controller.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_reports_the_status_service_addresses() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("standalone");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: shared, namespace: {ns}}}
+spec:
+  type: LoadBalancer
+  ports: [{{port: 80}}]
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let mut settings = settings(&class, "");
+    settings.mode = operator::settings::Mode::Standalone;
+    settings.status.service = format!("{ns}/shared");
+    let controller = start(&client, settings);
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .patch_status(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}]}}})),
+        )
+        .await
+        .expect("patch Service status");
+    let gws = gateways(&client, &ns);
+    let gw = gateway_where(&gws, "web", "the shared Service's address", |g| {
+        g["status"]["addresses"].as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    assert_eq!(
+        gw["status"]["addresses"],
+        json!([{"type": "Hostname", "value": "lb.example.com"}])
+    );
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), &ns)
+            .list_metadata(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty(),
+        "standalone mode provisions nothing"
+    );
+    controller.abort();
+}

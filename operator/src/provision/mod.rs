@@ -24,6 +24,9 @@ use translator::snapshot::Facts;
 use crate::settings::{Kubernetes, Mode};
 use crate::watch::{self, Changes};
 
+/// Longest wait for the address Services before the first translation.
+const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The provisioning side of the reconcile loop: load balancer addresses in, proxies out.
 pub struct Provisioning {
     mode: Mode,
@@ -60,6 +63,18 @@ impl Provisioning {
             Mode::Standalone | Mode::Proxy => {}
         }
         provisioning
+    }
+
+    /// Waits, at most [`SYNC_TIMEOUT`], until the address Services are listed, so a restarted
+    /// controller does not report its Gateways without addresses for a moment.
+    pub async fn synced(&self) {
+        if let Some(store) = &self.services
+            && tokio::time::timeout(SYNC_TIMEOUT, store.wait_until_ready())
+                .await
+                .is_err()
+        {
+            tracing::warn!("address Services not listed yet; Gateway addresses follow once they are");
+        }
     }
 
     /// Adds the assigned load balancer addresses to the snapshot's facts.
