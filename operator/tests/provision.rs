@@ -607,3 +607,71 @@ spec:
     );
     controller.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_run_the_controller_pod_image_unless_configured() {
+    let cp = plane();
+    let home = cp.fresh_namespace("image-home");
+    let client = client().await;
+    cp.apply_yaml(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: controller, namespace: {home}}}
+spec:
+  containers: [{{name: turna, image: "registry.example.com/turna:1.2.3"}}]
+"#
+    ))
+    .expect("apply");
+    let snapshot = translator::Snapshot::from_yaml(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: turna}
+spec: {controllerName: rakunlabs.com/turna}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: web, namespace: apps}
+spec:
+  gatewayClassName: turna
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+"#,
+    )
+    .expect("snapshot");
+    let mut settings = settings(&format!("turna-{home}"), &home);
+    settings.gateway_class = String::new();
+    settings.proxy.image = String::new();
+    let output = translator::translate(&snapshot, &settings.translator_config());
+    assert_eq!(output.proxies.len(), 1);
+
+    let mut without_pod = operator::provision::Provisioner::new(client.clone(), &settings);
+    let result = without_pod.provision(&output).await;
+    assert_eq!(result.failed, 1, "no image and no pod to take it from: {result:?}");
+
+    let mut provisioner =
+        operator::provision::Provisioner::new(client.clone(), &settings).with_controller_pod(&home, "controller");
+    let result = provisioner.provision(&output).await;
+    assert_eq!(result.failed, 0, "{result:?}");
+    let names = Names::new("apps", "web", &controller_id(&settings));
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &home)
+        .get(&names.proxy)
+        .await
+        .expect("proxy Deployment");
+    let pod = deployment.spec.expect("spec").template.spec.expect("pod spec");
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("registry.example.com/turna:1.2.3")
+    );
+
+    // Unchanged objects are not written again; an empty translation collects them.
+    let again = provisioner.provision(&output).await;
+    assert_eq!((again.applied, again.failed), (0, 0), "{again:?}");
+    assert!(again.unchanged > 0);
+    let emptied = provisioner.provision(&translator::Output::default()).await;
+    assert_eq!(emptied.failed, 0, "{emptied:?}");
+    assert!(
+        emptied.deleted >= 4,
+        "Deployment, Service, ConfigMap and bundle Secret: {emptied:?}"
+    );
+    assert!(!exists(&Api::<Deployment>::namespaced(client.clone(), &home), &names.proxy).await);
+}

@@ -187,6 +187,14 @@ impl Provisioner {
         }
     }
 
+    /// Names the controller's own pod, whose image proxies run unless `proxy.image` is set
+    /// (instead of `POD_NAMESPACE`/`POD_NAME`).
+    pub fn with_controller_pod(mut self, namespace: &str, name: &str) -> Provisioner {
+        self.pod = Some((namespace.into(), name.into()));
+        self.image = None;
+        self
+    }
+
     /// Namespace of the bundle Secrets and Roles, and of the proxies unless they are placed in
     /// their Gateway's namespace.
     pub fn home_namespace(&self) -> Option<&str> {
