@@ -71,7 +71,7 @@ pub async fn run_with(client: Client, settings: Kubernetes, options: Options, sh
         settings.namespaces = vec![ns];
     }
     let scope = scope(&settings);
-    let stores = Stores::start(&client, &scope, &changes, &options.metrics);
+    let stores = Stores::start(&client, &scope, &settings.gateway_class, &changes, &options.metrics);
     let (elector, leadership) = if settings.status.leader_election.disabled {
         options.metrics.set_leader(true);
         (None, Leadership::always())

@@ -377,3 +377,157 @@ spec:
     assert_eq!(c["status"], "False", "{c:#}");
     controller.abort();
 }
+
+/// RBAC of a controller that may do everything it needs except BackendTLSPolicy (`extra` adds
+/// rules).
+fn controller_role(user: &str, extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {user}}}
+rules:
+  - apiGroups: [gateway.networking.k8s.io]
+    resources: [gatewayclasses, gateways, listenersets, httproutes, grpcroutes, tlsroutes, tcproutes, udproutes, referencegrants]
+    verbs: [get, list, watch]
+  - apiGroups: [gateway.networking.k8s.io]
+    resources: [gatewayclasses/status, gateways/status, listenersets/status, httproutes/status, grpcroutes/status, tlsroutes/status, tcproutes/status, udproutes/status]
+    verbs: [get, patch, update]
+  - apiGroups: [""]
+    resources: [services, secrets, configmaps, namespaces]
+    verbs: [get, list, watch]
+  - apiGroups: [discovery.k8s.io]
+    resources: [endpointslices]
+    verbs: [get, list, watch]
+{extra}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {user}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {user}}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policy_watched_once_rbac_allows_it() {
+    let cp = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
+    let ns = cp.fresh_namespace("rbac");
+    let class = format!("turna-{ns}");
+    let user = format!("turna-{ns}");
+    cp.apply_yaml(&controller_role(&user, "")).expect("RBAC");
+    cp.apply_yaml(&format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: api, namespace: {ns}}}
+spec:
+  ports: [{{port: 443}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules: [{{backendRefs: [{{name: api, port: 443}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: api-tls, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: "", kind: Service, name: api}}]
+  validation: {{hostname: api.example.com, wellKnownCACertificates: System}}
+"#
+    ))
+    .expect("apply");
+
+    let kubeconfig = kube::config::Kubeconfig::read_from(cp.kubeconfig()).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    config.auth_info.impersonate = Some(user.clone());
+    let limited = kube::Client::try_from(config).expect("client");
+    let mut settings = operator::settings::Kubernetes {
+        gateway_class: class,
+        debounce: Duration::from_millis(50),
+        ..Default::default()
+    };
+    settings.status.leader_election.disabled = true;
+    let options = Options {
+        identity: "rbac-test".into(),
+        discovery_interval: Duration::from_secs(1),
+        ..Options::default()
+    };
+    let metrics = options.metrics.clone();
+    let controller = tokio::spawn(reconcile::run_with(limited, settings, options, std::future::pending()));
+
+    let admin = client(&cp).await;
+    let routes = api(&admin, &ns, "v1", "HTTPRoute", "httproutes");
+    within(
+        Duration::from_secs(20),
+        "route status without BackendTLSPolicy access",
+        || async {
+            json(&routes, "app").await["status"]["parents"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    // The route's status pass has finished (policies are written after routes in a pass).
+    within(Duration::from_secs(20), "a finished status pass", || async {
+        metrics
+            .encode()
+            .contains(r#"turna_operator_reconciles_total{kind="status",result="success"}"#)
+            .then_some(())
+    })
+    .await;
+    let policies = api(&admin, &ns, "v1", "BackendTLSPolicy", "backendtlspolicies");
+    let ancestors = |p: &Value| p["status"]["ancestors"].as_array().is_some_and(|a| !a.is_empty());
+    assert!(
+        !ancestors(&json(&policies, "api-tls").await),
+        "a policy the controller may not watch got status"
+    );
+    assert!(
+        !metrics.encode().contains(r#"kind="BackendTLSPolicy""#),
+        "a denied kind must not be watched (no watch errors): {}",
+        metrics.encode()
+    );
+
+    // The upgrade applies the new RBAC: picked up at the next discovery, without a restart.
+    cp.apply_yaml(&controller_role(
+        &user,
+        r#"  - apiGroups: [gateway.networking.k8s.io]
+    resources: [backendtlspolicies]
+    verbs: [get, list, watch]
+  - apiGroups: [gateway.networking.k8s.io]
+    resources: [backendtlspolicies/status]
+    verbs: [get, patch, update]"#,
+    ))
+    .expect("grant BackendTLSPolicy");
+    let granted = Instant::now();
+    let policy = within(Duration::from_secs(20), "policy status after the grant", || async {
+        let p = json(&policies, "api-tls").await;
+        ancestors(&p).then_some(p)
+    })
+    .await;
+    eprintln!("BackendTLSPolicy status {:?} after the grant", granted.elapsed());
+    assert_eq!(
+        policy["status"]["ancestors"][0]["controllerName"], "rakunlabs.com/turna",
+        "{policy:#}"
+    );
+    controller.abort();
+}

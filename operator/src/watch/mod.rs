@@ -180,7 +180,7 @@ where
 
 /// Spawns the feed task of a Gateway API kind: its watch follows the [`Source`] sent on the
 /// returned feed (none at first); the store stays the same across switches.
-fn feed<K>(ctx: &FeedContext, typed: fn(&FeedContext) -> Api<K>) -> (Store<K>, Feed)
+fn feed<K>(ctx: &FeedContext, typed: fn(&FeedContext) -> Api<K>, config: watcher::Config) -> (Store<K>, Feed)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -204,14 +204,14 @@ where
                     }
                     let source = source_rx.borrow_and_update().clone();
                     stream = match source {
-                        Some(Source::Typed) => Some(watcher(typed(&ctx), watcher::Config::default()).default_backoff().boxed()),
+                        Some(Source::Typed) => Some(watcher(typed(&ctx), config.clone()).default_backoff().boxed()),
                         Some(Source::Dynamic(resource)) => {
                             let api: Api<DynamicObject> = match &ctx.namespace {
                                 Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
                                 None => Api::all_with(ctx.client.clone(), &resource),
                             };
                             Some(
-                                watcher(api, watcher::Config::default())
+                                watcher(api, config.clone())
                                     .default_backoff()
                                     .filter_map(|e| std::future::ready(e.map(convert_event::<K>).transpose()))
                                     .boxed(),
@@ -267,7 +267,15 @@ where
 
 impl Stores {
     /// Starts the watches of core kinds; Gateway API kinds wait for [`Stores::set_source`].
-    pub fn start(client: &Client, scope: &Scope, changes: &Changes, metrics: &Arc<Metrics>) -> Stores {
+    /// A non-empty `gateway_class` limits the GatewayClass watch to that name, so RBAC can
+    /// grant it by resourceNames.
+    pub fn start(
+        client: &Client,
+        scope: &Scope,
+        gateway_class: &str,
+        changes: &Changes,
+        metrics: &Arc<Metrics>,
+    ) -> Stores {
         let c = changes.clone();
         let watching = Arc::new(Mutex::new(BTreeSet::new()));
         let namespaced = FeedContext {
@@ -296,16 +304,26 @@ impl Stores {
         }
         let mut feeds = BTreeMap::new();
         macro_rules! crd {
-            ($kind:literal, $ctx:expr, $ty:ty, $api:expr) => {{
-                let (store, f) = feed::<$ty>($ctx, $api);
+            ($kind:literal, $ctx:expr, $ty:ty, $api:expr) => {
+                crd!($kind, $ctx, $ty, $api, watcher::Config::default())
+            };
+            ($kind:literal, $ctx:expr, $ty:ty, $api:expr, $config:expr) => {{
+                let (store, f) = feed::<$ty>($ctx, $api, $config);
                 feeds.insert($kind, f);
                 store
             }};
         }
         let stores = Stores {
-            gateway_classes: crd!("GatewayClass", &cluster, GatewayClass, |ctx| Api::all(
-                ctx.client.clone()
-            )),
+            gateway_classes: crd!(
+                "GatewayClass",
+                &cluster,
+                GatewayClass,
+                |ctx| Api::all(ctx.client.clone()),
+                match gateway_class {
+                    "" => watcher::Config::default(),
+                    name => watcher::Config::default().fields(&format!("metadata.name={name}")),
+                }
+            ),
             gateways: crd!("Gateway", &namespaced, Gateway, scoped),
             listener_sets: crd!("ListenerSet", &namespaced, ListenerSet, scoped),
             http_routes: crd!("HTTPRoute", &namespaced, HttpRoute, scoped),
