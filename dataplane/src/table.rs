@@ -24,8 +24,10 @@ pub struct Table {
     http_ports: HashMap<u16, PortRoutes>,
     /// TCP, TLS passthrough and UDP routes by transport and Gateway listener port.
     stream_ports: HashMap<(ir::Transport, u16), StreamPort>,
-    /// TLS settings of ports with terminating listeners.
+    /// TLS settings of the TLS Terminate listeners of a port.
     tls_configs: HashMap<u16, Arc<ServerConfig>>,
+    /// TLS settings of the HTTPS listeners of a port.
+    https_configs: HashMap<u16, Arc<ServerConfig>>,
     /// Sockets to serve.
     sockets: Vec<Socket>,
     upstreams: HashMap<String, Arc<Upstream>>,
@@ -54,7 +56,8 @@ pub enum SocketKind {
     Https,
     /// TCP listeners: bytes to the route's backend.
     Tcp,
-    /// TLS listeners (passthrough and terminate): routed by the ClientHello's server name.
+    /// TLS listeners (passthrough and terminate), possibly sharing the port with HTTPS
+    /// listeners: dispatched by the ClientHello's server name.
     Tls,
     /// UDP listeners: datagrams per client session.
     Udp,
@@ -70,7 +73,15 @@ impl SocketKind {
             ir::Transport::Tcp if all(ir::Protocol::Http) => Some(SocketKind::Http),
             ir::Transport::Tcp if all(ir::Protocol::Https) => Some(SocketKind::Https),
             ir::Transport::Tcp if all(ir::Protocol::Tcp) => Some(SocketKind::Tcp),
-            ir::Transport::Tcp if all(ir::Protocol::Tls) => Some(SocketKind::Tls),
+            // TLS listeners, possibly with HTTPS ones: dispatched by server name.
+            ir::Transport::Tcp
+                if port
+                    .listeners
+                    .iter()
+                    .all(|l| matches!(l.protocol, ir::Protocol::Tls | ir::Protocol::Https)) =>
+            {
+                Some(SocketKind::Tls)
+            }
             ir::Transport::Tcp => None,
         }
     }
@@ -106,28 +117,47 @@ impl Table {
         let mut http_ports = HashMap::new();
         let mut stream_ports = HashMap::new();
         let mut tls_configs = HashMap::new();
+        let mut https_configs = HashMap::new();
         let mut sockets = Vec::new();
         for port in &proxy.ports {
             let Some(kind) = SocketKind::of(port) else {
                 tracing::warn!(
                     port = port.port,
-                    "port has listeners this dataplane does not serve yet (HTTPS, TLS Terminate)"
+                    "port mixes listener protocols that cannot share a socket"
                 );
                 continue;
             };
+            let only = |protocol: ir::Protocol| ir::Port {
+                listeners: port
+                    .listeners
+                    .iter()
+                    .filter(|l| l.protocol == protocol)
+                    .cloned()
+                    .collect(),
+                ..port.clone()
+            };
+            let https = only(ir::Protocol::Https);
             let mut validation = 0;
-            if kind == SocketKind::Https {
-                tls_configs.insert(port.port, tls::server_config(port, material, tls::Alpn::Http)?);
+            if !https.listeners.is_empty() {
+                https_configs.insert(port.port, tls::server_config(&https, material, tls::Alpn::Http)?);
+                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams)?);
                 validation = validation_fingerprint(port, material);
             }
-            let terminates = |l: &ir::Listener| l.tls.as_ref().is_some_and(|t| t.mode == ir::TlsMode::Terminate);
+            let terminates = |l: &ir::Listener| {
+                l.protocol == ir::Protocol::Tls && l.tls.as_ref().is_some_and(|t| t.mode == ir::TlsMode::Terminate)
+            };
             if kind == SocketKind::Tls && port.listeners.iter().any(terminates) {
-                tls_configs.insert(port.port, tls::server_config(port, material, tls::Alpn::None)?);
+                let tls_port = only(ir::Protocol::Tls);
+                tls_configs.insert(port.port, tls::server_config(&tls_port, material, tls::Alpn::None)?);
             }
-            if matches!(kind, SocketKind::Http | SocketKind::Https) {
-                http_ports.insert(port.port, PortRoutes::compile(port, &upstreams)?);
-            } else {
-                stream_ports.insert((port.transport, port.port), StreamPort::compile(port, &upstreams)?);
+            match kind {
+                SocketKind::Http => {
+                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams)?);
+                }
+                SocketKind::Https => {}
+                _ => {
+                    stream_ports.insert((port.transport, port.port), StreamPort::compile(port, &upstreams)?);
+                }
             }
             sockets.push(Socket {
                 transport: port.transport,
@@ -142,6 +172,7 @@ impl Table {
             http_ports,
             stream_ports,
             tls_configs,
+            https_configs,
             sockets,
             upstreams,
             connect_retries: proxy.connect_retries,
@@ -158,9 +189,14 @@ impl Table {
         self.stream_ports.get(&(transport, port))
     }
 
-    /// The TLS settings of the terminating listeners of HTTPS or TLS port `port`.
+    /// The TLS settings of the TLS Terminate listeners of port `port`.
     pub fn tls_config(&self, port: u16) -> Option<&Arc<ServerConfig>> {
         self.tls_configs.get(&port)
+    }
+
+    /// The TLS settings of the HTTPS listeners of port `port`.
+    pub fn https_config(&self, port: u16) -> Option<&Arc<ServerConfig>> {
+        self.https_configs.get(&port)
     }
 
     /// The sockets to serve.

@@ -464,3 +464,45 @@ async fn new_certificates_apply_to_new_connections() {
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn https_and_tls_passthrough_share_a_port() {
+    use common::stream::*;
+
+    let echo = EchoBackend::start("web").await;
+    let passthrough = tcp_echo("pass").await;
+    let (cert, root) = self_signed(&["web.example.com"]);
+    let mut material = Material::default();
+    material.certificates.insert("test/web".into(), cert);
+    let web = https_listener(
+        "web",
+        Some("web.example.com"),
+        "test/web",
+        vec![rule("web", prefix("/"), "web")],
+    );
+    let pass = stream_listener(
+        "pass",
+        ir::Protocol::Tls,
+        Some("pass.example.com"),
+        vec![stream_route("pass", &[], vec![weighted(Some("pass"), 1)])],
+    );
+    let ir = proxy(
+        vec![port(ir::Transport::Tcp, 443, vec![web, pass])],
+        vec![echo_backend(&echo), stream_backend("pass", passthrough)],
+    );
+    let dp = Dataplane::new(loopback());
+    dp.apply_with(ir, &material).await.unwrap();
+    let addr = dp.local_addr(443).await.unwrap();
+
+    for alpn in [&[b"h2" as &[u8]][..], &[b"http/1.1"]] {
+        let client = connector(std::slice::from_ref(&root), None, alpn);
+        let reply = https_get(addr, &client, "web.example.com", "web.example.com", "/x")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.backend(), "web");
+        assert_eq!(reply.echoed("x-forwarded-proto"), ["https"]);
+    }
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    assert!(exchange(&mut tcp, &client_hello("pass.example.com"), "pass").await);
+}

@@ -96,7 +96,7 @@ async fn connection(
         return serve(TokioIo::new(stream), service, &builder, watcher).await;
     }
     // New connections take the certificates of the current table.
-    let Some(config) = context.table.load().tls_config(context.port).cloned() else {
+    let Some(config) = context.table.load().https_config(context.port).cloned() else {
         return;
     };
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TlsAcceptor::from(config).accept(stream)).await {
@@ -116,7 +116,7 @@ async fn connection(
     serve(TokioIo::new(tls), service, &builder, watcher).await;
 }
 
-async fn serve<I>(io: I, service: HttpService, builder: &auto::Builder<TokioExecutor>, watcher: Watcher)
+pub(super) async fn serve<I>(io: I, service: HttpService, builder: &auto::Builder<TokioExecutor>, watcher: Watcher)
 where
     I: Read + Write + Unpin + Send + 'static,
 {

@@ -6,17 +6,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use translator::ir::Transport;
 
+use super::http::serve;
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
-use crate::metrics::Metrics;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio_rustls::TlsAcceptor;
 
+use crate::http::{HttpService, ListenerContext};
+use crate::stream::Dispatch;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::sni::{self, ClientHello};
 use crate::table::{Socket, SocketKind, Table};
@@ -45,22 +49,39 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
     let error = port_error(socket, addr);
     let listener = listen(addr).map_err(&error)?;
     let local_addr = listener.local_addr().map_err(&error)?;
-    let table = shared.table.clone();
-    let metrics = shared.metrics.clone();
+    // HTTPS listeners sharing a TLS port are served like those of an HTTPS port.
+    let https = Https {
+        context: Arc::new(ListenerContext {
+            table: shared.table.clone(),
+            port: socket.port,
+            scheme: "https",
+            mirror_slots: shared.mirror_slots.clone(),
+            metrics: shared.metrics.clone(),
+            access_log: shared.access_log,
+        }),
+        builder: Arc::new(auto::Builder::new(TokioExecutor::new())),
+    };
     Ok((
         local_addr,
-        Running::spawn(move |stopped, release| accept(listener, table, socket, metrics, stopped, release)),
+        Running::spawn(move |stopped, release| accept(listener, https, socket, stopped, release)),
     ))
+}
+
+/// How connections for HTTPS listeners are served.
+#[derive(Clone)]
+struct Https {
+    context: Arc<ListenerContext>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
 }
 
 async fn accept(
     listener: TcpListener,
-    table: Arc<ArcSwap<Table>>,
+    https: Https,
     socket: Socket,
-    metrics: Arc<Metrics>,
     mut stopped: watch::Receiver<bool>,
     release: Release,
 ) {
+    let graceful = GracefulShutdown::new();
     loop {
         tokio::select! {
             biased;
@@ -69,13 +90,15 @@ async fn accept(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     // The connection stays on the table it was accepted with.
-                    let table = table.load_full();
+                    let table = https.context.table.load_full();
                     let stopped = stopped.clone();
-                    let open = metrics.connection();
+                    let open = https.context.metrics.connection();
+                    let https = https.clone();
+                    let watcher = graceful.watcher();
                     tokio::spawn(async move {
                         let _open = open;
                         tokio::select! {
-                            _ = forward(stream, &table, socket) => {}
+                            _ = forward(stream, peer, &table, socket, https, watcher) => {}
                             _ = drained(stopped) => tracing::debug!(%peer, "connection closed after the drain timeout"),
                         }
                     });
@@ -89,6 +112,8 @@ async fn accept(
     }
     drop(listener);
     drop(release);
+    // HTTPS connections finish their requests; stream connections end with the drain timer.
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await;
 }
 
 /// Completes a drain timeout after the listener stopped.
@@ -97,8 +122,15 @@ async fn drained(stopped: watch::Receiver<bool>) {
     tokio::time::sleep(DRAIN_TIMEOUT).await;
 }
 
-/// Joins `client` to a backend endpoint; returning closes the connection.
-async fn forward(mut client: TcpStream, table: &Table, socket: Socket) {
+/// Joins `client` to a backend endpoint (or serves it as HTTPS); returning closes it.
+async fn forward(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    table: &Table,
+    socket: Socket,
+    https: Https,
+    watcher: Watcher,
+) {
     let Some(port) = table.stream_port(Transport::Tcp, socket.port) else {
         return;
     };
@@ -111,15 +143,35 @@ async fn forward(mut client: TcpStream, table: &Table, socket: Socket) {
     } else {
         None
     };
-    let Some(routed) = port.route(server_name.as_deref()) else {
-        tracing::debug!(port = socket.port, ?server_name, "no route for connection");
-        return;
+    let dispatch = port.route(server_name.as_deref());
+    let (route, terminate) = match dispatch {
+        Some(Dispatch::Stream { route, terminate }) => (route, terminate),
+        Some(Dispatch::Https) => {
+            let Some(config) = table.https_config(socket.port).cloned() else {
+                return;
+            };
+            let client = Prefixed::new(hello, client);
+            let accepted = tokio::time::timeout(HELLO_TIMEOUT, TlsAcceptor::from(config).accept(client)).await;
+            let Ok(Ok(tls)) = accepted else {
+                return;
+            };
+            let service = HttpService {
+                context: https.context,
+                peer,
+                server_name: server_name.filter(|n| !n.is_empty()).map(Arc::from),
+            };
+            return serve(TokioIo::new(tls), service, &https.builder, watcher).await;
+        }
+        None => {
+            tracing::debug!(port = socket.port, ?server_name, "no route for connection");
+            return;
+        }
     };
     // Invalid backends (and zero weights) close their share of connections.
-    let Some(upstream) = routed.route.pick_backend().and_then(|b| b.upstream.as_ref()) else {
+    let Some(upstream) = route.pick_backend().and_then(|b| b.upstream.as_ref()) else {
         return;
     };
-    if routed.terminate {
+    if terminate {
         // The peeked ClientHello starts the handshake this proxy completes.
         let Some(config) = table.tls_config(socket.port).cloned() else {
             return;

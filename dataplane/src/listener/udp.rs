@@ -14,6 +14,7 @@ use translator::ir::Transport;
 
 use super::{Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
+use crate::stream::Dispatch;
 use crate::table::{Socket, Table};
 use crate::upstream::ActiveGuard;
 
@@ -98,8 +99,10 @@ async fn open_session(
     idle: Duration,
     stopped: &watch::Receiver<bool>,
 ) -> Option<mpsc::Sender<Bytes>> {
-    let routed = table.stream_port(Transport::Udp, socket.port)?.route(None)?;
-    let upstream = routed.route.pick_backend()?.upstream.as_ref()?;
+    let Dispatch::Stream { route, .. } = table.stream_port(Transport::Udp, socket.port)?.route(None)? else {
+        return None;
+    };
+    let upstream = route.pick_backend()?.upstream.as_ref()?;
     let (endpoint, active) = upstream.pick_datagram_endpoint()?;
     let local: SocketAddr = if client.is_ipv4() {
         ([0, 0, 0, 0], 0).into()

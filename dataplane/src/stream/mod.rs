@@ -24,14 +24,18 @@ struct StreamListener {
     hostname: HostPattern,
     /// TLS listeners in Terminate mode.
     terminate: bool,
+    /// HTTPS listeners sharing a TLS port: their connections are served as HTTPS.
+    https: bool,
     routes: Vec<StreamRoute>,
 }
 
-/// The route of a connection, and whether its listener terminates TLS.
+/// Where a connection goes.
 #[derive(Debug)]
-pub struct Routed<'a> {
-    pub route: &'a StreamRoute,
-    pub terminate: bool,
+pub enum Dispatch<'a> {
+    /// To a route's backend; `terminate` when the listener terminates TLS.
+    Stream { route: &'a StreamRoute, terminate: bool },
+    /// To the HTTPS listeners of the port.
+    Https,
 }
 
 /// One TCP, UDP or TLS route.
@@ -103,6 +107,7 @@ impl StreamPort {
             listeners.push(StreamListener {
                 hostname,
                 terminate,
+                https: listener.protocol == ir::Protocol::Https,
                 routes,
             });
         }
@@ -111,12 +116,15 @@ impl StreamPort {
     }
 
     /// The route for a connection: by server name for TLS, else the first (oldest) route.
-    pub fn route(&self, server_name: Option<&str>) -> Option<Routed<'_>> {
+    pub fn route(&self, server_name: Option<&str>) -> Option<Dispatch<'_>> {
         let name = server_name.map(str::to_ascii_lowercase).unwrap_or_default();
         let listener = match server_name {
             Some(_) => self.listeners.iter().find(|l| l.hostname.matches(&name))?,
             None => self.listeners.first()?,
         };
+        if listener.https {
+            return Some(Dispatch::Https);
+        }
         // The route with the most specific matching hostname; the first on ties.
         let mut best: Option<(&StreamRoute, (u8, usize))> = None;
         for route in &listener.routes {
@@ -136,7 +144,7 @@ impl StreamPort {
                 best = Some((route, s));
             }
         }
-        best.map(|(route, _)| Routed {
+        best.map(|(route, _)| Dispatch::Stream {
             route,
             terminate: listener.terminate,
         })
