@@ -109,7 +109,7 @@ impl Upstream {
     /// other endpoints are tried with the same (still unread) body.
     pub async fn forward(
         &self,
-        parts: Parts,
+        mut parts: Parts,
         body: RequestBody,
         connect_retries: u32,
     ) -> Result<Forwarded, ForwardError> {
@@ -133,21 +133,26 @@ impl Upstream {
                 .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
             tried.push(index);
             let endpoint = &self.endpoints[index];
-            let uri = Uri::builder()
-                .scheme("http")
-                .authority(endpoint.authority.clone())
-                .path_and_query(path.clone())
-                .build();
-            let uri = match uri {
-                Ok(uri) => uri,
-                Err(_) => return Err(ForwardError::NoEndpoints(self.id.clone())),
+            let mut uri_parts = http::uri::Parts::default();
+            uri_parts.scheme = Some(http::uri::Scheme::HTTP);
+            uri_parts.authority = Some(endpoint.authority.clone());
+            uri_parts.path_and_query = Some(path.clone());
+            // Scheme, authority and path are already valid: this cannot fail.
+            let Ok(uri) = Uri::from_parts(uri_parts) else {
+                return Err(ForwardError::NoEndpoints(self.id.clone()));
             };
             let (reclaim, slot) = ReclaimBody::new(body);
             let mut request = Request::new(reclaim);
             *request.method_mut() = parts.method.clone();
             *request.uri_mut() = uri;
             *request.version_mut() = version;
-            *request.headers_mut() = parts.headers.clone();
+            // Another endpoint may be tried only while untried ones remain.
+            let retries_left = tried.len() <= connect_retries as usize && tried.len() < self.endpoints.len();
+            *request.headers_mut() = if retries_left {
+                parts.headers.clone()
+            } else {
+                std::mem::take(&mut parts.headers)
+            };
             let guard = ActiveGuard::new(&endpoint.active);
             let started = std::time::Instant::now();
             match self.client.request(request).await {
@@ -161,7 +166,6 @@ impl Upstream {
                         self.ejections.inc();
                         tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
                     }
-                    let retries_left = tried.len() <= connect_retries as usize;
                     match slot.reclaim() {
                         Some(unread) if retries_left => {
                             tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, error = %source, "endpoint unreachable, trying another");

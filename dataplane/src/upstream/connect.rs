@@ -61,7 +61,7 @@ impl Upstream {
                 self.ejections.inc();
                 tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
             }
-            if tried.len() > connect_retries as usize {
+            if tried.len() > connect_retries as usize || tried.len() >= self.endpoints.len() {
                 return Err(ForwardError::Connect {
                     backend: self.id.clone(),
                     source: error,
