@@ -1,7 +1,10 @@
 //! backendRefs to weighted endpoints: Service lookup, ReferenceGrants, ExternalName, the
 //! application protocol of the Service port, and the endpoints from EndpointSlices.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, RandomState};
+use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -24,14 +27,95 @@ pub struct Backends<'a> {
     services: BTreeMap<(&'a str, &'a str), &'a Service>,
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     pub policies: Policies<'a>,
+    /// Resolutions already made in this translation: routes share few distinct backendRefs.
+    cache: RefCell<Cache>,
 }
 
 /// A resolved backendRef.
 #[derive(Clone, Debug)]
 pub struct Resolved {
-    pub backend: Backend,
+    /// Shared by every backendRef that resolves the same way.
+    pub backend: Rc<Backend>,
     /// The BackendTLSPolicy applied, `namespace/name`.
     pub policy: Option<String>,
+}
+
+type Resolution = Result<Resolved, Problem>;
+
+/// Resolutions by what determines them. Entries are found by a hash of the borrowed [`Key`],
+/// so a lookup allocates nothing.
+#[derive(Default)]
+struct Cache {
+    hasher: RandomState,
+    entries: HashMap<u64, Vec<(OwnedKey, Resolution)>>,
+}
+
+/// Everything [`Backends::resolve`] reads from its arguments (not the weight or filters).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Key<'k> {
+    kind: RouteKind,
+    route_ns: &'k str,
+    group: &'k str,
+    ref_kind: &'k str,
+    namespace: Option<&'k str>,
+    name: &'k str,
+    port: Option<i32>,
+    tls: bool,
+    client_certificate: Option<&'k str>,
+}
+
+struct OwnedKey {
+    kind: RouteKind,
+    route_ns: String,
+    group: String,
+    ref_kind: String,
+    namespace: Option<String>,
+    name: String,
+    port: Option<i32>,
+    tls: bool,
+    client_certificate: Option<String>,
+}
+
+impl Key<'_> {
+    fn to_owned(self) -> OwnedKey {
+        OwnedKey {
+            kind: self.kind,
+            route_ns: self.route_ns.into(),
+            group: self.group.into(),
+            ref_kind: self.ref_kind.into(),
+            namespace: self.namespace.map(str::to_string),
+            name: self.name.into(),
+            port: self.port,
+            tls: self.tls,
+            client_certificate: self.client_certificate.map(str::to_string),
+        }
+    }
+}
+
+impl OwnedKey {
+    fn borrow(&self) -> Key<'_> {
+        Key {
+            kind: self.kind,
+            route_ns: &self.route_ns,
+            group: &self.group,
+            ref_kind: &self.ref_kind,
+            namespace: self.namespace.as_deref(),
+            name: &self.name,
+            port: self.port,
+            tls: self.tls,
+            client_certificate: self.client_certificate.as_deref(),
+        }
+    }
+}
+
+impl Cache {
+    fn get(&self, hash: u64, key: Key<'_>) -> Option<&Resolution> {
+        self.entries
+            .get(&hash)?
+            .iter()
+            .find(|(k, _)| k.borrow() == key)
+            .map(|(_, r)| r)
+    }
 }
 
 impl<'a> Backends<'a> {
@@ -59,6 +143,7 @@ impl<'a> Backends<'a> {
             services,
             slices,
             policies: Policies::build(snapshot, config),
+            cache: RefCell::default(),
         }
     }
 
@@ -73,7 +158,41 @@ impl<'a> Backends<'a> {
         r: &BackendRef,
         tls: bool,
         client_certificate: Option<&str>,
-    ) -> Result<Resolved, Problem> {
+    ) -> Resolution {
+        let key = Key {
+            kind,
+            route_ns,
+            group: &r.group,
+            ref_kind: &r.kind,
+            namespace: r.namespace.as_deref(),
+            name: &r.name,
+            port: r.port,
+            tls,
+            client_certificate,
+        };
+        // The Service and port tell most resolutions apart; the bucket compares the whole key.
+        let hash = self.cache.borrow().hasher.hash_one((key.name, key.port, key.namespace));
+        if let Some(found) = self.cache.borrow().get(hash, key) {
+            return found.clone();
+        }
+        let resolution = self.resolve_uncached(kind, route_ns, r, tls, client_certificate);
+        self.cache
+            .borrow_mut()
+            .entries
+            .entry(hash)
+            .or_default()
+            .push((key.to_owned(), resolution.clone()));
+        resolution
+    }
+
+    fn resolve_uncached(
+        &self,
+        kind: RouteKind,
+        route_ns: &str,
+        r: &BackendRef,
+        tls: bool,
+        client_certificate: Option<&str>,
+    ) -> Resolution {
         if !(r.group.is_empty() || r.group == "core") || r.kind != "Service" {
             return Err(Problem::new(
                 reason::INVALID_KIND,
@@ -179,8 +298,8 @@ impl<'a> Backends<'a> {
             service_port.map(|p| self.endpoints(ns, &r.name, p)).unwrap_or_default()
         };
         let port_name = service_port.and_then(|p| p.name.as_deref());
-        let mut resolved = self.finish(kind, ns, &r.name, port, port_name, endpoints, tls, client_certificate);
-        if protocol == AppProtocol::Wss && resolved.backend.tls.is_none() {
+        let (mut backend, policy) = self.finish(kind, ns, &r.name, port, port_name, endpoints, tls, client_certificate);
+        if protocol == AppProtocol::Wss && backend.tls.is_none() {
             // TLS to the backend is configured only by a BackendTLSPolicy; without one the
             // port cannot be reached as it declares, and plain text must not be sent instead.
             return Err(Problem::new(
@@ -191,12 +310,15 @@ impl<'a> Backends<'a> {
                 ),
             ));
         }
-        resolved.backend.protocol = if resolved.backend.tls.is_some() && protocol == AppProtocol::Ws {
+        backend.protocol = if backend.tls.is_some() && protocol == AppProtocol::Ws {
             AppProtocol::Wss
         } else {
             protocol
         };
-        Ok(resolved)
+        Ok(Resolved {
+            backend: Rc::new(backend),
+            policy,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -210,7 +332,7 @@ impl<'a> Backends<'a> {
         endpoints: Vec<Endpoint>,
         tls: bool,
         client_certificate: Option<&str>,
-    ) -> Resolved {
+    ) -> (Backend, Option<String>) {
         let (policy, backend_tls) = if tls {
             match self.policies.lookup(ns, name, port_name) {
                 Some((key, settings)) => {
@@ -243,18 +365,16 @@ impl<'a> Backends<'a> {
                 id.push_str(&format!("+{c}"));
             }
         }
-        Resolved {
-            backend: Backend {
-                id,
-                service: object::key(ns, name),
-                port: port as u16,
-                protocol: AppProtocol::Http,
-                endpoints,
-                tls: backend_tls,
-                strategy,
-            },
-            policy,
-        }
+        let backend = Backend {
+            id,
+            service: object::key(ns, name),
+            port: port as u16,
+            protocol: AppProtocol::Http,
+            endpoints,
+            tls: backend_tls,
+            strategy,
+        };
+        (backend, policy)
     }
 
     /// Ready endpoints of the Service port, from its EndpointSlices.

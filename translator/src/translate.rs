@@ -2,6 +2,7 @@
 //! then one IR per proxy and every status.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +12,7 @@ use crate::config::{Config, Mode};
 use crate::gateway::{self, GatewayModel, listener_set};
 use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
-use crate::object::{self, Meta};
+use crate::object::Meta;
 use crate::policy;
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
 use crate::snapshot::Snapshot;
@@ -63,7 +64,8 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
-    let mut gateway_backends: Vec<BTreeMap<String, ir::Backend>> = gateways.iter().map(|_| BTreeMap::new()).collect();
+    let mut gateway_backends: Vec<BTreeMap<String, Rc<ir::Backend>>> =
+        gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut route_statuses = Vec::new();
 
@@ -143,7 +145,9 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             }
         } else {
             for (gi, b) in used_backends {
-                gateway_backends[gi].entry(b.id.clone()).or_insert(b);
+                if !gateway_backends[gi].contains_key(&b.id) {
+                    gateway_backends[gi].insert(b.id.clone(), b);
+                }
             }
             for (p, gw) in used_policies {
                 policy_usage.entry(p).or_default().insert(gw);
@@ -190,9 +194,11 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 addresses: gw.requested_addresses.clone(),
             });
         }
-        add_listeners(proxy, gw, contributions[gi].get_mut_all(), &routes, &age_rank, config);
+        add_listeners(proxy, gw, &mut contributions[gi], &routes, &age_rank, config);
         for (id, b) in &gateway_backends[gi] {
-            proxy.backends.entry(id.clone()).or_insert_with(|| b.clone());
+            if !proxy.backends.contains_key(id) {
+                proxy.backends.insert(id.clone(), ir::Backend::clone(b));
+            }
         }
     }
     let mut out = Output {
@@ -205,16 +211,6 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
         out.bundles.insert(proxy.id.clone(), Bundle::of(proxy));
     }
     out
-}
-
-trait TakeAll {
-    fn get_mut_all(&mut self) -> &mut BTreeMap<usize, Vec<Contribution>>;
-}
-
-impl TakeAll for BTreeMap<usize, Vec<Contribution>> {
-    fn get_mut_all(&mut self) -> &mut BTreeMap<usize, Vec<Contribution>> {
-        self
-    }
 }
 
 /// Listener `filters` (v1.7, for example ExternalAuth) are not implemented; serving the listener
@@ -443,5 +439,4 @@ fn finish_proxy(proxy: &mut Proxy) {
                 .then_with(|| a.name.cmp(&b.name))
         });
     }
-    let _ = object::key;
 }

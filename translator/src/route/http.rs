@@ -1,6 +1,8 @@
 //! HTTPRoute and GRPCRoute rules to IR match entries: matches, filters, backends, timeouts and
 //! retries. Their order is [`super::precedence`]'s.
 
+use std::rc::Rc;
+
 use crate::api::grpc::{GrpcRouteRules, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType};
 use crate::api::http::{
     HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
@@ -26,7 +28,7 @@ pub use super::precedence::{inherit_less_specific, original_hostname, precedence
 pub struct Compiled {
     pub rules: Vec<HttpRule>,
     /// Backends the entries reference.
-    pub backends: Vec<Backend>,
+    pub backends: Vec<Rc<Backend>>,
     /// BackendTLSPolicies the backends use.
     pub policies: Vec<String>,
 }
