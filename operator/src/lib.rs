@@ -6,6 +6,7 @@ pub mod admin;
 pub mod leader;
 pub mod local;
 pub mod metrics;
+pub mod modes;
 pub mod provision;
 pub mod reconcile;
 pub mod settings;

@@ -1,8 +1,13 @@
-//! Local mode's input: Gateway API YAML plus Services and EndpointSlices from files or folders,
-//! turned into a [`Snapshot`] without any cluster.
+//! Local mode's input: Gateway API YAML plus Services, EndpointSlices, Secrets and ConfigMaps from
+//! files or folders, turned into a [`Snapshot`] (and the TLS [`Material`] the dataplane needs)
+//! without any cluster.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
+use dataplane::{Material, TlsCertificate};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use serde::Deserialize;
 use translator::Snapshot;
 use translator::snapshot::{Facts, SnapshotError};
 
@@ -15,6 +20,12 @@ pub enum LocalError {
     Snapshot { path: PathBuf, source: SnapshotError },
     #[error("{path}: facts: {source}")]
     Facts { path: PathBuf, source: serde_yaml::Error },
+    #[error("{path}: document {index}: {source}")]
+    Material {
+        path: PathBuf,
+        index: usize,
+        source: serde_json::Error,
+    },
 }
 
 /// The YAML files under `paths` (folders are read recursively, `*.yaml`/`*.yml`, sorted).
@@ -53,7 +64,36 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), LocalError> {
 
 /// Reads every file into one snapshot. A file named `facts.yaml` holds [`Facts`] instead of objects.
 pub fn snapshot(paths: &[PathBuf]) -> Result<Snapshot, LocalError> {
-    let mut snapshot = Snapshot::default();
+    Ok(read(paths)?.snapshot)
+}
+
+/// Everything local mode serves from: the snapshot and the key material of its Secrets and
+/// ConfigMaps.
+#[derive(Debug, Default)]
+pub struct Input {
+    pub snapshot: Snapshot,
+    /// `tls.crt`/`tls.key` of every Secret and `ca.crt` of every ConfigMap, by `namespace/name`.
+    pub material: Material,
+}
+
+/// What identifies one version of the input files: each file with its modification time and
+/// length. A change of any means the files must be read again.
+pub fn fingerprint(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Option<SystemTime>, u64)>, LocalError> {
+    Ok(files(paths)?
+        .into_iter()
+        .map(|path| {
+            let meta = std::fs::metadata(&path).ok();
+            let modified = meta.as_ref().and_then(|m| m.modified().ok());
+            let len = meta.map_or(0, |m| m.len());
+            (path, modified, len)
+        })
+        .collect())
+}
+
+/// Reads every file into one [`Input`].
+pub fn read(paths: &[PathBuf]) -> Result<Input, LocalError> {
+    let mut input = Input::default();
+    let snapshot = &mut input.snapshot;
     for path in files(paths)? {
         let text = std::fs::read_to_string(&path).map_err(|source| LocalError::Read {
             path: path.clone(),
@@ -64,11 +104,73 @@ pub fn snapshot(paths: &[PathBuf]) -> Result<Snapshot, LocalError> {
                 serde_yaml::from_str::<Facts>(&text).map_err(|source| LocalError::Facts { path, source })?;
             continue;
         }
-        snapshot
-            .add_yaml(&text)
-            .map_err(|source| LocalError::Snapshot { path, source })?;
+        snapshot.add_yaml(&text).map_err(|source| LocalError::Snapshot {
+            path: path.clone(),
+            source,
+        })?;
+        // `add_yaml` accepted the YAML, so every document parses again.
+        for (index, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let Ok(value) = serde_json::Value::deserialize(doc) else {
+                continue;
+            };
+            add_material(&mut input.material, value).map_err(|source| LocalError::Material {
+                path: path.clone(),
+                index,
+                source,
+            })?;
+        }
     }
-    Ok(snapshot)
+    Ok(input)
+}
+
+/// Adds the certificate of a `Secret` or the CA bundle of a `ConfigMap` (`List`s are expanded).
+fn add_material(material: &mut Material, value: serde_json::Value) -> Result<(), serde_json::Error> {
+    let kind = value
+        .get("kind")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let core = value.get("apiVersion").and_then(serde_json::Value::as_str) == Some("v1");
+    if kind.ends_with("List") {
+        if let Some(serde_json::Value::Array(items)) = value.get("items") {
+            for item in items.clone() {
+                add_material(material, item)?;
+            }
+        }
+        return Ok(());
+    }
+    let key = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or_default()
+        )
+    };
+    match (core, kind) {
+        (true, "Secret") => {
+            let secret: Secret = serde_json::from_value(value)?;
+            let text = |k: &str| {
+                secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(k))
+                    .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                    .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(k)).cloned())
+            };
+            if let (Some(chain_pem), Some(key_pem)) = (text("tls.crt"), text("tls.key")) {
+                material
+                    .certificates
+                    .insert(key(&secret.metadata), TlsCertificate { chain_pem, key_pem });
+            }
+        }
+        (true, "ConfigMap") => {
+            let config_map: ConfigMap = serde_json::from_value(value)?;
+            if let Some(ca) = config_map.data.as_ref().and_then(|d| d.get("ca.crt")) {
+                material.ca_bundles.insert(key(&config_map.metadata), ca.clone());
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -95,5 +197,25 @@ mod tests {
         .expect("write");
         let err = snapshot(&[dir.path().into()]).expect_err("bad gateway");
         assert!(err.to_string().contains("bad.yaml"), "{err}");
+    }
+
+    #[test]
+    fn keeps_the_key_material_of_secrets_and_config_maps() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("tls.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: cert, namespace: web}\ntype: kubernetes.io/tls\n\
+             data: {tls.crt: Q1JU, tls.key: S0VZ}\n---\n\
+             apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata: {name: plain}\n  \
+             stringData: {tls.crt: crt, tls.key: key}\n\
+             - apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: ca}\n  data: {ca.crt: PEM}\n",
+        )
+        .expect("write");
+        let input = read(&[dir.path().into()]).expect("reads");
+        assert_eq!(input.snapshot.secrets.len(), 2);
+        let cert = &input.material.certificates["web/cert"];
+        assert_eq!((cert.chain_pem.as_str(), cert.key_pem.as_str()), ("CRT", "KEY"));
+        assert_eq!(input.material.certificates["default/plain"].key_pem, "key");
+        assert_eq!(input.material.ca_bundles["default/ca"], "PEM");
     }
 }

@@ -23,6 +23,23 @@ enum Command {
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
+    /// Serve Gateway API YAML plus Services, EndpointSlices, Secrets and ConfigMaps from files or
+    /// folders with no cluster (standalone translation), reloading on change.
+    Local {
+        /// Files or folders of Kubernetes YAML.
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+        /// Provider configuration (`providers.kubernetes`).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Local address of every listener, reported as the Gateways' address.
+        #[arg(long, default_value = "127.0.0.1")]
+        address: std::net::IpAddr,
+        /// Added to each listener port to get the local port (default 0, or the configuration's
+        /// `port_offset` when `--config` is given).
+        #[arg(long)]
+        port_offset: Option<u16>,
+    },
     /// Translate Gateway API YAML (files or folders) and print the IR and statuses, without serving.
     Translate {
         /// Files or folders of Kubernetes YAML; a `facts.yaml` among them holds observed facts.
@@ -97,6 +114,31 @@ fn main() -> anyhow::Result<()> {
                 operator::reconcile::run_with(client, settings, options, shutdown()).await;
                 anyhow::Ok(())
             })?;
+        }
+        Command::Local {
+            files,
+            config,
+            address,
+            port_offset,
+        } => {
+            let mut settings = match &config {
+                Some(_) => load(config)?,
+                None => settings::Kubernetes {
+                    port_offset: 0,
+                    ..settings::Kubernetes::default()
+                },
+            };
+            if let Some(offset) = port_offset {
+                settings.port_offset = offset;
+            }
+            let options = operator::modes::local::Options {
+                files,
+                settings,
+                address,
+                poll: operator::modes::local::POLL,
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(operator::modes::local::run(options, shutdown()))?;
         }
         Command::Translate { files, config, output } => {
             let settings = load(config)?;

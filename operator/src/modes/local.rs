@@ -1,0 +1,207 @@
+//! `turna local`: serves Gateway API YAML from files or folders with no cluster at all.
+//!
+//! The files are translated in standalone mode (one proxy for every Gateway, status addresses =
+//! the bind address) and applied to an in-process [`Dataplane`]. The files are polled for changes;
+//! a new set that cannot be read or is rejected by the dataplane is logged and the last good one
+//! keeps serving.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dataplane::{ApplyError, Dataplane};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use translator::ir;
+
+use super::AddressError;
+use crate::local::{self, Input, LocalError};
+use crate::settings::{self, Kubernetes};
+
+/// How often the files are checked for changes unless [`Options::poll`] says otherwise.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// What `turna local` serves, and where.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Files or folders of Kubernetes YAML.
+    pub files: Vec<PathBuf>,
+    /// Provider configuration; the mode is forced to standalone.
+    pub settings: Kubernetes,
+    /// Local address of every listener, also reported as the Gateways' address.
+    pub address: IpAddr,
+    /// How often the files are checked for changes.
+    pub poll: Duration,
+}
+
+/// Why local mode could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalModeError {
+    #[error(transparent)]
+    Input(#[from] LocalError),
+    #[error("the configuration was rejected: {0}")]
+    Rejected(ApplyError),
+    #[error("health_address: {0}")]
+    HealthAddress(#[from] AddressError),
+    #[error("binding health_address {address}: {source}")]
+    Health {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Local mode, serving.
+#[derive(Debug)]
+pub struct Local {
+    dataplane: Dataplane,
+    health: SocketAddr,
+    generation: watch::Receiver<Generation>,
+    poller: JoinHandle<()>,
+}
+
+/// How many sets of files were applied and rejected since start (the first set counts as applied).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Generation {
+    pub applied: u64,
+    pub rejected: u64,
+}
+
+/// Reads and applies the files, serves health and starts watching the files for changes. Fails
+/// when the first set of files cannot be read or is rejected.
+pub async fn start(options: Options) -> Result<Local, LocalModeError> {
+    let mut settings = options.settings;
+    settings.mode = settings::Mode::Standalone;
+    if settings.status.addresses.is_empty() {
+        settings.status.addresses = vec![options.address.to_string()];
+    }
+    let health_address = super::socket_address(&settings.health_address)?;
+    let dataplane = Dataplane::new(dataplane::Settings::on(options.address));
+    let fingerprint = local::fingerprint(&options.files)?;
+    let input = local::read(&options.files)?;
+    match apply(&dataplane, &settings, input).await {
+        Ok(()) | Err(ApplyError::Ports(_)) => {}
+        Err(error) => return Err(LocalModeError::Rejected(error)),
+    }
+    let health = dataplane
+        .serve_health(health_address)
+        .await
+        .map_err(|source| LocalModeError::Health {
+            address: health_address,
+            source,
+        })?;
+    tracing::info!(%health, address = %options.address, "serving local files");
+    let (generation, receiver) = watch::channel(Generation {
+        applied: 1,
+        rejected: 0,
+    });
+    let poller = tokio::spawn(poll(
+        dataplane.clone(),
+        settings,
+        options.files,
+        options.poll,
+        fingerprint,
+        generation,
+    ));
+    Ok(Local {
+        dataplane,
+        health,
+        generation: receiver,
+        poller,
+    })
+}
+
+impl Local {
+    /// The in-process proxy.
+    pub fn dataplane(&self) -> &Dataplane {
+        &self.dataplane
+    }
+
+    /// Where `/healthz`, `/ready` and `/metrics` are served.
+    pub fn health_address(&self) -> SocketAddr {
+        self.health
+    }
+
+    /// Counts of applied and rejected file sets, updated on every change.
+    pub fn generation(&self) -> watch::Receiver<Generation> {
+        self.generation.clone()
+    }
+
+    /// Serves until `signal`, then stops watching the files and drains connections.
+    pub async fn serve(self, signal: impl Future<Output = ()>) {
+        self.dataplane.serve(signal).await;
+        self.poller.abort();
+    }
+}
+
+/// Runs local mode until `signal`.
+pub async fn run(options: Options, signal: impl Future<Output = ()>) -> Result<(), LocalModeError> {
+    start(options).await?.serve(signal).await;
+    Ok(())
+}
+
+/// Translates `input` in standalone mode and applies the single proxy with its TLS material.
+async fn apply(dataplane: &Dataplane, settings: &Kubernetes, input: Input) -> Result<(), ApplyError> {
+    let out = translator::translate(&input.snapshot, &settings.translator_config());
+    let proxy = standalone_proxy(out.proxies);
+    let result = dataplane.apply_with(proxy, &input.material).await;
+    if let Err(ApplyError::Ports(errors)) = &result {
+        for error in errors {
+            tracing::warn!(%error, "port not served");
+        }
+    }
+    result
+}
+
+/// The one proxy of a standalone translation; an empty one when no Gateway is accepted.
+pub fn standalone_proxy(proxies: Vec<ir::Proxy>) -> ir::Proxy {
+    proxies.into_iter().next().unwrap_or_else(|| ir::Proxy {
+        schema: ir::SCHEMA_VERSION,
+        id: "standalone".to_string(),
+        ..ir::Proxy::default()
+    })
+}
+
+async fn poll(
+    dataplane: Dataplane,
+    settings: Kubernetes,
+    files: Vec<PathBuf>,
+    every: Duration,
+    mut last: Vec<(PathBuf, Option<std::time::SystemTime>, u64)>,
+    generation: watch::Sender<Generation>,
+) {
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let current = match local::fingerprint(&files) {
+            Ok(current) => current,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list the files; the last good configuration keeps serving");
+                continue;
+            }
+        };
+        if current == last {
+            continue;
+        }
+        last = current;
+        let result = match local::read(&files) {
+            Ok(input) => apply(&dataplane, &settings, input).await,
+            Err(error) => {
+                tracing::error!(%error, "cannot read the files; the last good configuration keeps serving");
+                generation.send_modify(|g| g.rejected += 1);
+                continue;
+            }
+        };
+        match result {
+            Ok(()) | Err(ApplyError::Ports(_)) => {
+                tracing::info!("files changed; new configuration applied");
+                generation.send_modify(|g| g.applied += 1);
+            }
+            Err(error) => {
+                tracing::error!(%error, "configuration rejected; the last good one keeps serving");
+                generation.send_modify(|g| g.rejected += 1);
+            }
+        }
+    }
+}

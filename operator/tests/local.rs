@@ -1,0 +1,260 @@
+//! `turna local` in-process: files in a temp dir are served to real loopback backends, a changed
+//! file takes effect, and a broken file leaves the last good configuration serving.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use operator::modes::local::{self, Generation};
+use operator::settings::Kubernetes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// An HTTP/1.1 backend answering every request with `name` and the request path.
+async fn backend(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
+    let addr = listener.local_addr().expect("backend address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                    let body = format!("{name} {}", req.uri().path());
+                    Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                        bytes::Bytes::from(body),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A port nobody listens on right now.
+async fn free_port() -> u16 {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+/// `GET path` over a fresh connection; the status code and body, or `None` when the connection fails.
+async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: local.test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let code = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// Polls `path` until its body is `want` (status 200) or the deadline passes.
+async fn eventually(addr: SocketAddr, path: &str, want: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut last = None;
+    while tokio::time::Instant::now() < deadline {
+        last = get(addr, path).await;
+        if last.as_ref().is_some_and(|(code, body)| *code == 200 && body == want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("GET {path}: want 200 {want:?}, last {last:?}");
+}
+
+fn gateway(port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: turna}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: local, namespace: default}}
+spec:
+  gatewayClassName: turna
+  listeners:
+    - {{name: http, port: {port}, protocol: HTTP}}
+"
+    )
+}
+
+fn backends(one: SocketAddr, two: SocketAddr) -> String {
+    [("one", one), ("two", two)]
+        .iter()
+        .map(|(name, addr)| {
+            format!(
+                "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  ports: [{{name: http, protocol: TCP, port: 80, targetPort: {port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}
+  namespace: default
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: http, protocol: TCP, port: {port}}}]
+endpoints:
+  - addresses: [\"{ip}\"]
+    conditions: {{ready: true}}
+---
+",
+                port = addr.port(),
+                ip = addr.ip(),
+            )
+        })
+        .collect()
+}
+
+/// An HTTPRoute with one rule per `(path prefix, Service)`.
+fn route(rules: &[(&str, &str)]) -> String {
+    let mut text = "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: split, namespace: default}
+spec:
+  parentRefs: [{name: local}]
+  rules:
+"
+    .to_string();
+    for (path, service) in rules {
+        text.push_str(&format!(
+            "    - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]\n      backendRefs: [{{name: {service}, port: 80}}]\n"
+        ));
+    }
+    text
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).expect("write file");
+}
+
+async fn wait_for(generation: &mut tokio::sync::watch::Receiver<Generation>, done: impl Fn(&Generation) -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), generation.wait_for(|g| done(g)))
+        .await
+        .expect("generation in time")
+        .expect("local mode running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_files_reloads_changes_and_keeps_the_last_good_configuration() {
+    let one = backend("one").await;
+    let two = backend("two").await;
+    let port = free_port().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "gateway.yaml", &gateway(port));
+    write(dir.path(), "backends.yaml", &backends(one, two));
+    write(dir.path(), "route.yaml", &route(&[("/one", "one"), ("/two", "two")]));
+
+    let settings = Kubernetes {
+        port_offset: 0,
+        health_address: "127.0.0.1:0".into(),
+        ..Kubernetes::default()
+    };
+    let running = local::start(local::Options {
+        files: vec![dir.path().into()],
+        settings,
+        address: LOOPBACK,
+        poll: Duration::from_millis(50),
+    })
+    .await
+    .expect("local mode starts");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    assert_eq!(running.dataplane().local_addr(port).await, Some(gateway));
+    assert_eq!(get(running.health_address(), "/ready").await.map(|r| r.0), Some(200));
+
+    assert_eq!(get(gateway, "/one/a").await, Some((200, "one /one/a".into())));
+    assert_eq!(get(gateway, "/two/b").await, Some((200, "two /two/b".into())));
+    assert_eq!(get(gateway, "/three").await.map(|r| r.0), Some(404));
+
+    // A changed route takes effect.
+    let mut generation = running.generation();
+    write(
+        dir.path(),
+        "route.yaml",
+        &route(&[("/one", "two"), ("/two", "two"), ("/three", "one")]),
+    );
+    wait_for(&mut generation, |g| g.applied >= 2).await;
+    eventually(gateway, "/one/a", "two /one/a").await;
+    eventually(gateway, "/three", "one /three").await;
+
+    // A broken file is rejected and the last good configuration keeps serving.
+    write(
+        dir.path(),
+        "broken.yaml",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: bad}\nspec: 3\n",
+    );
+    wait_for(&mut generation, |g| g.rejected >= 1).await;
+    assert_eq!(get(gateway, "/three").await, Some((200, "one /three".into())));
+    assert_eq!(get(gateway, "/one/x").await, Some((200, "two /one/x".into())));
+
+    // Fixing it serves the new set again.
+    std::fs::remove_file(dir.path().join("broken.yaml")).expect("remove");
+    write(dir.path(), "route.yaml", &route(&[("/one", "one")]));
+    wait_for(&mut generation, |g| g.applied >= 3).await;
+    eventually(gateway, "/one/y", "one /one/y").await;
+    assert_eq!(get(gateway, "/three").await.map(|r| r.0), Some(404));
+
+    running.serve(async {}).await;
+    assert_eq!(get(gateway, "/one/a").await, None, "shut down");
+}
+
+#[tokio::test]
+async fn refuses_to_start_on_unreadable_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "broken.yaml",
+        "kind: Gateway\napiVersion: gateway.networking.k8s.io/v1\nspec: 3\n",
+    );
+    let error = local::start(local::Options {
+        files: vec![dir.path().into()],
+        settings: Kubernetes {
+            health_address: "127.0.0.1:0".into(),
+            ..Kubernetes::default()
+        },
+        address: LOOPBACK,
+        poll: local::POLL,
+    })
+    .await
+    .expect_err("broken input");
+    assert!(error.to_string().contains("broken.yaml"), "{error}");
+}
+
+/// The example of examples/local translates to one HTTP listener on 8080 routing to 9081 and 9082.
+#[test]
+fn the_example_routes_to_the_quick_start_backends() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/local");
+    let input = operator::local::read(&[dir]).expect("example reads");
+    let mut settings = Kubernetes {
+        port_offset: 0,
+        ..Kubernetes::default()
+    };
+    settings.mode = operator::settings::Mode::Standalone;
+    let out = translator::translate(&input.snapshot, &settings.translator_config());
+    let proxy = local::standalone_proxy(out.proxies);
+    assert_eq!(proxy.ports.len(), 1);
+    assert_eq!((proxy.ports[0].port, proxy.ports[0].bind_port), (8080, 8080));
+    let mut endpoints: Vec<u16> = proxy
+        .backends
+        .values()
+        .flat_map(|b| b.endpoints.iter().map(|e| e.port))
+        .collect();
+    endpoints.sort();
+    assert_eq!(endpoints, [9081, 9082]);
+}
