@@ -21,10 +21,10 @@ pub struct ReconcileLabels {
     pub result: String,
 }
 
-/// `result` of one status write.
+/// `result` of one write of a status or a provisioned object.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    /// `applied`, `unchanged` or `failed`.
+    /// `applied`, `unchanged`, `deleted` (provisioned objects) or `failed`.
     pub result: String,
 }
 
@@ -43,6 +43,7 @@ pub struct Metrics {
     translate_duration: Histogram,
     status_writes: Family<WriteLabels, Counter>,
     status_conflicts: Counter,
+    provisioned_objects: Family<WriteLabels, Counter>,
     leader: Gauge,
     watch_errors: Family<KindLabels, Counter>,
 }
@@ -83,6 +84,12 @@ impl Metrics {
             "Status writes refused because the object changed meanwhile",
             status_conflicts.clone(),
         );
+        let provisioned_objects = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "provisioned_objects",
+            "Writes of proxy objects (Deployments, Services, ...) by result",
+            provisioned_objects.clone(),
+        );
         let leader = Gauge::default();
         registry.register("leader", "1 while this instance holds the leader lease", leader.clone());
         let watch_errors = Family::<KindLabels, Counter>::default();
@@ -94,6 +101,7 @@ impl Metrics {
             translate_duration,
             status_writes,
             status_conflicts,
+            provisioned_objects,
             leader,
             watch_errors,
         }
@@ -107,13 +115,17 @@ impl Metrics {
         text
     }
 
-    pub fn reconciled(&self, kind: &str, result: &str, took: Duration) {
+    pub fn reconciled(&self, kind: &str, result: &str) {
         self.reconciles
             .get_or_create(&ReconcileLabels {
                 kind: kind.into(),
                 result: result.into(),
             })
             .inc();
+    }
+
+    /// One whole pass, from snapshot to the last write.
+    pub fn pass_took(&self, took: Duration) {
         self.reconcile_duration.observe(took.as_secs_f64());
     }
 
@@ -129,6 +141,12 @@ impl Metrics {
 
     pub fn status_conflicted(&self, count: usize) {
         self.status_conflicts.inc_by(count as u64);
+    }
+
+    pub fn provisioned(&self, result: &str, count: usize) {
+        self.provisioned_objects
+            .get_or_create(&WriteLabels { result: result.into() })
+            .inc_by(count as u64);
     }
 
     pub fn set_leader(&self, leader: bool) {
@@ -147,7 +165,8 @@ mod tests {
     #[test]
     fn encodes_with_prefix() {
         let m = Metrics::new();
-        m.reconciled("status", "success", Duration::from_millis(3));
+        m.reconciled("status", "success");
+        m.pass_took(Duration::from_millis(3));
         m.status_written("applied", 2);
         m.set_leader(true);
         m.watch_error("HTTPRoute");

@@ -144,7 +144,8 @@ async fn reconcile(
         metrics.translated(started.elapsed());
         options.readiness.set_ready();
         if !leadership.is_leader() {
-            metrics.reconciled("status", "standby", started.elapsed());
+            metrics.reconciled("status", "standby");
+            metrics.pass_took(started.elapsed());
             continue;
         }
         let mut failed = 0;
@@ -161,7 +162,7 @@ async fn reconcile(
             metrics.status_written("failed", written.failed);
             metrics.status_conflicted(written.conflicts);
             let result = if written.failed > 0 { "error" } else { "success" };
-            metrics.reconciled("status", result, started.elapsed());
+            metrics.reconciled("status", result);
             failed += written.failed;
         }
         // Provisioning is independent of status.disabled (product.md).
@@ -173,6 +174,13 @@ async fn reconcile(
             failed = provisioned.failed,
             "provisioning pass"
         );
+        metrics.provisioned("applied", provisioned.applied);
+        metrics.provisioned("unchanged", provisioned.unchanged);
+        metrics.provisioned("deleted", provisioned.deleted);
+        metrics.provisioned("failed", provisioned.failed);
+        let result = if provisioned.failed > 0 { "error" } else { "success" };
+        metrics.reconciled("provision", result);
+        metrics.pass_took(started.elapsed());
         failed += provisioned.failed;
         if failed > 0 {
             let retry = changes.clone();

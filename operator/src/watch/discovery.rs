@@ -57,11 +57,6 @@ pub async fn served(client: &Client) -> Result<Served, kube::Error> {
     Ok(served)
 }
 
-/// Kinds of the Gateway API group the API server serves.
-pub async fn installed_kinds(client: &Client) -> Result<BTreeSet<String>, kube::Error> {
-    Ok(served(client).await?.into_keys().collect())
-}
-
 /// Where to watch a kind whose typed struct is at `typed_version`, given the versions served.
 pub fn source(typed_version: &str, served: &[ApiResource]) -> Option<Source> {
     if served.iter().any(|r| r.version == typed_version) {

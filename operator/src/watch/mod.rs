@@ -32,6 +32,9 @@ use translator::snapshot::{ConfigMapFacts, SecretFacts};
 use crate::metrics::Metrics;
 use discovery::Source;
 
+/// How long [`Stores::synced`] waits for the first lists.
+pub const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Wakes the reconcile loop; notifications coalesce.
 #[derive(Clone, Default)]
 pub struct Changes(Arc<Notify>);
@@ -90,6 +93,8 @@ pub struct Stores {
     pub watching: Arc<Mutex<BTreeSet<String>>>,
     /// The feed of each Gateway API kind, by kind.
     feeds: Arc<BTreeMap<&'static str, Feed>>,
+    /// Complete once each watch of a core kind listed its objects.
+    core_ready: Arc<Vec<BoxReady>>,
 }
 
 /// Control of one Gateway API kind's watch.
@@ -123,6 +128,22 @@ where
         }
     });
     store
+}
+
+/// Completes once `store` listed its objects.
+fn ready_when_listed<K>(store: &Store<K>) -> BoxReady
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let store = store.clone();
+    Box::new(move || {
+        let store = store.clone();
+        Box::pin(async move {
+            // Err only when the writer is gone, which is when the runtime shuts down.
+            let _ = store.wait_until_ready().await;
+        })
+    })
 }
 
 /// A store that is never filled (a kind the scope cannot read).
@@ -346,22 +367,33 @@ impl Stores {
             config_maps: Arc::default(),
             watching,
             feeds: Arc::new(feeds),
+            core_ready: Arc::default(),
         };
-        facts::<Secret, SecretFacts>(
+        let mut core_ready = vec![
+            ready_when_listed(&stores.services),
+            ready_when_listed(&stores.endpoint_slices),
+        ];
+        if let Scope::Cluster = scope {
+            core_ready.push(ready_when_listed(&stores.namespaces));
+        }
+        core_ready.push(facts::<Secret, SecretFacts>(
             scope.api(client),
             stores.secrets.clone(),
             c.clone(),
             metrics.clone(),
             SecretFacts::from_secret,
-        );
-        facts::<ConfigMap, ConfigMapFacts>(
+        ));
+        core_ready.push(facts::<ConfigMap, ConfigMapFacts>(
             scope.api(client),
             stores.config_maps.clone(),
             c,
             metrics.clone(),
             ConfigMapFacts::from_config_map,
-        );
-        stores
+        ));
+        Stores {
+            core_ready: Arc::new(core_ready),
+            ..stores
+        }
     }
 
     /// The version of each Gateway API kind's typed struct, by kind.
@@ -383,12 +415,26 @@ impl Stores {
         }
     }
 
-    /// Waits until every Gateway API kind with a watch listed its objects once.
+    /// Waits until every watch (of Gateway API kinds: every started one) listed its objects
+    /// once, so the first translation does not see missing backends or Secrets; gives up after
+    /// [`SYNC_DEADLINE`] (a watch the RBAC forbids, such as cluster-wide ConfigMaps with RBAC
+    /// older than BackendTLSPolicy support, must not stop the controller).
     pub async fn synced(&self) {
-        for feed in self.feeds.values() {
-            if feed.source.borrow().is_some() {
-                (feed.ready)().await;
+        let all = async {
+            for feed in self.feeds.values() {
+                if feed.source.borrow().is_some() {
+                    (feed.ready)().await;
+                }
             }
+            for ready in self.core_ready.iter() {
+                ready().await;
+            }
+        };
+        if tokio::time::timeout(SYNC_DEADLINE, all).await.is_err() {
+            tracing::warn!(
+                deadline = ?SYNC_DEADLINE,
+                "not every watch has listed its objects; translating with what is listed"
+            );
         }
     }
 
@@ -436,11 +482,13 @@ fn facts<K, F>(
     changes: Changes,
     metrics: Arc<Metrics>,
     extract: fn(&K) -> F,
-) where
+) -> BoxReady
+where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
     F: Send + 'static,
 {
+    let (listed, ready) = watch::channel(false);
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
         let mut fresh: Option<BTreeMap<String, F>> = None;
@@ -469,6 +517,7 @@ fn facts<K, F>(
                     if let Some(f) = fresh.take() {
                         *lock(&map) = f;
                     }
+                    listed.send_replace(true);
                 }
                 Err(error) => {
                     let dynamic_type = K::DynamicType::default();
@@ -481,6 +530,13 @@ fn facts<K, F>(
             changes.notify();
         }
     });
+    Box::new(move || {
+        let mut ready = ready.clone();
+        Box::pin(async move {
+            // Err only when the watch task ended, which is when the runtime shuts down.
+            let _ = ready.wait_for(|listed| *listed).await;
+        })
+    })
 }
 
 /// A store of the Services `config` selects in `api`, waking `changes` on every event: the
