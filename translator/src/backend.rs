@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
@@ -47,7 +47,27 @@ type Resolution = Result<Resolved, Problem>;
 #[derive(Default)]
 struct Cache {
     hasher: RandomState,
-    entries: HashMap<u64, Vec<(OwnedKey, Resolution)>>,
+    entries: HashMap<u64, Vec<(OwnedKey, Resolution)>, BuildHasherDefault<Prehashed>>,
+}
+
+/// A hasher for keys that are hashes already.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 /// Everything [`Backends::resolve`] reads from its arguments (not the weight or filters).

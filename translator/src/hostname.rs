@@ -18,23 +18,28 @@ pub fn matches(pattern: &str, host: &str) -> bool {
 /// `None` on either side matches everything. The result is the more specific of the two when
 /// one contains the other.
 pub fn intersect(listener: Option<&str>, route: &str) -> Option<String> {
+    intersection(listener, route).map(str::to_string)
+}
+
+/// [`intersect`], borrowing the result from whichever side it is.
+pub fn intersection<'s>(listener: Option<&'s str>, route: &'s str) -> Option<&'s str> {
     let Some(listener) = listener else {
-        return Some(route.to_string());
+        return Some(route);
     };
     if listener == route {
-        return Some(route.to_string());
+        return Some(route);
     }
     let l_wild = listener.starts_with("*.");
     let r_wild = route.starts_with("*.");
     match (l_wild, r_wild) {
         (false, false) => None,
-        (true, false) => matches(listener, route).then(|| route.to_string()),
-        (false, true) => matches(route, listener).then(|| listener.to_string()),
+        (true, false) => matches(listener, route).then_some(route),
+        (false, true) => matches(route, listener).then_some(listener),
         (true, true) => {
             if route.ends_with(&listener[1..]) {
-                Some(route.to_string())
+                Some(route)
             } else if listener.ends_with(&route[1..]) {
-                Some(listener.to_string())
+                Some(listener)
             } else {
                 None
             }
@@ -44,12 +49,15 @@ pub fn intersect(listener: Option<&str>, route: &str) -> Option<String> {
 
 /// The hostnames a route serves on a listener: the intersections, or the listener's hostname
 /// (or `*`) when the route names none. Empty when nothing intersects.
-pub fn effective(listener: Option<&str>, route_hostnames: &[String]) -> Vec<String> {
+pub fn effective<'s>(listener: Option<&'s str>, route_hostnames: &'s [String]) -> Vec<&'s str> {
     if route_hostnames.is_empty() {
-        return vec![listener.unwrap_or("*").to_string()];
+        return vec![listener.unwrap_or("*")];
     }
-    let mut out: Vec<String> = route_hostnames.iter().filter_map(|h| intersect(listener, h)).collect();
-    out.sort();
+    let mut out: Vec<&str> = route_hostnames
+        .iter()
+        .filter_map(|h| intersection(listener, h))
+        .collect();
+    out.sort_unstable();
     out.dedup();
     out
 }

@@ -383,13 +383,13 @@ fn virtual_hosts(
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
     // Entries by effective hostname, with the route's own hostname that produced it.
-    let mut hosts: BTreeMap<String, Vec<(usize, String, ir::HttpRule)>> = BTreeMap::new();
+    let mut hosts: BTreeMap<&str, Vec<(usize, &str, ir::HttpRule)>> = BTreeMap::new();
     for mut c in contributions {
         let route_hostnames = &routes[c.route].hostnames;
         let effective = hostname::effective(listener_hostname, route_hostnames);
         let last = effective.len().saturating_sub(1);
         for (k, h) in effective.into_iter().enumerate() {
-            let original = route::http::original_hostname(listener_hostname, route_hostnames, &h);
+            let original = route::http::original_hostname(listener_hostname, route_hostnames, h);
             // The last hostname takes the entries, the others a copy.
             let rules = if k == last {
                 std::mem::take(&mut c.rules)
@@ -397,7 +397,8 @@ fn virtual_hosts(
                 c.rules.clone()
             };
             let entry = hosts.entry(h).or_default();
-            entry.extend(rules.into_iter().map(|r| (c.route, original.clone(), r)));
+            entry.reserve(rules.len());
+            entry.extend(rules.into_iter().map(|r| (c.route, original, r)));
         }
     }
     let mut out: Vec<VirtualHost> = hosts
@@ -412,15 +413,19 @@ fn virtual_hosts(
                 rules.retain(|(r, _, _)| routes[*r].kind == kind);
             }
             // The route's own hostname first (exact over wildcard, longer first), then matches.
-            rules.sort_by(|(ra, oa, a), (rb, ob, b)| {
+            // Sorting positions moves less than sorting the entries.
+            let mut order: Vec<usize> = (0..rules.len()).collect();
+            order.sort_by(|&i, &j| {
+                let ((ra, oa, a), (rb, ob, b)) = (&rules[i], &rules[j]);
                 hostname::by_specificity(oa, ob)
                     .then_with(|| route::http::precedence(a, b, |_| 0))
                     .then_with(|| age_rank[*ra].cmp(&age_rank[*rb]))
                     .then_with(|| a.route.rule.cmp(&b.route.rule))
             });
+            let mut slots: Vec<Option<ir::HttpRule>> = rules.into_iter().map(|(_, _, r)| Some(r)).collect();
             VirtualHost {
-                hostname,
-                rules: rules.into_iter().map(|(_, _, r)| r).collect(),
+                hostname: hostname.to_string(),
+                rules: order.into_iter().filter_map(|i| slots[i].take()).collect(),
             }
         })
         .collect();

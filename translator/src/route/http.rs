@@ -1,6 +1,7 @@
 //! HTTPRoute and GRPCRoute rules to IR match entries: matches, filters, backends, timeouts and
 //! retries. Their order is [`super::precedence`]'s.
 
+use std::borrow::Cow;
 use std::rc::Rc;
 
 use crate::api::grpc::{GrpcRouteRules, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType};
@@ -8,7 +9,8 @@ use crate::api::http::{
     HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
     HttpRouteRulesFiltersRequestRedirectScheme as Scheme, HttpRouteRulesFiltersType as FilterType,
     HttpRouteRulesFiltersUrlRewritePathType as RewritePath, HttpRouteRulesMatchesHeadersType as HeaderType,
-    HttpRouteRulesMatchesPathType as PathType, HttpRouteRulesMatchesQueryParamsType as QueryType,
+    HttpRouteRulesMatchesMethod as HttpMethod, HttpRouteRulesMatchesPathType as PathType,
+    HttpRouteRulesMatchesQueryParamsType as QueryType,
 };
 use crate::backend::Backends;
 use crate::duration;
@@ -40,7 +42,11 @@ pub fn compile(
     client_certificate: Option<&str>,
     outcome: &mut RouteOutcome,
 ) -> Compiled {
-    let mut out = Compiled::default();
+    let mut out = Compiled {
+        rules: Vec::with_capacity(route.rules.len()),
+        backends: Vec::with_capacity(route.rules.iter().map(|r| r.backend_refs.len()).sum()),
+        policies: Vec::new(),
+    };
     let mut dropped: Vec<(String, Problem)> = Vec::new();
     let mut session_persistence = false;
     for (index, rule) in route.rules.iter().enumerate() {
@@ -76,10 +82,10 @@ pub fn compile(
             }
         };
         session_persistence |= parts.session_persistence;
-        let mut filters = Vec::new();
+        let mut filters = Vec::with_capacity(parts.filters.len());
         // A filter that cannot be applied fails the requests it would process (HTTP 500).
         let mut broken = false;
-        for f in &parts.filters {
+        for f in parts.filters.iter() {
             match filter(f, route, backends, client_certificate, &mut out, outcome) {
                 Ok(Some(f)) => filters.push(f),
                 Ok(None) => {}
@@ -92,9 +98,9 @@ pub fn compile(
                 }
             }
         }
-        let mut weighted = Vec::new();
+        let mut weighted = Vec::with_capacity(rule.backend_refs.len());
         for b in &rule.backend_refs {
-            let mut backend_filters = Vec::new();
+            let mut backend_filters = Vec::with_capacity(b.filters.len());
             let mut backend_broken = false;
             for f in &b.filters {
                 match filter(f, route, backends, client_certificate, &mut out, outcome) {
@@ -213,9 +219,10 @@ fn parts_replace_prefix(filters: &[HttpRouteRulesFilters]) -> bool {
     })
 }
 
-struct Parts {
+struct Parts<'r> {
     matches: Vec<HttpMatch>,
-    filters: Vec<HttpRouteRulesFilters>,
+    /// The rule's own filters (HTTPRoute), or converted to their shape (GRPCRoute).
+    filters: Cow<'r, [HttpRouteRulesFilters]>,
     timeouts: Timeouts,
     retry: Option<Retry>,
     session_persistence: bool,
@@ -257,7 +264,7 @@ fn value_match(name: &str, value: &str, regex: bool, lower: bool) -> Result<Valu
     })
 }
 
-fn http_parts(rule: &HttpRouteRules) -> Result<Parts, Problem> {
+fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
     let mut matches = Vec::new();
     for m in rule.matches.iter().flatten() {
         let path = match &m.path {
@@ -303,12 +310,7 @@ fn http_parts(rule: &HttpRouteRules) -> Result<Parts, Problem> {
                 )
             })
             .collect::<Result<_, _>>()?;
-        let method = m.method.as_ref().map(|m| {
-            serde_json::to_value(m)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
-        });
+        let method = m.method.as_ref().map(|m| method_name(m).to_string());
         matches.push(HttpMatch {
             path,
             method,
@@ -319,7 +321,7 @@ fn http_parts(rule: &HttpRouteRules) -> Result<Parts, Problem> {
     if matches.is_empty() {
         matches.push(HttpMatch::default());
     }
-    let filters = rule.filters.clone().unwrap_or_default();
+    let filters = Cow::Borrowed(rule.filters.as_deref().unwrap_or_default());
     let has = |t: FilterType| filters.iter().any(|f| f.r#type == t);
     if has(FilterType::RequestRedirect) && has(FilterType::UrlRewrite) {
         return Err(Problem::new(
@@ -395,7 +397,22 @@ fn http_parts(rule: &HttpRouteRules) -> Result<Parts, Problem> {
     })
 }
 
-fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts, Problem> {
+/// The method as the API spells it.
+fn method_name(m: &HttpMethod) -> &'static str {
+    match m {
+        HttpMethod::Get => "GET",
+        HttpMethod::Head => "HEAD",
+        HttpMethod::Post => "POST",
+        HttpMethod::Put => "PUT",
+        HttpMethod::Delete => "DELETE",
+        HttpMethod::Connect => "CONNECT",
+        HttpMethod::Options => "OPTIONS",
+        HttpMethod::Trace => "TRACE",
+        HttpMethod::Patch => "PATCH",
+    }
+}
+
+fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts<'static>, Problem> {
     let mut matches = Vec::new();
     for m in rule.matches.iter().flatten() {
         let path = match &m.method {
@@ -442,12 +459,13 @@ fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts, Problem> {
     if matches.is_empty() {
         matches.push(HttpMatch::default());
     }
-    let filters = rule
-        .filters
-        .iter()
-        .flatten()
-        .filter_map(crate::object::recast)
-        .collect();
+    let filters = Cow::Owned(
+        rule.filters
+            .iter()
+            .flatten()
+            .filter_map(crate::object::recast)
+            .collect(),
+    );
     Ok(Parts {
         matches,
         filters,

@@ -163,7 +163,7 @@ pub fn attach_all(
     by_age.sort_by_key(|i| age_rank.get(*i).copied().unwrap_or(usize::MAX));
     // Hostnames served so far, by (gateway, listener, kind): a route only looks at the other
     // kind's, so many routes of one kind stay linear.
-    let mut served: BTreeMap<(usize, usize, RouteKind), Vec<String>> = BTreeMap::new();
+    let mut served: BTreeMap<(usize, usize, RouteKind), Vec<&str>> = BTreeMap::new();
     for ri in by_age {
         let route = &routes[ri];
         let other = match route.kind {

@@ -81,13 +81,12 @@ fn covers(pattern: &str, host: &str) -> bool {
 /// `listener` hostname; `*` when the route names none. Routes are ranked by this hostname
 /// before their matches, so an exact route hostname beats a wildcard one even when both
 /// intersect the listener to the same name.
-pub fn original_hostname(listener: Option<&str>, route_hostnames: &[String], effective: &str) -> String {
-    let mut candidates: Vec<&String> = route_hostnames
+pub fn original_hostname<'r>(listener: Option<&str>, route_hostnames: &'r [String], effective: &str) -> &'r str {
+    route_hostnames
         .iter()
-        .filter(|h| crate::hostname::intersect(listener, h).as_deref() == Some(effective))
-        .collect();
-    candidates.sort_by(|a, b| crate::hostname::by_specificity(a, b));
-    candidates.first().map_or_else(|| "*".to_string(), |h| h.to_string())
+        .filter(|h| crate::hostname::intersection(listener, h) == Some(effective))
+        .min_by(|a, b| crate::hostname::by_specificity(a, b))
+        .map_or("*", String::as_str)
 }
 
 #[cfg(test)]
