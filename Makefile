@@ -1,15 +1,23 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build test fmt-check clippy unit golden-bless bench bench-translator
+.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator
 
 all: build
+
+## run: the quick start: demo backends and `turna local` on examples/local, a request through each route.
+run:
+	scripts/quickstart.sh
+
+## quickstart-check: the quick start, exiting after its requests (part of `make test`).
+quickstart-check:
+	scripts/quickstart.sh --check
 
 build:
 	$(CARGO) build --workspace
 
-## test: formatting, lints and every test of the workspace.
-test: fmt-check clippy unit
+## test: formatting, lints, every test of the workspace, and the quick start.
+test: fmt-check clippy unit quickstart-check
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
