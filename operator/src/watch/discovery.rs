@@ -126,15 +126,57 @@ async fn permitted(client: &Client, scope: &Scope, plural: &str) -> Result<bool,
     Ok(true)
 }
 
+/// The access review answers so far.
+#[derive(Debug, Default)]
+pub struct Permissions {
+    /// Last answer per reviewed kind; absent until a review succeeded.
+    answers: BTreeMap<&'static str, bool>,
+    /// Kinds whose denial was logged (once until granted again).
+    warned: BTreeSet<&'static str>,
+}
+
+impl Permissions {
+    /// Records a review of `kind`: an answer replaces the previous one; a failed review keeps
+    /// it (none yet: not permitted). Logs a denial once.
+    pub fn record<E: std::fmt::Display>(&mut self, kind: &'static str, review: Result<bool, E>) {
+        match review {
+            Ok(true) => {
+                self.answers.insert(kind, true);
+                self.warned.remove(kind);
+            }
+            Ok(false) => {
+                self.answers.insert(kind, false);
+                if self.warned.insert(kind) {
+                    tracing::warn!(
+                        kind,
+                        "no permission to list, watch and patch the status of {kind}; its objects are not watched"
+                    );
+                }
+            }
+            Err(error) => {
+                tracing::warn!(kind, %error, "access review failed; keeping the previous answer and retrying at the next discovery");
+            }
+        }
+    }
+
+    /// Whether `kind` may be watched: kinds without review always, reviewed kinds only after a
+    /// review said yes.
+    pub fn permits(&self, kind: &str) -> bool {
+        !REVIEWED.iter().any(|(k, _)| *k == kind) || self.answers.get(kind).copied().unwrap_or(false)
+    }
+
+    /// Whether a denial of `kind` was logged and not yet lifted.
+    pub fn warned(&self, kind: &str) -> bool {
+        self.warned.contains(kind)
+    }
+}
+
 /// Runs discovery passes and starts, switches or stops the watches of [`Stores`].
 pub struct Discovery {
     client: Client,
     scope: Scope,
     stores: Stores,
-    /// Last access review answer per reviewed kind; absent until one succeeded.
-    permissions: BTreeMap<&'static str, bool>,
-    /// Kinds whose denial was logged (once until granted again).
-    warned: BTreeSet<&'static str>,
+    permissions: Permissions,
     last_plan: Option<BTreeMap<&'static str, Option<Source>>>,
 }
 
@@ -144,8 +186,7 @@ impl Discovery {
             client,
             scope,
             stores,
-            permissions: BTreeMap::new(),
-            warned: BTreeSet::new(),
+            permissions: Permissions::default(),
             last_plan: None,
         }
     }
@@ -157,30 +198,11 @@ impl Discovery {
             if !served.contains_key(kind) {
                 continue;
             }
-            match permitted(&self.client, &self.scope, plural).await {
-                Ok(true) => {
-                    self.permissions.insert(kind, true);
-                    self.warned.remove(kind);
-                }
-                Ok(false) => {
-                    self.permissions.insert(kind, false);
-                    if self.warned.insert(kind) {
-                        tracing::warn!(
-                            kind,
-                            resource = plural,
-                            "no permission to list, watch and patch the status of {plural}; {kind} objects are not watched"
-                        );
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(kind, %error, "access review failed; keeping the previous answer and retrying at the next discovery");
-                }
-            }
+            let review = permitted(&self.client, &self.scope, plural).await;
+            self.permissions.record(kind, review);
         }
         let permissions = &self.permissions;
-        let plan = plan(&self.stores.typed_versions(), &served, |kind| {
-            !REVIEWED.iter().any(|(k, _)| *k == kind) || permissions.get(kind).copied().unwrap_or(false)
-        });
+        let plan = plan(&self.stores.typed_versions(), &served, |kind| permissions.permits(kind));
         if self.last_plan.as_ref() != Some(&plan) {
             let watched: BTreeMap<&str, String> = plan
                 .iter()
@@ -252,6 +274,26 @@ mod tests {
             Some(Source::Dynamic(resource("ReferenceGrant", "v1beta1")))
         );
         assert_eq!(source("v1", &[]), None);
+    }
+
+    #[test]
+    fn failed_reviews_are_never_a_yes_and_denials_warn_once() {
+        let mut p = Permissions::default();
+        assert!(p.permits("HTTPRoute"), "kinds without review are always permitted");
+        assert!(!p.permits("ListenerSet"), "no answer yet");
+        p.record("ListenerSet", Err::<bool, _>("API server unavailable"));
+        assert!(!p.permits("ListenerSet"), "a failed review is not a yes");
+        p.record("ListenerSet", Ok::<_, &str>(false));
+        assert!(p.warned("ListenerSet"));
+        p.record("ListenerSet", Ok::<_, &str>(false));
+        assert!(p.warned("ListenerSet"), "still warned, not warned again");
+        p.record("ListenerSet", Ok::<_, &str>(true));
+        assert!(p.permits("ListenerSet") && !p.warned("ListenerSet"));
+        p.record("ListenerSet", Err::<bool, _>("timeout"));
+        assert!(p.permits("ListenerSet"), "a failed review keeps the last answer");
+        p.record("BackendTLSPolicy", Ok::<_, &str>(false));
+        p.record("BackendTLSPolicy", Err::<bool, _>("timeout"));
+        assert!(!p.permits("BackendTLSPolicy"));
     }
 
     #[test]
