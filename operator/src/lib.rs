@@ -8,6 +8,7 @@ pub mod local;
 pub mod metrics;
 pub mod modes;
 pub mod provision;
+pub mod push;
 pub mod reconcile;
 pub mod settings;
 pub mod status;

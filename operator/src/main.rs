@@ -16,12 +16,33 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Watch the cluster and, as elected leader, write the status of Gateway API objects
-    /// (proxy provisioning and IR push are not implemented yet).
+    /// Watch the cluster, write status and provision proxies as elected leader, and push each
+    /// proxy its Gateway's IR.
     Controller {
         /// Provider configuration (`providers.kubernetes`).
         #[arg(short, long)]
         config: Option<PathBuf>,
+        /// Where proxies connect for their IR (HTTPS).
+        #[arg(long, default_value = "0.0.0.0:9443")]
+        push_address: std::net::SocketAddr,
+        /// DNS names and IP addresses of the push certificate (the controller Service's name).
+        #[arg(long = "push-name", default_value = "localhost")]
+        push_names: Vec<String>,
+    },
+    /// Serve one Gateway with the IR the controller pushes (runs in the provisioned proxy pods).
+    Proxy {
+        /// Provider configuration written by the controller (`certificate_secret`, ...).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// `https://host:port` of the controller's push server.
+        #[arg(long)]
+        operator: http::Uri,
+        /// PEM file of the CA the push certificate must chain to.
+        #[arg(long)]
+        operator_ca: PathBuf,
+        /// The ServiceAccount token proving this proxy's identity.
+        #[arg(long, default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token")]
+        token_file: PathBuf,
     },
     /// Serve Gateway API YAML plus Services, EndpointSlices, Secrets and ConfigMaps from files or
     /// folders with no cluster (standalone translation), reloading on change.
@@ -95,14 +116,33 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Controller { config } => {
+        Command::Controller {
+            config,
+            push_address,
+            push_names,
+        } => {
             let settings = load(config)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the Kubernetes API")?;
-                let options = operator::reconcile::Options::default();
+                let mut options = operator::reconcile::Options::default();
+                let hub = operator::push::server::Hub::default();
+                options.push = Some(hub.clone());
+                let certificate = operator::push::server::Certificate::generate(&push_names)?;
+                let listener = operator::push::server::bind(push_address).await?;
+                tokio::spawn(operator::push::server::serve(
+                    listener,
+                    certificate,
+                    operator::push::server::Server {
+                        client: client.clone(),
+                        hub,
+                        controller_id: operator::provision::controller_id(&settings),
+                        shared_service_account: settings.proxy.service_account.clone(),
+                        metrics: options.metrics.clone(),
+                    },
+                ));
                 let health = operator::admin::bind(&settings.health_address)
                     .await
                     .with_context(|| format!("binding health_address {}", settings.health_address))?;
@@ -112,6 +152,32 @@ fn main() -> anyhow::Result<()> {
                     options.readiness.clone(),
                 ));
                 operator::reconcile::run_with(client, settings, options, shutdown()).await;
+                anyhow::Ok(())
+            })?;
+        }
+        Command::Proxy {
+            config,
+            operator: url,
+            operator_ca,
+            token_file,
+        } => {
+            let settings = load(config)?;
+            let ca_pem =
+                std::fs::read_to_string(&operator_ca).with_context(|| format!("reading {}", operator_ca.display()))?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the Kubernetes API")?;
+                let options = operator::modes::proxy::Options {
+                    settings,
+                    push: operator::push::client::Options {
+                        url,
+                        ca_pem,
+                        token_file,
+                    },
+                };
+                operator::modes::proxy::run(client, options, shutdown()).await?;
                 anyhow::Ok(())
             })?;
         }

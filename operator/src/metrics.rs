@@ -46,6 +46,9 @@ pub struct Metrics {
     provisioned_objects: Family<WriteLabels, Counter>,
     leader: Gauge,
     watch_errors: Family<KindLabels, Counter>,
+    ir_pushes: Counter,
+    ir_rejections: Counter,
+    connected_proxies: Gauge,
 }
 
 impl Default for Metrics {
@@ -94,6 +97,20 @@ impl Metrics {
         registry.register("leader", "1 while this instance holds the leader lease", leader.clone());
         let watch_errors = Family::<KindLabels, Counter>::default();
         registry.register("watch_errors", "Watch errors by kind", watch_errors.clone());
+        let ir_pushes = Counter::default();
+        registry.register("ir_pushes", "IR versions sent to proxies", ir_pushes.clone());
+        let ir_rejections = Counter::default();
+        registry.register(
+            "ir_rejections",
+            "IR versions proxies reported as rejected",
+            ir_rejections.clone(),
+        );
+        let connected_proxies = Gauge::default();
+        registry.register(
+            "connected_proxies",
+            "Proxies connected to the IR push stream",
+            connected_proxies.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -104,6 +121,9 @@ impl Metrics {
             provisioned_objects,
             leader,
             watch_errors,
+            ir_pushes,
+            ir_rejections,
+            connected_proxies,
         }
     }
 
@@ -113,6 +133,19 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+
+    pub fn ir_pushed(&self) {
+        self.ir_pushes.inc();
+    }
+
+    pub fn ir_rejected(&self) {
+        self.ir_rejections.inc();
+    }
+
+    /// `delta` is +1 when a proxy connects, -1 when its stream ends.
+    pub fn proxy_connected(&self, delta: i64) {
+        self.connected_proxies.inc_by(delta);
     }
 
     pub fn reconciled(&self, kind: &str, result: &str) {

@@ -42,6 +42,8 @@ pub struct Options {
     pub discovery_interval: Duration,
     pub metrics: Arc<Metrics>,
     pub readiness: Readiness,
+    /// Where each translation's proxies are published for IR push.
+    pub push: Option<crate::push::server::Hub>,
 }
 
 impl Default for Options {
@@ -52,6 +54,7 @@ impl Default for Options {
             discovery_interval: discovery::INTERVAL,
             metrics: Arc::default(),
             readiness: Readiness::default(),
+            push: None,
         }
     }
 }
@@ -142,6 +145,10 @@ async fn reconcile(
         provisioning.observe(&mut snapshot.facts);
         let output = translator::translate(&snapshot, &config);
         metrics.translated(started.elapsed());
+        // Every instance serves proxies the IR it translated, leader or not.
+        if let Some(hub) = &options.push {
+            hub.publish(&output.proxies);
+        }
         options.readiness.set_ready();
         if !leadership.is_leader() {
             metrics.reconciled("status", "standby");

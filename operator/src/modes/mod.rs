@@ -1,6 +1,7 @@
 //! The modes of the `turna` binary other than `controller`.
 
 pub mod local;
+pub mod proxy;
 
 use std::net::{Ipv4Addr, SocketAddr};
 

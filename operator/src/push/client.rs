@@ -1,0 +1,191 @@
+//! The proxy's side of IR push: connects to the operator with its ServiceAccount token, pins the
+//! operator's CA, applies every received version atomically and reports rejections. While the
+//! operator is away it keeps serving the last good IR and reconnects with backoff (200ms to 30s).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use dataplane::{ApplyError, Dataplane, Material};
+use http::{Method, Request, Response, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::sync::watch;
+
+use super::protocol::{Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Where the operator is and how to prove who we are.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `https://host:port` of the operator's push server.
+    pub url: Uri,
+    /// The CA certificate (PEM) the operator's push certificate must chain to.
+    pub ca_pem: String,
+    /// The ServiceAccount token, read again for every connection (kubelet rotates it).
+    pub token_file: PathBuf,
+}
+
+/// Why talking to the operator failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("push URL {0} has no host")]
+    Url(Uri),
+    #[error("operator CA: {0}")]
+    Ca(String),
+    #[error("reading the token {path}: {source}")]
+    Token { path: PathBuf, source: std::io::Error },
+    #[error("connecting to the operator: {0}")]
+    Connect(#[from] std::io::Error),
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("building the request: {0}")]
+    Request(#[from] http::Error),
+    #[error("the operator answered {0}")]
+    Status(StatusCode),
+    #[error("invalid message: {0}")]
+    Message(#[from] serde_json::Error),
+    #[error("the operator ended the stream")]
+    Ended,
+}
+
+/// Sends `body` to `path` on a new connection; the response, whatever its status.
+pub async fn request(
+    options: &Options,
+    method: Method,
+    path: &str,
+    body: Bytes,
+) -> Result<Response<Incoming>, ClientError> {
+    let host = options
+        .url
+        .host()
+        .ok_or_else(|| ClientError::Url(options.url.clone()))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = options.url.port_u16().unwrap_or(443);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(options.ca_pem.as_bytes()) {
+        let cert = cert.map_err(|e| ClientError::Ca(e.to_string()))?;
+        roots.add(cert).map_err(|e| ClientError::Ca(e.to_string()))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Ca(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from(host.clone()).map_err(|e| ClientError::Ca(e.to_string()))?;
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(connection);
+    let token = std::fs::read_to_string(&options.token_file).map_err(|source| ClientError::Token {
+        path: options.token_file.clone(),
+        source,
+    })?;
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, format!("{host}:{port}"))
+        .header(header::AUTHORIZATION, format!("Bearer {}", token.trim()))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body))?;
+    Ok(sender.send_request(request).await?)
+}
+
+/// Receives IR versions forever, applying each with the current `material`; re-applies the last
+/// version when the material changes.
+pub async fn run(options: Options, dataplane: Dataplane, mut material: watch::Receiver<Material>) {
+    let mut backoff = BACKOFF_MIN;
+    let mut last: Option<Message> = None;
+    loop {
+        match follow(&options, &dataplane, &mut material, &mut last, &mut backoff).await {
+            Err(ClientError::Status(code)) if code == StatusCode::UNAUTHORIZED || code == StatusCode::FORBIDDEN => {
+                tracing::error!(%code, "the operator refused this proxy's identity");
+            }
+            Err(error) => tracing::warn!(%error, retry_in = ?backoff, "IR stream interrupted"),
+            Ok(()) => {}
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn follow(
+    options: &Options,
+    dataplane: &Dataplane,
+    material: &mut watch::Receiver<Material>,
+    last: &mut Option<Message>,
+    backoff: &mut Duration,
+) -> Result<(), ClientError> {
+    let response = request(options, Method::GET, STREAM_PATH, Bytes::new()).await?;
+    if response.status() != StatusCode::OK {
+        return Err(ClientError::Status(response.status()));
+    }
+    tracing::info!(operator = %options.url, "IR stream connected");
+    let mut body = response.into_body();
+    let mut buffer = BytesMut::new();
+    // A closed Secret watch keeps the material we have.
+    let mut watching = material.has_changed().is_ok();
+    loop {
+        tokio::select! {
+            frame = body.frame() => {
+                let Some(frame) = frame else { return Err(ClientError::Ended) };
+                let Ok(data) = frame?.into_data() else { continue };
+                buffer.extend_from_slice(&data);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line = buffer.split_to(end + 1);
+                    let message: Message = serde_json::from_slice(line.chunk())?;
+                    *backoff = BACKOFF_MIN;
+                    let current = material.borrow_and_update().clone();
+                    apply(options, dataplane, &message, &current).await;
+                    *last = Some(message);
+                }
+            }
+            changed = material.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                let current = material.borrow_and_update().clone();
+                if let Some(message) = last.as_ref() {
+                    tracing::info!(version = message.version, "certificate bundle changed; re-applying");
+                    apply(options, dataplane, message, &current).await;
+                }
+            }
+        }
+    }
+}
+
+/// Applies one version; a rejection is reported to the operator (best effort).
+async fn apply(options: &Options, dataplane: &Dataplane, message: &Message, material: &Material) {
+    match dataplane.apply_with(message.proxy.clone(), material).await {
+        Ok(()) => tracing::info!(version = message.version, "IR version applied"),
+        Err(ApplyError::Ports(errors)) => {
+            tracing::warn!(
+                version = message.version,
+                ports = errors.len(),
+                "IR version applied, some ports not served"
+            );
+        }
+        Err(error) => {
+            tracing::error!(version = message.version, %error, "IR version rejected");
+            let rejection = Rejection {
+                version: message.version,
+                error: error.to_string(),
+            };
+            let body = Bytes::from(serde_json::to_vec(&rejection).unwrap_or_default());
+            match request(options, Method::POST, REJECTIONS_PATH, body).await {
+                Ok(response) if response.status().is_success() => {}
+                Ok(response) => tracing::warn!(status = %response.status(), "rejection report refused"),
+                Err(error) => tracing::warn!(%error, "cannot report the rejection"),
+            }
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! IR push: the operator serves each proxy the IR of its own Gateway over an authenticated,
+//! versioned stream ([`server`]); the proxy applies each version and reports rejections
+//! ([`client`]).
+
+pub mod client;
+pub mod protocol;
+pub mod server;

@@ -1,0 +1,403 @@
+//! The operator's side of IR push: a TLS server (certificate generated at start) that streams each
+//! authenticated proxy the IR of its own Gateway.
+//!
+//! A proxy proves its identity with its ServiceAccount token, checked with a TokenReview. A
+//! ServiceAccount named like a proxy serves that proxy's Gateway; the shared
+//! `proxy.service_account` serves the Gateway of the pod the token is bound to (its proxy labels).
+//! Everything else is refused: 401 without a valid token, 403 for an identity serving no Gateway.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use translator::ir;
+
+use super::protocol::{Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
+use crate::provision::names::{self, Names};
+
+/// The extra of a bound ServiceAccount token naming its pod.
+const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+
+/// Why the push server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error("generating the push certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("push TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("binding the push address {address}: {source}")]
+    Bind {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// The latest IR of every proxy, by proxy id (the Gateway's `namespace/name`).
+#[derive(Clone, Debug, Default)]
+pub struct Hub {
+    proxies: Arc<Mutex<HashMap<String, watch::Sender<Arc<Message>>>>>,
+    version: Arc<AtomicU64>,
+}
+
+impl Hub {
+    /// Publishes a translation's proxies: a changed IR gets a new version and is sent to its
+    /// connected proxies; proxies no longer translated have their streams ended.
+    pub fn publish(&self, proxies: &[ir::Proxy]) {
+        let mut current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
+        current.retain(|id, _| proxies.iter().any(|p| &p.id == id));
+        for proxy in proxies {
+            match current.get(&proxy.id) {
+                Some(sender) if sender.borrow().proxy == *proxy => {}
+                Some(sender) => {
+                    let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
+                    sender.send_replace(Arc::new(Message {
+                        version,
+                        proxy: proxy.clone(),
+                    }));
+                }
+                None => {
+                    let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
+                    let (sender, _) = watch::channel(Arc::new(Message {
+                        version,
+                        proxy: proxy.clone(),
+                    }));
+                    current.insert(proxy.id.clone(), sender);
+                }
+            }
+        }
+    }
+
+    /// The stream of the proxy of Gateway `id`, if it is translated.
+    fn subscribe(&self, id: &str) -> Option<watch::Receiver<Arc<Message>>> {
+        let current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
+        current.get(id).map(watch::Sender::subscribe)
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
+        current.keys().cloned().collect()
+    }
+}
+
+/// The push server's certificate, issued at start by a CA whose certificate proxies pin.
+#[derive(Clone)]
+pub struct Certificate {
+    /// The CA certificate, PEM: what the proxy ConfigMaps carry.
+    pub ca_pem: String,
+    config: Arc<rustls::ServerConfig>,
+}
+
+impl std::fmt::Debug for Certificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Certificate").field("ca_pem", &self.ca_pem).finish()
+    }
+}
+
+impl Certificate {
+    /// A new CA and a server certificate for `names` (DNS names or IP addresses).
+    pub fn generate(names: &[String]) -> Result<Certificate, PushError> {
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "turna push CA");
+        let ca_key = rcgen::KeyPair::generate()?;
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
+        let mut params = rcgen::CertificateParams::new(names.to_vec())?;
+        params.distinguished_name.push(rcgen::DnType::CommonName, "turna push");
+        let key = rcgen::KeyPair::generate()?;
+        let leaf = params.signed_by(&key, &ca)?;
+        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let mut config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(vec![leaf.der().clone(), ca.der().clone()], key_der)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Certificate {
+            ca_pem: ca.pem(),
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// Who may receive which IR.
+#[derive(Clone)]
+pub struct Server {
+    pub client: Client,
+    pub hub: Hub,
+    /// `controller_id`: proxy names and labels derive from it.
+    pub controller_id: String,
+    /// `proxy.service_account`, shared by proxies without their own ServiceAccount.
+    pub shared_service_account: String,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// Binds the push address.
+pub async fn bind(address: SocketAddr) -> Result<TcpListener, PushError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| PushError::Bind { address, source })
+}
+
+/// Serves proxies over TLS until the task is dropped.
+pub async fn serve(listener: TcpListener, certificate: Certificate, server: Server) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(certificate.config);
+    let server = Arc::new(server);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "push accept failed");
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let server = server.clone();
+        tokio::spawn(async move {
+            let stream = match acceptor.accept(stream).await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    tracing::debug!(%peer, %error, "push TLS handshake failed");
+                    return;
+                }
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let server = server.clone();
+                async move { Ok::<_, Infallible>(server.answer(req).await) }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn plain(code: StatusCode, text: &str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(format!("{text}\n"))).boxed());
+    *response.status_mut() = code;
+    response
+}
+
+/// Why a request was refused.
+enum Refusal {
+    Unauthenticated(String),
+    Forbidden(String),
+    Unavailable(String),
+}
+
+impl Server {
+    async fn answer(&self, req: Request<Incoming>) -> Response<Body> {
+        let id = match self.authorize(&req).await {
+            Ok(id) => id,
+            Err(Refusal::Unauthenticated(why)) => {
+                tracing::warn!(reason = %why, "push request refused");
+                return plain(StatusCode::UNAUTHORIZED, &why);
+            }
+            Err(Refusal::Forbidden(why)) => {
+                tracing::warn!(reason = %why, "push request refused");
+                return plain(StatusCode::FORBIDDEN, &why);
+            }
+            Err(Refusal::Unavailable(why)) => {
+                tracing::warn!(reason = %why, "cannot check a push request");
+                return plain(StatusCode::SERVICE_UNAVAILABLE, &why);
+            }
+        };
+        match (req.method(), req.uri().path()) {
+            (&Method::GET, STREAM_PATH) => self.stream(&id),
+            (&Method::POST, REJECTIONS_PATH) => {
+                let body = match req.into_body().collect().await {
+                    Ok(body) => body.to_bytes(),
+                    Err(_) => return plain(StatusCode::BAD_REQUEST, "unreadable body"),
+                };
+                match serde_json::from_slice::<Rejection>(&body) {
+                    Ok(rejection) => {
+                        tracing::error!(
+                            gateway = %id,
+                            version = rejection.version,
+                            error = %rejection.error,
+                            "proxy rejected its IR"
+                        );
+                        self.metrics.ir_rejected();
+                        plain(StatusCode::NO_CONTENT, "")
+                    }
+                    Err(error) => plain(StatusCode::BAD_REQUEST, &error.to_string()),
+                }
+            }
+            _ => plain(StatusCode::NOT_FOUND, "not found"),
+        }
+    }
+
+    /// The newline-delimited JSON stream of Gateway `id`'s IR: the current version, then every
+    /// new one.
+    fn stream(&self, id: &str) -> Response<Body> {
+        let Some(receiver) = self.hub.subscribe(id) else {
+            return plain(StatusCode::NOT_FOUND, "no IR for this Gateway");
+        };
+        tracing::info!(gateway = %id, "proxy connected");
+        let connected = Connected::new(self.metrics.clone());
+        let metrics = self.metrics.clone();
+        let gateway = id.to_string();
+        let frames = futures::stream::unfold((receiver, true, connected), move |(mut receiver, first, connected)| {
+            let metrics = metrics.clone();
+            let gateway = gateway.clone();
+            async move {
+                if !first && receiver.changed().await.is_err() {
+                    return None;
+                }
+                let message = receiver.borrow_and_update().clone();
+                let mut line = serde_json::to_vec(&*message).unwrap_or_default();
+                line.push(b'\n');
+                metrics.ir_pushed();
+                tracing::debug!(gateway = %gateway, version = message.version, "IR pushed");
+                Some((
+                    Ok::<_, Infallible>(Frame::data(Bytes::from(line))),
+                    (receiver, false, connected),
+                ))
+            }
+        });
+        let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/x-ndjson"),
+        );
+        response
+    }
+
+    /// The Gateway (`namespace/name`) whose IR the bearer of `req`'s token may receive.
+    async fn authorize(&self, req: &Request<Incoming>) -> Result<String, Refusal> {
+        let token = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| Refusal::Unauthenticated("no bearer token".into()))?;
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_string(),
+                ..TokenReviewSpec::default()
+            },
+            ..TokenReview::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| Refusal::Unavailable(format!("TokenReview: {e}")))?;
+        let status = reviewed.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Err(Refusal::Unauthenticated(
+                status.error.unwrap_or_else(|| "token not authenticated".into()),
+            ));
+        }
+        let user = status.user.unwrap_or_default();
+        let username = user.username.unwrap_or_default();
+        let Some((namespace, account)) = username
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+        else {
+            return Err(Refusal::Forbidden(format!("{username} is not a ServiceAccount")));
+        };
+        let candidates: Vec<(String, Names)> = self
+            .hub
+            .ids()
+            .into_iter()
+            .filter_map(|id| {
+                let (ns, name) = id.split_once('/')?;
+                let names = Names::new(ns, name, &self.controller_id);
+                Some((id, names))
+            })
+            .collect();
+        if let Some((id, _)) = candidates.iter().find(|(_, n)| n.proxy == account) {
+            return Ok(id.clone());
+        }
+        if account != self.shared_service_account {
+            return Err(Refusal::Forbidden(format!("{username} serves no Gateway")));
+        }
+        let pod_name = user
+            .extra
+            .as_ref()
+            .and_then(|extra| extra.get(POD_NAME_EXTRA))
+            .and_then(|values| values.first())
+            .ok_or_else(|| Refusal::Forbidden(format!("{username}: the token is not bound to a pod")))?;
+        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_opt(pod_name)
+            .await
+            .map_err(|e| Refusal::Unavailable(format!("reading pod {namespace}/{pod_name}: {e}")))?
+            .ok_or_else(|| Refusal::Forbidden(format!("pod {namespace}/{pod_name} does not exist")))?;
+        let labels = pod.metadata.labels.unwrap_or_default();
+        let instance = labels.get("app.kubernetes.io/instance");
+        let controller = labels.get(names::CONTROLLER_ID_LABEL);
+        candidates
+            .into_iter()
+            .find(|(_, n)| instance == Some(&n.proxy) && controller == Some(&n.controller_hash))
+            .map(|(id, _)| id)
+            .ok_or_else(|| Refusal::Forbidden(format!("pod {namespace}/{pod_name} is no proxy of a Gateway")))
+    }
+}
+
+/// Counts a connected proxy while its stream lives.
+struct Connected(Arc<crate::metrics::Metrics>);
+
+impl Connected {
+    fn new(metrics: Arc<crate::metrics::Metrics>) -> Connected {
+        metrics.proxy_connected(1);
+        Connected(metrics)
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.proxy_connected(-1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proxy(id: &str, retries: u32) -> ir::Proxy {
+        ir::Proxy {
+            schema: ir::SCHEMA_VERSION,
+            id: id.into(),
+            connect_retries: retries,
+            ..ir::Proxy::default()
+        }
+    }
+
+    #[test]
+    fn versions_change_only_with_the_ir() {
+        let hub = Hub::default();
+        hub.publish(&[proxy("a/x", 1), proxy("b/y", 1)]);
+        let mut a = hub.subscribe("a/x").expect("a");
+        let first = a.borrow_and_update().version;
+        hub.publish(&[proxy("a/x", 1), proxy("b/y", 2)]);
+        assert!(!a.has_changed().expect("open"), "unchanged IR, no new version");
+        hub.publish(&[proxy("a/x", 3)]);
+        assert!(a.borrow_and_update().version > first);
+        assert!(hub.subscribe("b/y").is_none(), "removed proxy");
+    }
+
+    #[test]
+    fn the_certificate_verifies_against_its_ca() {
+        let certificate = Certificate::generate(&["localhost".into(), "127.0.0.1".into()]).expect("generates");
+        assert!(certificate.ca_pem.contains("BEGIN CERTIFICATE"));
+    }
+}

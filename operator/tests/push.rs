@@ -1,0 +1,337 @@
+//! IR push against a real kube-apiserver: the operator's reconcile loop publishes each Gateway's
+//! IR, its push server checks the proxy's ServiceAccount token with a TokenReview, and a proxy in
+//! `proxy` mode receives its IR (and later versions) and serves traffic to a local backend named
+//! in a hand-made EndpointSlice (on the host's non-loopback address: the API server refuses
+//! loopback endpoints). Tokens of other ServiceAccounts are refused.
+
+#[path = "../../e2e/rust/control_plane.rs"]
+mod control_plane;
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+use operator::modes::proxy;
+use operator::provision::{Names, controller_id};
+use operator::push::{client, protocol, server};
+use operator::settings::Kubernetes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn plane() -> &'static control_plane::ControlPlane {
+    static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
+    PLANE.get_or_init(|| {
+        control_plane::ControlPlane::start(control_plane::Options {
+            crds: true,
+            controllers: false,
+            scheduler: false,
+        })
+        .expect("control plane starts")
+    })
+}
+
+async fn kube_client() -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(plane().kubeconfig()).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Polls `probe` until it yields a value, for at most 30 s.
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A non-loopback address of this machine: the API server refuses loopback endpoints.
+fn host_ip() -> IpAddr {
+    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("bind UDP");
+    // Connecting a UDP socket sends nothing; it picks the outgoing interface.
+    socket
+        .connect((Ipv4Addr::new(192, 0, 2, 1), 9))
+        .expect("a route off loopback");
+    let ip = socket.local_addr().expect("local address").ip();
+    assert!(
+        !ip.is_loopback() && !ip.is_unspecified(),
+        "no non-loopback address: {ip}"
+    );
+    ip
+}
+
+/// An HTTP/1.1 backend on this machine's non-loopback address answering every request with
+/// `name` and the request path.
+async fn backend(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind((host_ip(), 0)).await.expect("bind backend");
+    let addr = listener.local_addr().expect("backend address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                    let body = format!("{name} {}", req.uri().path());
+                    Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(Bytes::from(body))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+async fn free_port() -> u16 {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+/// `GET path` over a fresh connection: status code and body.
+async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: push.test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let code = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// A token of ServiceAccount `ns/name` (created here), written to a file in `dir`.
+async fn token_file(client: &kube::Client, ns: &str, name: &str, dir: &Path) -> std::path::PathBuf {
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+    let account = ServiceAccount {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("create ServiceAccount");
+    let token = accounts
+        .create_token_request(name, &PostParams::default(), &TokenRequest::default())
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("token status")
+        .token
+        .expect("token");
+    let path = dir.join(name);
+    std::fs::write(&path, token).expect("write token");
+    path
+}
+
+fn objects(ns: &str, class: &str, port: u16, backend: SocketAddr, path: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: {port}, protocol: HTTP}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+      backendRefs: [{{name: app, port: 80}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  ports: [{{name: http, protocol: TCP, port: 80, targetPort: {backend_port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: app
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: app}}
+addressType: IPv4
+ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
+endpoints:
+  - addresses: [\"{ip}\"]
+    conditions: {{ready: true}}
+",
+        backend_port = backend.port(),
+        ip = backend.ip(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
+    let client = kube_client().await;
+    let ns = plane().fresh_namespace("push");
+    let home = plane().fresh_namespace("push-home");
+    let class = format!("turna-{ns}");
+    let backend = backend("app").await;
+    let port = free_port().await;
+    plane()
+        .apply_yaml(&objects(&ns, &class, port, backend, "/"))
+        .expect("apply objects");
+
+    let settings = Kubernetes {
+        gateway_class: class.clone(),
+        controller_id: format!("test/{class}"),
+        port_offset: 0,
+        debounce: Duration::from_millis(50),
+        status: operator::settings::Status {
+            leader_election: operator::settings::LeaderElection {
+                disabled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        proxy: operator::settings::Proxy {
+            namespace: home.clone(),
+            image: "turna:test".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let hub = server::Hub::default();
+    let metrics = Arc::new(operator::metrics::Metrics::default());
+    let options = operator::reconcile::Options {
+        push: Some(hub.clone()),
+        metrics: metrics.clone(),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run_with(
+        client.clone(),
+        settings.clone(),
+        options,
+        std::future::pending(),
+    ));
+
+    let certificate = server::Certificate::generate(&["127.0.0.1".into()]).expect("push certificate");
+    let listener = server::bind((LOOPBACK, 0).into()).await.expect("bind push");
+    let push_addr = listener.local_addr().expect("push address");
+    let push = tokio::spawn(server::serve(
+        listener,
+        certificate.clone(),
+        server::Server {
+            client: client.clone(),
+            hub,
+            controller_id: controller_id(&settings),
+            shared_service_account: settings.proxy.service_account.clone(),
+            metrics: metrics.clone(),
+        },
+    ));
+
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let tokens = tempfile::tempdir().expect("tempdir");
+    let push_options = |token_file| client::Options {
+        url: format!("https://{push_addr}").parse().expect("url"),
+        ca_pem: certificate.ca_pem.clone(),
+        token_file,
+    };
+    let proxy_settings = Kubernetes {
+        certificate_secret: format!("{home}/{}", names.bundle),
+        health_address: "127.0.0.1:0".into(),
+        address: "127.0.0.1".into(),
+        ..Default::default()
+    };
+    let own = token_file(&client, &home, &names.proxy, tokens.path()).await;
+    let running = proxy::start(
+        client.clone(),
+        proxy::Options {
+            settings: proxy_settings,
+            push: push_options(own),
+        },
+    )
+    .await
+    .expect("proxy starts");
+
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    let answer = eventually("traffic through the proxy", || async {
+        running.dataplane().local_addr(port).await?;
+        get(gateway, "/hello").await.filter(|(code, _)| *code == 200)
+    })
+    .await;
+    assert_eq!(answer.1, "app /hello");
+    assert_eq!(get(running.health_address(), "/ready").await.map(|r| r.0), Some(200));
+
+    // A new version of the IR reaches the connected proxy.
+    plane()
+        .apply_yaml(&objects(&ns, &class, port, backend, "/moved"))
+        .expect("apply changed route");
+    eventually("the changed route", || async {
+        let moved = get(gateway, "/moved/x").await?;
+        let old = get(gateway, "/hello").await?;
+        (moved == (200, "app /moved/x".into()) && old.0 == 404).then_some(())
+    })
+    .await;
+    assert!(
+        metrics.encode().contains("turna_operator_connected_proxies 1"),
+        "{}",
+        metrics.encode()
+    );
+
+    // Another ServiceAccount is authenticated but serves no Gateway; a bad token is not even that.
+    let intruder = token_file(&client, &home, "intruder", tokens.path()).await;
+    let refused = client::request(
+        &push_options(intruder),
+        http::Method::GET,
+        protocol::STREAM_PATH,
+        Bytes::new(),
+    )
+    .await
+    .expect("push server answers");
+    assert_eq!(refused.status(), http::StatusCode::FORBIDDEN);
+    let bogus = tokens.path().join("bogus");
+    std::fs::write(&bogus, "not-a-token").expect("write");
+    let refused = client::request(
+        &push_options(bogus),
+        http::Method::GET,
+        protocol::STREAM_PATH,
+        Bytes::new(),
+    )
+    .await
+    .expect("push server answers");
+    assert_eq!(refused.status(), http::StatusCode::UNAUTHORIZED);
+
+    push.abort();
+    controller.abort();
+    running.serve(async {}).await;
+}
