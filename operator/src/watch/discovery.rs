@@ -202,13 +202,14 @@ impl Discovery {
             self.permissions.record(kind, review);
         }
         let permissions = &self.permissions;
-        let plan = plan(&self.stores.typed_versions(), &served, |kind| permissions.permits(kind));
+        let typed = self.stores.typed_versions();
+        let plan = plan(&typed, &served, |kind| permissions.permits(kind));
         if self.last_plan.as_ref() != Some(&plan) {
             let watched: BTreeMap<&str, String> = plan
                 .iter()
                 .filter_map(|(kind, source)| {
                     let version = match source.as_ref()? {
-                        Source::Typed => "typed".to_string(),
+                        Source::Typed => typed.get(kind).cloned().unwrap_or_default(),
                         Source::Dynamic(r) => r.version.clone(),
                     };
                     Some((*kind, version))
