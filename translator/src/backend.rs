@@ -175,17 +175,17 @@ impl<'a> Backends<'a> {
         &self,
         kind: RouteKind,
         route_ns: &str,
-        r: &BackendRef,
+        r: &BackendRef<'_>,
         tls: bool,
         client_certificate: Option<&str>,
     ) -> Resolution {
         let key = Key {
             kind,
             route_ns,
-            group: &r.group,
-            ref_kind: &r.kind,
-            namespace: r.namespace.as_deref(),
-            name: &r.name,
+            group: r.group,
+            ref_kind: r.kind,
+            namespace: r.namespace,
+            name: r.name,
             port: r.port,
             tls,
             client_certificate,
@@ -209,7 +209,7 @@ impl<'a> Backends<'a> {
         &self,
         kind: RouteKind,
         route_ns: &str,
-        r: &BackendRef,
+        r: &BackendRef<'_>,
         tls: bool,
         client_certificate: Option<&str>,
     ) -> Resolution {
@@ -219,7 +219,7 @@ impl<'a> Backends<'a> {
                 format!("backendRef kind {}/{} is not supported", r.group, r.kind),
             ));
         }
-        let ns = r.namespace.as_deref().unwrap_or(route_ns);
+        let ns = r.namespace.unwrap_or(route_ns);
         if !reference_grant::permits(
             &self.snapshot.reference_grants,
             From {
@@ -231,7 +231,7 @@ impl<'a> Backends<'a> {
                 group: "",
                 kind: "Service",
                 namespace: ns,
-                name: &r.name,
+                name: r.name,
             },
         ) {
             return Err(Problem::new(
@@ -248,7 +248,7 @@ impl<'a> Backends<'a> {
                 format!("backendRef to Service {ns}/{} has no port", r.name),
             ));
         };
-        let Some(service) = self.services.get(&(ns, r.name.as_str())) else {
+        let Some(service) = self.services.get(&(ns, r.name)) else {
             return Err(Problem::new(
                 reason::BACKEND_NOT_FOUND,
                 format!("Service {ns}/{} does not exist", r.name),
@@ -315,10 +315,10 @@ impl<'a> Backends<'a> {
             }]
         } else {
             // Also headless Services with use_service_ip: they have no cluster IP to use.
-            service_port.map(|p| self.endpoints(ns, &r.name, p)).unwrap_or_default()
+            service_port.map(|p| self.endpoints(ns, r.name, p)).unwrap_or_default()
         };
         let port_name = service_port.and_then(|p| p.name.as_deref());
-        let (mut backend, policy) = self.finish(kind, ns, &r.name, port, port_name, endpoints, tls, client_certificate);
+        let (mut backend, policy) = self.finish(kind, ns, r.name, port, port_name, endpoints, tls, client_certificate);
         if protocol == AppProtocol::Wss && backend.tls.is_none() {
             // TLS to the backend is configured only by a BackendTLSPolicy; without one the
             // port cannot be reached as it declares, and plain text must not be sent instead.

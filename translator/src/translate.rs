@@ -51,9 +51,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     reject_listener_filters(&mut gateways, snapshot);
     let backends = Backends::new(snapshot, config);
 
-    let mut routes = collect_routes(snapshot, config);
-    routes.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
-    routes.dedup_by(|a, b| (a.kind, &a.namespace, &a.name) == (b.kind, &b.namespace, &b.name));
+    let routes = sorted_routes(collect_routes(snapshot, config));
     // Age rank of each route, oldest first: precedence between routes.
     let mut by_age: Vec<usize> = (0..routes.len()).collect();
     by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
@@ -237,6 +235,19 @@ fn reject_listener_filters(gateways: &mut [GatewayModel<'_>], snapshot: &Snapsho
             }
         }
     }
+}
+
+/// Routes by kind, namespace and name, the first of duplicates kept. Sorts positions, which
+/// moves less than sorting the routes.
+fn sorted_routes(routes: Vec<RouteModel<'_>>) -> Vec<RouteModel<'_>> {
+    fn key<'r>(r: &'r RouteModel<'_>) -> (RouteKind, &'r str, &'r str) {
+        (r.kind, &r.namespace, &r.name)
+    }
+    let mut order: Vec<usize> = (0..routes.len()).collect();
+    order.sort_by(|a, b| key(&routes[*a]).cmp(&key(&routes[*b])));
+    order.dedup_by(|a, b| key(&routes[*a]) == key(&routes[*b]));
+    let mut slots: Vec<Option<RouteModel<'_>>> = routes.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
 }
 
 fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel<'a>> {

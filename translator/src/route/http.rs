@@ -182,7 +182,7 @@ pub fn compile(
 /// Resolves a backendRef, recording the backend and any problem. `None` for an invalid ref.
 pub fn resolve(
     route: &RouteModel<'_>,
-    b: &BackendRef,
+    b: &BackendRef<'_>,
     backends: &Backends<'_>,
     client_certificate: Option<&str>,
     out: &mut Compiled,
@@ -558,10 +558,10 @@ fn filter(
             let Some(m) = &f.request_mirror else { return Ok(None) };
             let b = &m.backend_ref;
             let backend_ref = BackendRef {
-                group: b.group.clone().unwrap_or_default(),
-                kind: b.kind.clone().unwrap_or_else(|| "Service".into()),
-                namespace: b.namespace.clone(),
-                name: b.name.clone(),
+                group: b.group.as_deref().unwrap_or_default(),
+                kind: b.kind.as_deref().unwrap_or("Service"),
+                namespace: b.namespace.as_deref(),
+                name: &b.name,
                 port: b.port,
                 weight: 1,
                 filters: Vec::new(),

@@ -34,13 +34,13 @@ impl RouteKind {
     }
 }
 
-/// A backendRef in one shape.
+/// A backendRef in one shape, borrowing the route's strings.
 #[derive(Clone, Debug)]
-pub struct BackendRef {
-    pub group: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
+pub struct BackendRef<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
     pub port: Option<i32>,
     pub weight: i32,
     /// Per-backend filters (HTTPRoute and GRPCRoute), in the HTTPRoute filter shape.
@@ -59,7 +59,7 @@ pub enum RuleSpec<'a> {
 #[derive(Clone, Debug)]
 pub struct RuleModel<'a> {
     pub name: Option<String>,
-    pub backend_refs: Vec<BackendRef>,
+    pub backend_refs: Vec<BackendRef<'a>>,
     pub spec: RuleSpec<'a>,
 }
 
@@ -96,10 +96,10 @@ macro_rules! parent_refs {
 macro_rules! backend_ref {
     ($b:expr, $filters:expr) => {
         BackendRef {
-            group: $b.group.clone().unwrap_or_default(),
-            kind: $b.kind.clone().unwrap_or_else(|| "Service".into()),
-            namespace: $b.namespace.clone(),
-            name: $b.name.clone(),
+            group: $b.group.as_deref().unwrap_or_default(),
+            kind: $b.kind.as_deref().unwrap_or("Service"),
+            namespace: $b.namespace.as_deref(),
+            name: &$b.name,
             port: $b.port,
             weight: $b.weight.unwrap_or(1),
             filters: $filters,
