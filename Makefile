@@ -36,6 +36,11 @@ golden-bless:
 bench-translator:
 	$(CARGO) bench -p turna-translator --bench translate
 
+## bench-dataplane: Turna's proxy against nginx and HAProxy (req/s, p99, ratios); installs
+## wrk, h2load, nginx and haproxy when missing. THREADS, DURATION and ROUNDS tune it.
+bench-dataplane:
+	dataplane/bench/run.sh
+
 bench: bench-translator
 
 # ---- e2e: a real control plane built from Go modules (e2e/README.md) ----

@@ -2,7 +2,8 @@
 # The same proxying job through Turna, nginx and HAProxy: one route, one nginx backend on
 # loopback serving 1 KiB, keep-alive. Load from wrk (HTTP/1.1, 1 and 64 connections) and h2load
 # (HTTP/2 prior knowledge), proxies alternating, each limited to THREADS worker threads.
-# Needs wrk, h2load (nghttp2-client), nginx and haproxy (Debian packages).
+# Needs wrk, h2load (nghttp2-client), nginx and haproxy (Debian packages, installed when missing).
+# Turna with THREADS=1 runs on a current-thread Tokio runtime (examples/serve.rs).
 set -euo pipefail
 
 THREADS=${THREADS:-1}
@@ -19,9 +20,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for tool in wrk h2load nginx haproxy; do
-  command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install wrk nghttp2-client nginx-light haproxy)" >&2; exit 1; }
+# Missing tools are installed from their Debian packages.
+declare -A PACKAGE=([wrk]=wrk [h2load]=nghttp2-client [nginx]=nginx-light [haproxy]=haproxy)
+missing=()
+for tool in "${!PACKAGE[@]}"; do
+  command -v "$tool" >/dev/null || missing+=("${PACKAGE[$tool]}")
 done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq "${missing[@]}" >&2
+fi
 
 cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}

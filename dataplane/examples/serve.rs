@@ -7,8 +7,19 @@ use std::net::SocketAddr;
 use dataplane::{Dataplane, Settings};
 use translator::ir;
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // One worker thread (TOKIO_WORKER_THREADS=1) runs on a current-thread runtime: no work
+    // stealing or cross-thread wakeups, as a single nginx or HAProxy worker.
+    let single = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|n| n.trim() == "1");
+    let runtime = if single {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()?
+    };
+    runtime.block_on(run())
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args
         .next()

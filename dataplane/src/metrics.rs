@@ -1,5 +1,7 @@
 //! Prometheus metrics of one dataplane.
 
+use std::sync::RwLock;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -112,5 +114,51 @@ pub struct ConnectionGuard(Gauge);
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+/// The request counters of one listener's rule by status, bound on first use so that counting a
+/// request neither allocates nor hashes label strings.
+#[derive(Debug)]
+pub struct RequestCounters {
+    listener: String,
+    route: String,
+    by_code: RwLock<Vec<(u16, Counter)>>,
+}
+
+impl RequestCounters {
+    pub fn new(listener: &str, route: &str) -> Self {
+        RequestCounters {
+            listener: listener.to_string(),
+            route: route.to_string(),
+            by_code: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// The listener label.
+    pub fn listener(&self) -> &str {
+        &self.listener
+    }
+
+    /// Counts a request answered with `code` in `family`.
+    pub fn inc(&self, code: u16, family: &Family<RequestLabels, Counter>) {
+        if let Ok(bound) = self.by_code.read()
+            && let Some((_, counter)) = bound.iter().find(|(c, _)| *c == code)
+        {
+            counter.inc();
+            return;
+        }
+        let labels = RequestLabels {
+            listener: self.listener.clone(),
+            route: self.route.clone(),
+            code,
+        };
+        let counter = family.get_or_create(&labels).clone();
+        counter.inc();
+        if let Ok(mut bound) = self.by_code.write()
+            && !bound.iter().any(|(c, _)| *c == code)
+        {
+            bound.push((code, counter));
+        }
     }
 }

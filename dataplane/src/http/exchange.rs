@@ -280,29 +280,41 @@ fn take_parts(parts: &mut Parts) -> Parts {
 /// Removes headers that describe one hop, including those named by `Connection`; `te: trailers`
 /// stays (gRPC needs it).
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
-    let named: Vec<header::HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| header::HeaderName::from_bytes(name.trim().as_bytes()).ok())
+    // One pass over the names is cheaper than a dozen hashed removals, and most messages carry
+    // none of them (or only Connection).
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
+    let te_trailers = headers.get(header::TE).is_some_and(|te| te == "trailers");
+    let mut doomed: Vec<header::HeaderName> = headers
+        .keys()
+        .filter(|n| is_hop_by_hop(n) && !(te_trailers && *n == header::TE))
+        .cloned()
         .collect();
-    for name in named {
+    // Names listed by Connection (usually only "keep-alive" or "close").
+    for value in headers.get_all(header::CONNECTION) {
+        let Ok(value) = value.to_str() else { continue };
+        for name in value.split(',').map(str::trim) {
+            let listed = !name.eq_ignore_ascii_case("close") && !name.eq_ignore_ascii_case("keep-alive");
+            if listed && let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {
+                doomed.push(name);
+            }
+        }
+    }
+    for name in doomed {
         headers.remove(name);
     }
-    for name in [
-        header::CONNECTION,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::TRAILER,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-    ] {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
-    if headers.get(header::TE).is_some_and(|te| te != "trailers") {
-        headers.remove(header::TE);
-    }
+}
+
+/// Whether `strip_hop_by_hop` has something to do for a header named `name`.
+fn is_hop_by_hop(name: &header::HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::TRAILER
+        || name == header::PROXY_AUTHENTICATE
+        || name == header::PROXY_AUTHORIZATION
+        || name == header::TE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::sync::Semaphore;
@@ -18,7 +18,13 @@ use super::exchange::Exchange;
 use super::host::request_host;
 use super::response::{self, ProxyBody};
 use super::router::RequestView;
+use super::rule::Rule;
 use crate::metrics::{Metrics, RequestLabels};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 use crate::table::Table;
 
 /// What a listener's requests are served with.
@@ -44,6 +50,8 @@ pub struct HttpService {
     pub peer: SocketAddr,
     /// The TLS server name (SNI) of an HTTPS connection.
     pub server_name: Option<Arc<str>>,
+    /// The client's address as an X-Forwarded-For element.
+    forwarded_for: Option<HeaderValue>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for HttpService {
@@ -57,39 +65,75 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
     }
 }
 
+/// What served a request, for its metrics and access log line.
+enum Served<'t> {
+    Rule(&'t Rule),
+    /// A listener matched, no rule did.
+    Listener(&'t str),
+    Unrouted,
+}
+
 impl HttpService {
+    /// The service of a connection from `peer`.
+    pub fn new(context: Arc<ListenerContext>, peer: SocketAddr, server_name: Option<Arc<str>>) -> Self {
+        // Formatted once per connection, not per request.
+        let forwarded_for = HeaderValue::from_str(&peer.ip().to_string()).ok();
+        HttpService {
+            context,
+            peer,
+            server_name,
+            forwarded_for,
+        }
+    }
+
     async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
-        let started = Instant::now();
-        let method = req.method().clone();
-        let path = req.uri().path().to_string();
-        let mut labels = RequestLabels {
-            listener: String::new(),
-            route: String::new(),
-            code: 0,
+        let logged = self
+            .context
+            .access_log
+            .then(|| (Instant::now(), req.method().clone(), req.uri().path().to_string()));
+        // The table this request sees until it ends, whatever swaps happen meanwhile.
+        let table = self.context.table.load_full();
+        let mut served = Served::Unrouted;
+        let response = self.route(&table, req, &mut served).await;
+        let code = response.status().as_u16();
+        let requests = &self.context.metrics.requests;
+        let (listener, route) = match served {
+            Served::Rule(rule) => {
+                rule.counters.inc(code, requests);
+                (rule.counters.listener(), rule.name.as_str())
+            }
+            Served::Listener(listener) => {
+                count_unrouted(requests, listener, code);
+                (listener, "")
+            }
+            Served::Unrouted => {
+                count_unrouted(requests, "", code);
+                ("", "")
+            }
         };
-        let response = self.route(req, &mut labels).await;
-        labels.code = response.status().as_u16();
-        if self.context.access_log {
+        if let Some((started, method, path)) = logged {
             tracing::info!(
                 target: "turna::access",
                 peer = %self.peer,
                 %method,
                 %path,
-                status = labels.code,
-                listener = %labels.listener,
-                route = %labels.route,
+                status = code,
+                listener = %listener,
+                route = %route,
                 micros = started.elapsed().as_micros() as u64,
             );
         }
-        self.context.metrics.requests.get_or_create(&labels).inc();
         response
     }
 
-    /// Routes and serves `req`, naming the listener and rule it took in `labels`.
-    async fn route(&self, req: Request<Incoming>, labels: &mut RequestLabels) -> Response<ProxyBody> {
+    /// Routes and serves `req` on `table`, naming the listener and rule it took in `served`.
+    async fn route<'t>(
+        &self,
+        table: &'t Table,
+        req: Request<Incoming>,
+        served: &mut Served<'t>,
+    ) -> Response<ProxyBody> {
         let context = &self.context;
-        // The table this request sees until it ends, whatever swaps happen meanwhile.
-        let table = context.table.load_full();
         let grpc = is_grpc(&req);
         let Some(routes) = table.http_port(context.port) else {
             return response::local(StatusCode::NOT_FOUND, grpc);
@@ -104,7 +148,7 @@ impl HttpService {
             return response::local(StatusCode::MISDIRECTED_REQUEST, grpc);
         }
         if let Some(listener) = listener {
-            labels.listener.clone_from(&listener.name);
+            *served = Served::Listener(&listener.name);
         }
         let (mut parts, body) = req.into_parts();
         let routed = routes.route(&RequestView {
@@ -118,7 +162,7 @@ impl HttpService {
             return response::local(StatusCode::NOT_FOUND, grpc);
         };
         let rule = routed.rule;
-        labels.route.clone_from(&rule.name);
+        *served = Served::Rule(rule);
         self.forwarding_headers(&mut parts.headers, &parts.uri);
         let exchange = Exchange {
             rule,
@@ -145,16 +189,30 @@ impl HttpService {
         {
             headers.insert(header::HOST, authority);
         }
-        let peer = self.peer.ip().to_string();
-        let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(previous) => format!("{previous}, {peer}"),
-            None => peer,
+        let Some(peer) = &self.forwarded_for else {
+            return;
         };
-        if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
-            headers.insert("x-forwarded-for", value);
+        let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(previous) => {
+                let peer = peer.to_str().unwrap_or_default();
+                HeaderValue::from_str(&format!("{previous}, {peer}")).ok()
+            }
+            None => Some(peer.clone()),
+        };
+        if let Some(value) = value {
+            headers.insert(X_FORWARDED_FOR, value);
         }
-        headers.insert("x-forwarded-proto", HeaderValue::from_static(self.context.scheme));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.context.scheme));
     }
+}
+
+fn count_unrouted(family: &Family<RequestLabels, Counter>, listener: &str, code: u16) {
+    let labels = RequestLabels {
+        listener: listener.to_string(),
+        route: String::new(),
+        code,
+    };
+    family.get_or_create(&labels).inc();
 }
 
 /// gRPC clients get gateway errors as gRPC statuses even before a rule is known.

@@ -103,7 +103,7 @@ impl ListenerRoutes {
             let rules = vhost
                 .rules
                 .iter()
-                .map(|r| Rule::compile(r, upstreams))
+                .map(|r| Rule::compile(r, &listener.name, upstreams))
                 .collect::<Result<Vec<_>, _>>()?;
             routes.virtual_hosts.push(Rules::new(rules));
             // The first virtual host of a name wins.

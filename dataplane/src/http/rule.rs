@@ -10,6 +10,7 @@ use super::filters::{self, Filter};
 use super::matcher::Matcher;
 use super::retry::RetryPolicy;
 use crate::error::ValidationError;
+use crate::metrics::RequestCounters;
 use crate::upstream::Upstream;
 
 /// A rule entry ready to serve.
@@ -28,6 +29,8 @@ pub struct Rule {
     /// Bound on each backend request (`timeouts.backendRequest`).
     pub backend_timeout: Option<Duration>,
     pub retry: Option<RetryPolicy>,
+    /// Requests served by this rule of its listener, by status.
+    pub counters: RequestCounters,
 }
 
 /// A weighted share of a rule's traffic.
@@ -45,7 +48,12 @@ pub fn describe(route: &ir::RouteRef) -> String {
 }
 
 impl Rule {
-    pub fn compile(rule: &ir::HttpRule, upstreams: &HashMap<String, Arc<Upstream>>) -> Result<Self, ValidationError> {
+    /// Compiles `rule` of the listener named `listener`.
+    pub fn compile(
+        rule: &ir::HttpRule,
+        listener: &str,
+        upstreams: &HashMap<String, Arc<Upstream>>,
+    ) -> Result<Self, ValidationError> {
         let context = describe(&rule.route);
         let prefix = match &rule.matcher.path {
             ir::PathMatch::Prefix(p) => Some(p.as_str()),
@@ -84,6 +92,7 @@ impl Rule {
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
             backend_timeout: rule.timeouts.backend_request_ms.map(Duration::from_millis),
             retry: rule.retry.as_ref().map(RetryPolicy::compile),
+            counters: RequestCounters::new(listener, &context),
         })
     }
 

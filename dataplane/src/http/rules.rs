@@ -104,7 +104,7 @@ mod tests {
             timeouts: ir::Timeouts::default(),
             retry: None,
         };
-        Rule::compile(&ir, &HashMap::new()).unwrap()
+        Rule::compile(&ir, "test/gateway/http", &HashMap::new()).unwrap()
     }
 
     /// The index finds the same first match as a scan, for every path and method tried.

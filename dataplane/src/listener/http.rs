@@ -88,11 +88,7 @@ async fn connection(
 ) {
     let _open = context.metrics.connection();
     if context.scheme == "http" {
-        let service = HttpService {
-            context,
-            peer,
-            server_name: None,
-        };
+        let service = HttpService::new(context, peer, None);
         return serve(TokioIo::new(stream), service, &builder, watcher).await;
     }
     // New connections take the certificates of the current table.
@@ -108,11 +104,7 @@ async fn connection(
         Err(_) => return,
     };
     let server_name = tls.get_ref().1.server_name().map(|n| Arc::from(n.to_ascii_lowercase()));
-    let service = HttpService {
-        context,
-        peer,
-        server_name,
-    };
+    let service = HttpService::new(context, peer, server_name);
     serve(TokioIo::new(tls), service, &builder, watcher).await;
 }
 

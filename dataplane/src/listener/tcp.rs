@@ -155,11 +155,11 @@ async fn forward(
             let Ok(Ok(tls)) = accepted else {
                 return;
             };
-            let service = HttpService {
-                context: https.context,
+            let service = HttpService::new(
+                https.context,
                 peer,
-                server_name: server_name.filter(|n| !n.is_empty()).map(Arc::from),
-            };
+                server_name.filter(|n| !n.is_empty()).map(Arc::from),
+            );
             return serve(TokioIo::new(tls), service, &https.builder, watcher).await;
         }
         None => {

@@ -30,6 +30,10 @@ impl Upstream {
         if count == 0 {
             return None;
         }
+        // The common case (first attempt, nobody ejected) chooses among all without collecting.
+        if tried.is_empty() && !self.endpoints.iter().any(|e| e.health.ejected()) {
+            return Some(self.choose(count, |k| k));
+        }
         // Healthy untried endpoints first; when none is left, any untried one, then any.
         let untried = |i: &usize| !tried.contains(i);
         let mut candidates: Vec<usize> = (0..count)
@@ -41,22 +45,23 @@ impl Upstream {
         if candidates.is_empty() {
             candidates = (0..count).collect();
         }
-        let chosen = match self.strategy {
-            Strategy::RoundRobin => {
-                let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-                candidates[start % candidates.len()]
-            }
-            Strategy::Random => candidates[fastrand::usize(0..candidates.len())],
+        Some(self.choose(candidates.len(), |k| candidates[k]))
+    }
+
+    /// Chooses by the strategy among `len` (> 0) candidates, the k-th being endpoint `at(k)`.
+    fn choose(&self, len: usize, at: impl Fn(usize) -> usize) -> usize {
+        match self.strategy {
+            Strategy::RoundRobin => at(self.cursor.fetch_add(1, Ordering::Relaxed) % len),
+            Strategy::Random => at(fastrand::usize(0..len)),
             Strategy::LeastConn => {
                 // Ties go round robin so equal endpoints share the load.
                 let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-                let rotated = (0..candidates.len()).map(|k| candidates[(start + k) % candidates.len()]);
-                rotated
+                (0..len)
+                    .map(|k| at((start + k) % len))
                     .min_by_key(|i| self.endpoints[*i].active.load(Ordering::Relaxed))
-                    .unwrap_or(candidates[0])
+                    .unwrap_or(at(0))
             }
-        };
-        Some(chosen)
+        }
     }
 }
 

@@ -131,7 +131,6 @@ impl Upstream {
             let index = self
                 .pick_endpoint(&tried)
                 .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
-            tried.push(index);
             let endpoint = &self.endpoints[index];
             let mut uri_parts = http::uri::Parts::default();
             uri_parts.scheme = Some(http::uri::Scheme::HTTP);
@@ -147,7 +146,9 @@ impl Upstream {
             *request.uri_mut() = uri;
             *request.version_mut() = version;
             // Another endpoint may be tried only while untried ones remain.
-            let retries_left = tried.len() <= connect_retries as usize && tried.len() < self.endpoints.len();
+            // (`tried` holds only failed endpoints, so a first attempt that succeeds allocates nothing.)
+            let attempts = tried.len() + 1;
+            let retries_left = attempts <= connect_retries as usize && attempts < self.endpoints.len();
             *request.headers_mut() = if retries_left {
                 parts.headers.clone()
             } else {
@@ -170,6 +171,7 @@ impl Upstream {
                         Some(unread) if retries_left => {
                             tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, error = %source, "endpoint unreachable, trying another");
                             body = unread;
+                            tried.push(index);
                         }
                         _ => {
                             return Err(ForwardError::Unreachable {
