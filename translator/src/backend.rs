@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
@@ -46,8 +46,19 @@ type Resolution = Result<Resolved, Problem>;
 /// so a lookup allocates nothing.
 #[derive(Default)]
 struct Cache {
-    hasher: RandomState,
     entries: HashMap<u64, Vec<(OwnedKey, Resolution)>, BuildHasherDefault<Prehashed>>,
+}
+
+/// FNV-1a of the Service name, port and namespace: cheap for these short keys, and a bucket
+/// compares whole keys, so collisions cost only a comparison.
+fn key_hash(name: &str, port: Option<i32>, namespace: Option<&str>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let port = port.map_or([0xff; 4], i32::to_le_bytes);
+    let parts = [name.as_bytes(), &port, namespace.unwrap_or_default().as_bytes()];
+    for b in parts.into_iter().flatten() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// A hasher for keys that are hashes already.
@@ -191,7 +202,7 @@ impl<'a> Backends<'a> {
             client_certificate,
         };
         // The Service and port tell most resolutions apart; the bucket compares the whole key.
-        let hash = self.cache.borrow().hasher.hash_one((key.name, key.port, key.namespace));
+        let hash = key_hash(key.name, key.port, key.namespace);
         if let Some(found) = self.cache.borrow().get(hash, key) {
             return found.clone();
         }

@@ -265,17 +265,17 @@ fn value_match(name: &str, value: &str, regex: bool, lower: bool) -> Result<Valu
 }
 
 fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
-    let mut matches = Vec::new();
+    let mut matches = Vec::with_capacity(rule.matches.as_ref().map_or(1, Vec::len));
     for m in rule.matches.iter().flatten() {
         let path = match &m.path {
             None => PathMatch::Prefix("/".into()),
             Some(p) => {
-                let value = p.value.clone().unwrap_or_else(|| "/".into());
+                let value = p.value.as_deref().unwrap_or("/");
                 match p.r#type {
-                    Some(PathType::Exact) => PathMatch::Exact(value),
+                    Some(PathType::Exact) => PathMatch::Exact(value.into()),
                     Some(PathType::RegularExpression) => {
-                        check_regex(&value)?;
-                        PathMatch::RegularExpression(value)
+                        check_regex(value)?;
+                        PathMatch::RegularExpression(value.into())
                     }
                     Some(PathType::PathPrefix) | None => {
                         let trimmed = value.trim_end_matches('/');
