@@ -25,9 +25,12 @@ enum Command {
         /// Where proxies connect for their IR (HTTPS).
         #[arg(long, default_value = "0.0.0.0:9443")]
         push_address: std::net::SocketAddr,
-        /// DNS names and IP addresses of the push certificate (the controller Service's name).
-        #[arg(long = "push-name", default_value = "localhost")]
+        /// DNS names and IP addresses of the push certificate besides `POD_IP`.
+        #[arg(long = "push-name")]
         push_names: Vec<String>,
+        /// The push URL provisioned proxies connect to (default `https://$POD_IP:<push port>`).
+        #[arg(long)]
+        push_url: Option<String>,
     },
     /// Serve one Gateway with the IR the controller pushes (runs in the provisioned proxy pods).
     Proxy {
@@ -119,7 +122,8 @@ fn main() -> anyhow::Result<()> {
         Command::Controller {
             config,
             push_address,
-            push_names,
+            mut push_names,
+            push_url,
         } => {
             let settings = load(config)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -130,7 +134,24 @@ fn main() -> anyhow::Result<()> {
                 let mut options = operator::reconcile::Options::default();
                 let hub = operator::push::server::Hub::default();
                 options.push = Some(hub.clone());
+                let pod_ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty());
+                push_names.extend(pod_ip.clone());
+                if push_names.is_empty() {
+                    push_names.push("localhost".into());
+                }
                 let certificate = operator::push::server::Certificate::generate(&push_names)?;
+                let push_url = push_url.or_else(|| pod_ip.map(|ip| format!("https://{ip}:{}", push_address.port())));
+                match push_url {
+                    Some(url) => {
+                        options.push_endpoint = Some(operator::provision::objects::Push {
+                            url,
+                            ca_pem: certificate.ca_pem.clone(),
+                        });
+                    }
+                    None => tracing::warn!(
+                        "neither --push-url nor POD_IP: provisioned proxies are not told where to get their IR"
+                    ),
+                }
                 let listener = operator::push::server::bind(push_address).await?;
                 tokio::spawn(operator::push::server::serve(
                     listener,

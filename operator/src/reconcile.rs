@@ -44,6 +44,8 @@ pub struct Options {
     pub readiness: Readiness,
     /// Where each translation's proxies are published for IR push.
     pub push: Option<crate::push::server::Hub>,
+    /// The push endpoint written into provisioned proxies.
+    pub push_endpoint: Option<crate::provision::objects::Push>,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             metrics: Arc::default(),
             readiness: Readiness::default(),
             push: None,
+            push_endpoint: None,
         }
     }
 }
@@ -131,6 +134,9 @@ async fn reconcile(
     leadership: &Leadership,
 ) {
     let mut provisioning = Provisioning::start(client, settings, changes);
+    if let Some(push) = &options.push_endpoint {
+        provisioning = provisioning.with_push(push.clone());
+    }
     stores.synced().await;
     provisioning.synced().await;
     changes.notify();

@@ -162,6 +162,7 @@ pub struct Provisioner {
     home: Option<String>,
     pod: Option<(String, String)>,
     image: Option<String>,
+    push: Option<super::objects::Push>,
     applied: HashMap<Key, (u64, Instant)>,
     collected: Option<(BTreeSet<Key>, Instant)>,
 }
@@ -182,6 +183,7 @@ impl Provisioner {
             home,
             pod: pod_namespace.zip(env("POD_NAME")),
             image: None,
+            push: None,
             applied: HashMap::new(),
             collected: None,
         }
@@ -192,6 +194,12 @@ impl Provisioner {
     pub fn with_controller_pod(mut self, namespace: &str, name: &str) -> Provisioner {
         self.pod = Some((namespace.into(), name.into()));
         self.image = None;
+        self
+    }
+
+    /// Proxies are told to get their IR from `push` (URL and pinned CA in their ConfigMap).
+    pub fn with_push(mut self, push: super::objects::Push) -> Provisioner {
+        self.push = Some(push);
         self
     }
 
@@ -330,6 +338,7 @@ impl Provisioner {
             image,
             controller_namespace: home,
             controller_id: &self.controller_id,
+            push: self.push.as_ref(),
         });
         let mut list = Vec::new();
         list.extend(o.service_account.as_ref().map(desired));

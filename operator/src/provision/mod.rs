@@ -65,6 +65,12 @@ impl Provisioning {
         provisioning
     }
 
+    /// Proxies are told to get their IR from `push`.
+    pub fn with_push(mut self, push: objects::Push) -> Provisioning {
+        self.provisioner = self.provisioner.take().map(|p| p.with_push(push));
+        self
+    }
+
     /// Waits, at most [`SYNC_TIMEOUT`], until the address Services are listed, so a restarted
     /// controller does not report its Gateways without addresses for a moment.
     pub async fn synced(&self) {

@@ -37,7 +37,21 @@ pub struct ProxyInput<'a> {
     pub controller_namespace: &'a str,
     /// The installation's identity (`controller_id`, or the one derived from the settings).
     pub controller_id: &'a str,
+    /// Where the proxy gets its IR; `None` leaves the proxy without push arguments.
+    pub push: Option<&'a Push>,
 }
+
+/// The controller's IR push endpoint, as proxies are told about it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Push {
+    /// `https://host:port`.
+    pub url: String,
+    /// The CA certificate (PEM) proxies pin; stored in the proxy ConfigMap.
+    pub ca_pem: String,
+}
+
+/// ConfigMap key (and file next to [`CONFIG_PATH`]) of the push CA.
+pub const PUSH_CA_KEY: &str = "push-ca.crt";
 
 /// The objects of one proxy.
 #[derive(Clone, Debug)]
@@ -96,7 +110,13 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         s.proxy.service_account.clone()
     };
 
-    let config_data = BTreeMap::from([("turna.yaml".to_string(), proxy_config(input))]);
+    let mut config_data = BTreeMap::from([("turna.yaml".to_string(), proxy_config(input))]);
+    let mut args = vec!["proxy".to_string(), "--config".into(), CONFIG_PATH.into()];
+    if let Some(push) = input.push {
+        config_data.insert(PUSH_CA_KEY.into(), push.ca_pem.clone());
+        args.extend(["--operator".into(), push.url.clone()]);
+        args.extend(["--operator-ca".into(), format!("/etc/turna/{PUSH_CA_KEY}")]);
+    }
     let config_hash = super::names::hash(&serde_json::to_string(&config_data).unwrap_or_default(), 16);
     let config_map = ConfigMap {
         metadata: meta(&n.proxy, &namespace, &ours),
@@ -140,7 +160,7 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
     let container = Container {
         name: "proxy".into(),
         image: Some(input.image.into()),
-        args: Some(vec!["proxy".into(), "--config".into(), CONFIG_PATH.into()]),
+        args: Some(args),
         env: Some(vec![
             EnvVar {
                 name: "POD_NAME".into(),
@@ -448,6 +468,10 @@ mod tests {
             image: "turna:1",
             controller_namespace: "turna-system",
             controller_id: "turna-system/turna",
+            push: Some(&Push {
+                url: "https://10.0.0.1:9443".into(),
+                ca_pem: "CA".into(),
+            }),
         })
     }
 
@@ -577,5 +601,31 @@ mod tests {
             )
         );
         assert_eq!(o.cluster_role_binding.expect("binding").role_ref.name, "turna-reader");
+    }
+
+    #[test]
+    fn proxies_are_told_where_to_get_their_ir_and_which_ca_to_pin() {
+        let o = objects(&Kubernetes::default());
+        let data = o.config_map.data.as_ref().expect("data");
+        assert_eq!(data.get(PUSH_CA_KEY).map(String::as_str), Some("CA"));
+        let pod = o
+            .deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("pod");
+        let args = pod.containers[0].args.clone().unwrap_or_default();
+        assert_eq!(
+            args,
+            [
+                "proxy",
+                "--config",
+                CONFIG_PATH,
+                "--operator",
+                "https://10.0.0.1:9443",
+                "--operator-ca",
+                "/etc/turna/push-ca.crt"
+            ]
+        );
     }
 }
