@@ -1,7 +1,7 @@
 //! The pipeline: classes, Gateways and their listeners, route attachment, backends and policies,
 //! then one IR per proxy and every status.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -62,6 +62,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
+    let mut seen_backends: Vec<HashSet<*const ir::Backend>> = gateways.iter().map(|_| HashSet::new()).collect();
     let mut gateway_backends: Vec<BTreeMap<String, Rc<ir::Backend>>> =
         gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -143,7 +144,8 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             }
         } else {
             for (gi, b) in used_backends {
-                if !gateway_backends[gi].contains_key(&b.id) {
+                // Routes share resolved backends: a backend seen before has its id in the map.
+                if seen_backends[gi].insert(Rc::as_ptr(&b)) && !gateway_backends[gi].contains_key(&b.id) {
                     gateway_backends[gi].insert(b.id.clone(), b);
                 }
             }
@@ -394,7 +396,8 @@ fn virtual_hosts(
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
     // Entries by effective hostname, with the route's own hostname that produced it.
-    let mut hosts: BTreeMap<&str, Vec<(usize, &str, ir::HttpRule)>> = BTreeMap::new();
+    // Unordered: the virtual hosts are sorted by specificity, a total order, at the end.
+    let mut hosts: HashMap<&str, Vec<(usize, &str, ir::HttpRule)>> = HashMap::new();
     for mut c in contributions {
         let route_hostnames = &routes[c.route].hostnames;
         let effective = hostname::effective(listener_hostname, route_hostnames);
