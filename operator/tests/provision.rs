@@ -238,6 +238,24 @@ spec:
     let names = Names::new(&ns, "web", &controller_id(&settings));
     let controller = start(&client, settings);
 
+    // Objects are applied one after another: wait for all of them before looking at any.
+    let binding = format!("turna-proxy:{home}:{}", names.proxy);
+    eventually("every proxy object", || async {
+        let all = exists(&Api::<Deployment>::namespaced(client.clone(), &home), &names.proxy).await
+            && exists(&Api::<Service>::namespaced(client.clone(), &home), &names.proxy).await
+            && exists(&Api::<ConfigMap>::namespaced(client.clone(), &home), &names.proxy).await
+            && exists(
+                &Api::<PodDisruptionBudget>::namespaced(client.clone(), &home),
+                &names.proxy,
+            )
+            .await
+            && exists(&Api::<ServiceAccount>::namespaced(client.clone(), &home), &names.proxy).await
+            && exists(&Api::<Role>::namespaced(client.clone(), &home), &names.proxy).await
+            && exists(&Api::<RoleBinding>::namespaced(client.clone(), &home), &names.proxy).await
+            && exists(&Api::<ClusterRoleBinding>::all(client.clone()), &binding).await;
+        all.then_some(())
+    })
+    .await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home);
     let deployment = eventually("the proxy Deployment", || async {
         deployments.get_opt(&names.proxy).await.ok().flatten()
@@ -283,7 +301,6 @@ spec:
     assert!(exists(&Api::<ServiceAccount>::namespaced(client.clone(), &home), &names.proxy).await);
     assert!(exists(&Api::<Role>::namespaced(client.clone(), &home), &names.proxy).await);
     assert!(exists(&Api::<RoleBinding>::namespaced(client.clone(), &home), &names.proxy).await);
-    let binding = format!("turna-proxy:{home}:{}", names.proxy);
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     assert!(exists(&bindings, &binding).await);
 
