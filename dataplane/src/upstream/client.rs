@@ -140,15 +140,21 @@ impl Upstream {
             let Ok(uri) = Uri::from_parts(uri_parts) else {
                 return Err(ForwardError::NoEndpoints(self.id.clone()));
             };
-            let (reclaim, slot) = ReclaimBody::new(body);
-            let mut request = Request::new(reclaim);
-            *request.method_mut() = parts.method.clone();
-            *request.uri_mut() = uri;
-            *request.version_mut() = version;
             // Another endpoint may be tried only while untried ones remain.
             // (`tried` holds only failed endpoints, so a first attempt that succeeds allocates nothing.)
             let attempts = tried.len() + 1;
             let retries_left = attempts <= connect_retries as usize && attempts < self.endpoints.len();
+            // The body is kept for another endpoint only while one may be tried.
+            let (reclaim, slot) = if retries_left {
+                let (reclaim, slot) = ReclaimBody::new(body);
+                (reclaim, Some(slot))
+            } else {
+                (ReclaimBody::direct(body), None)
+            };
+            let mut request = Request::new(reclaim);
+            *request.method_mut() = parts.method.clone();
+            *request.uri_mut() = uri;
+            *request.version_mut() = version;
             *request.headers_mut() = if retries_left {
                 parts.headers.clone()
             } else {
@@ -167,7 +173,7 @@ impl Upstream {
                         self.ejections.inc();
                         tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
                     }
-                    match slot.reclaim() {
+                    match slot.and_then(|slot| slot.reclaim()) {
                         Some(unread) if retries_left => {
                             tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, error = %source, "endpoint unreachable, trying another");
                             body = unread;

@@ -13,7 +13,8 @@ use super::RequestBody;
 /// The body an upstream client sends; unread until the client polls it.
 #[derive(Debug)]
 pub struct ReclaimBody {
-    slot: Arc<Mutex<Option<RequestBody>>>,
+    /// `None` for a body that is never taken back.
+    slot: Option<Arc<Mutex<Option<RequestBody>>>>,
     taken: Option<RequestBody>,
 }
 
@@ -26,16 +27,26 @@ impl ReclaimBody {
         let slot = Arc::new(Mutex::new(Some(body)));
         (
             ReclaimBody {
-                slot: slot.clone(),
+                slot: Some(slot.clone()),
                 taken: None,
             },
             Slot(slot),
         )
     }
 
+    /// A body sent once, without the shared slot (the last endpoint tried).
+    pub fn direct(body: RequestBody) -> ReclaimBody {
+        ReclaimBody {
+            slot: None,
+            taken: Some(body),
+        }
+    }
+
     fn body(&mut self) -> Option<&mut RequestBody> {
-        if self.taken.is_none() {
-            self.taken = lock(&self.slot).take();
+        if self.taken.is_none()
+            && let Some(slot) = &self.slot
+        {
+            self.taken = lock(slot).take();
         }
         self.taken.as_mut()
     }
@@ -66,16 +77,21 @@ impl Body for ReclaimBody {
     fn is_end_stream(&self) -> bool {
         match &self.taken {
             Some(body) => body.is_end_stream(),
-            None => lock(&self.slot).as_ref().is_none_or(Body::is_end_stream),
+            None => self
+                .slot
+                .as_ref()
+                .is_none_or(|slot| lock(slot).as_ref().is_none_or(Body::is_end_stream)),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.taken {
             Some(body) => body.size_hint(),
-            None => lock(&self.slot)
+            None => self
+                .slot
                 .as_ref()
-                .map_or_else(|| SizeHint::with_exact(0), Body::size_hint),
+                .and_then(|slot| lock(slot).as_ref().map(Body::size_hint))
+                .unwrap_or_else(|| SizeHint::with_exact(0)),
         }
     }
 }
