@@ -32,6 +32,12 @@ enum Command {
         #[arg(long)]
         push_url: Option<String>,
     },
+    /// Watch the cluster, write status as elected leader, and serve every Gateway in this process.
+    Standalone {
+        /// Provider configuration (`providers.kubernetes`).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
     /// Serve one Gateway with the IR the controller pushes (runs in the provisioned proxy pods).
     Proxy {
         /// Provider configuration written by the controller (`certificate_secret`, ...).
@@ -173,6 +179,35 @@ fn main() -> anyhow::Result<()> {
                     options.readiness.clone(),
                 ));
                 operator::reconcile::run_with(client, settings, options, shutdown()).await;
+                anyhow::Ok(())
+            })?;
+        }
+        Command::Standalone { config } => {
+            let settings = load(config)?;
+            let address: std::net::IpAddr = if settings.address.is_empty() {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                settings
+                    .address
+                    .parse()
+                    .with_context(|| format!("address {:?}", settings.address))?
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the Kubernetes API")?;
+                let options = operator::reconcile::Options::default();
+                let health = operator::admin::bind(&settings.health_address)
+                    .await
+                    .with_context(|| format!("binding health_address {}", settings.health_address))?;
+                tokio::spawn(operator::admin::serve(
+                    health,
+                    options.metrics.clone(),
+                    options.readiness.clone(),
+                ));
+                let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(address));
+                operator::modes::standalone::run(client, settings, options, dataplane, shutdown()).await;
                 anyhow::Ok(())
             })?;
         }

@@ -2,6 +2,7 @@
 
 pub mod local;
 pub mod proxy;
+pub mod standalone;
 
 use std::net::{Ipv4Addr, SocketAddr};
 

@@ -51,12 +51,35 @@ pub enum PushError {
 pub struct Hub {
     proxies: Arc<Mutex<HashMap<String, watch::Sender<Arc<Message>>>>>,
     version: Arc<AtomicU64>,
+    /// The latest version of any proxy, for in-process followers.
+    latest: Arc<watch::Sender<u64>>,
 }
 
 impl Hub {
     /// Publishes a translation's proxies: a changed IR gets a new version and is sent to its
     /// connected proxies; proxies no longer translated have their streams ended.
     pub fn publish(&self, proxies: &[ir::Proxy]) {
+        self.publish_proxies(proxies);
+        self.latest.send_replace(self.version.load(Ordering::Relaxed));
+    }
+
+    /// Completes when a version newer than `seen` is published; the newest version.
+    pub async fn changed(&self, seen: u64) -> u64 {
+        let mut receiver = self.latest.subscribe();
+        match receiver.wait_for(|v| *v > seen).await {
+            Ok(version) => *version,
+            // The sender lives as long as `self`.
+            Err(_) => seen,
+        }
+    }
+
+    /// The current IR of Gateway (or `standalone`) proxy `id`.
+    pub fn latest(&self, id: &str) -> Option<Arc<Message>> {
+        let current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
+        current.get(id).map(|s| s.borrow().clone())
+    }
+
+    fn publish_proxies(&self, proxies: &[ir::Proxy]) {
         let mut current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
         current.retain(|id, _| proxies.iter().any(|p| &p.id == id));
         for proxy in proxies {

@@ -1,0 +1,110 @@
+//! `turna standalone`: the controller's watches and status, with one in-process [`Dataplane`]
+//! serving every Gateway (listeners of different Gateways on one port share a socket). TLS
+//! material is read by the operator itself from the Secrets and ConfigMaps the IR names.
+
+use std::future::Future;
+
+use dataplane::{ApplyError, Dataplane, Material, TlsCertificate};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Client};
+use translator::{Bundle, ir};
+
+use crate::push::server::Hub;
+use crate::reconcile;
+use crate::settings::{Kubernetes, Mode};
+
+/// Id of the single proxy of a standalone translation.
+const STANDALONE: &str = "standalone";
+
+/// Runs the controller loop in standalone mode until `signal`, serving its IR on `dataplane`,
+/// then drains the dataplane.
+pub async fn run(
+    client: Client,
+    mut settings: Kubernetes,
+    mut options: reconcile::Options,
+    dataplane: Dataplane,
+    signal: impl Future<Output = ()>,
+) {
+    settings.mode = Mode::Standalone;
+    let hub = options.push.get_or_insert_with(Hub::default).clone();
+    let follower = tokio::spawn(follow(client.clone(), hub, dataplane.clone()));
+    reconcile::run_with(client, settings, options, signal).await;
+    follower.abort();
+    dataplane.shutdown().await;
+}
+
+/// Applies every new version of the standalone IR with the material it names.
+async fn follow(client: Client, hub: Hub, dataplane: Dataplane) {
+    let mut seen = 0;
+    let mut applied = None;
+    loop {
+        seen = hub.changed(seen).await;
+        let Some(message) = hub.latest(STANDALONE) else {
+            continue;
+        };
+        if applied == Some(message.version) {
+            continue;
+        }
+        applied = Some(message.version);
+        let material = material(&client, &message.proxy).await;
+        match dataplane.apply_with(message.proxy.clone(), &material).await {
+            Ok(()) => tracing::info!(version = message.version, "standalone IR applied"),
+            Err(ApplyError::Ports(errors)) => {
+                tracing::warn!(
+                    version = message.version,
+                    ports = errors.len(),
+                    "IR applied, some ports not served"
+                );
+            }
+            Err(error) => tracing::error!(version = message.version, %error, "standalone IR rejected"),
+        }
+    }
+}
+
+/// The certificates and CA bundles `proxy` names, read from the API; unreadable ones are left
+/// out (the dataplane then refuses the listener that needs them).
+async fn material(client: &Client, proxy: &ir::Proxy) -> Material {
+    let bundle = Bundle::of(proxy);
+    let mut material = Material::default();
+    for reference in &bundle.secrets {
+        let Some((namespace, name)) = reference.split_once('/') else {
+            continue;
+        };
+        match Api::<Secret>::namespaced(client.clone(), namespace).get_opt(name).await {
+            Ok(Some(secret)) => {
+                let text = |k: &str| {
+                    secret
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get(k))
+                        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                };
+                if let (Some(chain_pem), Some(key_pem)) = (text("tls.crt"), text("tls.key")) {
+                    material
+                        .certificates
+                        .insert(reference.clone(), TlsCertificate { chain_pem, key_pem });
+                }
+            }
+            Ok(None) => tracing::warn!(secret = %reference, "certificate Secret not found"),
+            Err(error) => tracing::warn!(secret = %reference, %error, "cannot read certificate Secret"),
+        }
+    }
+    for reference in &bundle.config_maps {
+        let Some((namespace, name)) = reference.split_once('/') else {
+            continue;
+        };
+        match Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await
+        {
+            Ok(Some(config_map)) => {
+                if let Some(ca) = config_map.data.as_ref().and_then(|d| d.get("ca.crt")) {
+                    material.ca_bundles.insert(reference.clone(), ca.clone());
+                }
+            }
+            Ok(None) => tracing::warn!(config_map = %reference, "CA ConfigMap not found"),
+            Err(error) => tracing::warn!(config_map = %reference, %error, "cannot read CA ConfigMap"),
+        }
+    }
+    material
+}
