@@ -1,8 +1,8 @@
 //! IR push against a real kube-apiserver: the operator's reconcile loop publishes each Gateway's
 //! IR, its push server checks the proxy's ServiceAccount token with a TokenReview, and a proxy in
 //! `proxy` mode receives its IR (and later versions) and serves traffic to a local backend named
-//! in a hand-made EndpointSlice (on the host's non-loopback address: the API server refuses
-//! loopback endpoints). Tokens of other ServiceAccounts are refused.
+//! in an ExternalName Service for localhost (the API server refuses loopback EndpointSlice
+//! addresses, and tests send traffic to loopback only). Tokens of other ServiceAccounts are refused.
 
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
@@ -65,25 +65,10 @@ where
     }
 }
 
-/// A non-loopback address of this machine: the API server refuses loopback endpoints.
-fn host_ip() -> IpAddr {
-    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("bind UDP");
-    // Connecting a UDP socket sends nothing; it picks the outgoing interface.
-    socket
-        .connect((Ipv4Addr::new(192, 0, 2, 1), 9))
-        .expect("a route off loopback");
-    let ip = socket.local_addr().expect("local address").ip();
-    assert!(
-        !ip.is_loopback() && !ip.is_unspecified(),
-        "no non-loopback address: {ip}"
-    );
-    ip
-}
-
-/// An HTTP/1.1 backend on this machine's non-loopback address answering every request with
+/// An HTTP/1.1 backend on 127.0.0.1 answering every request with
 /// `name` and the request path.
 async fn backend(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind((host_ip(), 0)).await.expect("bind backend");
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
     let addr = listener.local_addr().expect("backend address");
     tokio::spawn(async move {
         loop {
@@ -174,28 +159,17 @@ spec:
   parentRefs: [{{name: web}}]
   rules:
     - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
-      backendRefs: [{{name: app, port: 80}}]
+      backendRefs: [{{name: app, port: {backend_port}}}]
 ---
 apiVersion: v1
 kind: Service
 metadata: {{name: app, namespace: {ns}}}
 spec:
-  ports: [{{name: http, protocol: TCP, port: 80, targetPort: {backend_port}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: app
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: app}}
-addressType: IPv4
-ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
-endpoints:
-  - addresses: [\"{ip}\"]
-    conditions: {{ready: true}}
+  type: ExternalName
+  externalName: localhost
+  ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
 ",
         backend_port = backend.port(),
-        ip = backend.ip(),
     )
 }
 
@@ -216,6 +190,12 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
         controller_id: format!("test/{class}"),
         port_offset: 0,
         debounce: Duration::from_millis(50),
+        // The backend is an ExternalName Service for localhost: the API server refuses
+        // loopback addresses in EndpointSlices, and tests send traffic to loopback only.
+        backend: operator::settings::Backend {
+            allow_external_name: true,
+            ..Default::default()
+        },
         status: operator::settings::Status {
             leader_election: operator::settings::LeaderElection {
                 disabled: true,

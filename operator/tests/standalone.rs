@@ -55,25 +55,10 @@ where
     }
 }
 
-/// A non-loopback address of this machine: the API server refuses loopback endpoints.
-fn host_ip() -> IpAddr {
-    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("bind UDP");
-    // Connecting a UDP socket sends nothing; it picks the outgoing interface.
-    socket
-        .connect((Ipv4Addr::new(192, 0, 2, 1), 9))
-        .expect("a route off loopback");
-    let ip = socket.local_addr().expect("local address").ip();
-    assert!(
-        !ip.is_loopback() && !ip.is_unspecified(),
-        "no non-loopback address: {ip}"
-    );
-    ip
-}
-
-/// An HTTP/1.1 backend on this machine's non-loopback address answering every request with
+/// An HTTP/1.1 backend on 127.0.0.1 answering every request with
 /// `name` and the request path.
 async fn backend(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind((host_ip(), 0)).await.expect("bind backend");
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
     let addr = listener.local_addr().expect("backend address");
     tokio::spawn(async move {
         loop {
@@ -131,28 +116,17 @@ metadata: {{name: app, namespace: {ns}}}
 spec:
   parentRefs: [{{name: web}}]
   rules:
-    - backendRefs: [{{name: app, port: 80}}]
+    - backendRefs: [{{name: app, port: {backend_port}}}]
 ---
 apiVersion: v1
 kind: Service
 metadata: {{name: app, namespace: {ns}}}
 spec:
-  ports: [{{name: http, protocol: TCP, port: 80, targetPort: {backend_port}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: app
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: app}}
-addressType: IPv4
-ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
-endpoints:
-  - addresses: [\"{ip}\"]
-    conditions: {{ready: true}}
+  type: ExternalName
+  externalName: localhost
+  ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
 ",
         backend_port = backend.port(),
-        ip = backend.ip(),
     )
 }
 
@@ -179,6 +153,12 @@ async fn gateways_of_two_namespaces_share_one_port_of_the_in_process_dataplane()
         gateway_class: class.clone(),
         port_offset: 0,
         debounce: Duration::from_millis(50),
+        // The backend is an ExternalName Service for localhost: the API server refuses
+        // loopback addresses in EndpointSlices, and tests send traffic to loopback only.
+        backend: operator::settings::Backend {
+            allow_external_name: true,
+            ..Default::default()
+        },
         status: operator::settings::Status {
             addresses: vec!["127.0.0.1".into()],
             leader_election: operator::settings::LeaderElection {
