@@ -2,8 +2,11 @@
 //! without a restart, ReferenceGrant is read at v1beta1 while only that is served and at v1 after
 //! the CRD upgrade; `/ready` and `/metrics` on the health address.
 
+mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
+
+use common::{client, within};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -13,26 +16,6 @@ use kube::discovery::ApiResource;
 use operator::reconcile::{self, Options};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn client(cp: &control_plane::ControlPlane) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(cp.kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
-}
-
-/// Polls `probe` every 100 ms until it returns `Some`, failing after `limit`.
-async fn within<T, F: Future<Output = Option<T>>>(limit: Duration, what: &str, mut probe: impl FnMut() -> F) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn api(client: &kube::Client, ns: &str, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
     Api::namespaced_with(

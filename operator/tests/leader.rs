@@ -2,8 +2,11 @@
 //! holder writes status; a standby takes over when the leader dies (the Lease expires) or shuts
 //! down (the Lease is released).
 
+mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
+
+use common::{client, within};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,26 +19,6 @@ use operator::reconcile::{self, Options};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-async fn client(cp: &control_plane::ControlPlane) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(cp.kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
-}
-
-/// Polls `probe` every 100 ms until it returns `Some`, failing after `limit`.
-async fn within<T, F: Future<Output = Option<T>>>(limit: Duration, what: &str, mut probe: impl FnMut() -> F) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases

@@ -5,13 +5,15 @@
 //! There is no kube-controller-manager: Deployments get no pods, and the tests play the load
 //! balancer by patching the proxy Service's `status.loadBalancer`.
 
+mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
 
+use common::eventually;
+
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -54,25 +56,6 @@ fn gateways(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
         plural: "gateways".into(),
     };
     Api::namespaced_with(client.clone(), ns, &resource)
-}
-
-/// Polls `probe` until it yields a value, for at most 30 s.
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Settings of one test's controller: its own class, installation id and home namespace, so

@@ -4,14 +4,16 @@
 //! in an ExternalName Service for localhost (the API server refuses loopback EndpointSlice
 //! addresses, and tests send traffic to loopback only). Tokens of other ServiceAccounts are refused.
 
+mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
 
-use std::future::Future;
+use common::eventually;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -44,25 +46,6 @@ async fn kube_client() -> kube::Client {
         .await
         .expect("config");
     kube::Client::try_from(config).expect("client")
-}
-
-/// Polls `probe` until it yields a value, for at most 30 s.
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// An HTTP/1.1 backend on 127.0.0.1 answering every request with
