@@ -116,7 +116,7 @@ spec:
     ))
     .expect("apply");
 
-    let client = client(&cp).await;
+    let client = client(&cp.kubeconfig()).await;
     let options = Options {
         identity: "discovery-test".into(),
         discovery_interval: Duration::from_secs(1),
@@ -288,7 +288,7 @@ spec:
     ))
     .expect("apply");
 
-    let client = client(&cp).await;
+    let client = client(&cp.kubeconfig()).await;
     let mut settings = operator::settings::Kubernetes {
         gateway_class: class,
         debounce: Duration::from_millis(50),
@@ -460,7 +460,7 @@ spec:
     let metrics = options.metrics.clone();
     let controller = tokio::spawn(reconcile::run_with(limited, settings, options, std::future::pending()));
 
-    let admin = client(&cp).await;
+    let admin = client(&cp.kubeconfig()).await;
     let routes = api(&admin, &ns, "v1", "HTTPRoute", "httproutes");
     within(
         Duration::from_secs(20),

@@ -96,7 +96,7 @@ spec:
 "#
     ))
     .expect("apply");
-    let client = client(&cp).await;
+    let client = client(&cp.kubeconfig()).await;
     let mut settings = operator::settings::Kubernetes {
         gateway_class: class.clone(),
         debounce: Duration::from_millis(50),
@@ -220,7 +220,7 @@ spec:
 "#
     ))
     .expect("apply");
-    let client = client(&cp).await;
+    let client = client(&cp.kubeconfig()).await;
     let mut settings = operator::settings::Kubernetes {
         gateway_class: class,
         debounce: Duration::from_millis(50),

@@ -1,62 +1,19 @@
 //! `turna local` in-process: files in a temp dir are served to real loopback backends, a changed
 //! file takes effect, and a broken file leaves the last good configuration serving.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+mod common;
+
+use common::{LOOPBACK, backend, free_port};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use operator::modes::local::{self, Generation};
 use operator::settings::Kubernetes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-/// An HTTP/1.1 backend answering every request with `name` and the request path.
-async fn backend(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
-    let addr = listener.local_addr().expect("backend address");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
-                    let body = format!("{name} {}", req.uri().path());
-                    Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
-                        bytes::Bytes::from(body),
-                    )))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
-}
-
-/// A port nobody listens on right now.
-async fn free_port() -> u16 {
-    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
-    listener.local_addr().expect("address").port()
-}
 
 /// `GET path` over a fresh connection; the status code and body, or `None` when the connection fails.
 async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: local.test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let code = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
+    common::get(addr, "local.test", path).await
 }
 
 /// Polls `path` until its body is `want` (status 200) or the deadline passes.

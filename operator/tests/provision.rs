@@ -40,11 +40,7 @@ fn plane() -> &'static control_plane::ControlPlane {
 }
 
 async fn client() -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(plane().kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
+    common::client(&plane().kubeconfig()).await
 }
 
 fn gateways(client: &kube::Client, ns: &str) -> Api<DynamicObject> {

@@ -8,9 +8,9 @@ mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
 
-use common::eventually;
+use common::{LOOPBACK, backend, eventually, free_port};
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +23,6 @@ use operator::modes::proxy;
 use operator::provision::{Names, controller_id};
 use operator::push::{client, protocol, server};
 use operator::settings::Kubernetes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 fn plane() -> &'static control_plane::ControlPlane {
     static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
@@ -40,57 +36,9 @@ fn plane() -> &'static control_plane::ControlPlane {
     })
 }
 
-async fn kube_client() -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(plane().kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
-}
-
-/// An HTTP/1.1 backend on 127.0.0.1 answering every request with
-/// `name` and the request path.
-async fn backend(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
-    let addr = listener.local_addr().expect("backend address");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
-                    let body = format!("{name} {}", req.uri().path());
-                    Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(Bytes::from(body))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
-}
-
-async fn free_port() -> u16 {
-    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
-    listener.local_addr().expect("address").port()
-}
-
 /// `GET path` over a fresh connection: status code and body.
 async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: push.test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let code = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
+    common::get(addr, "push.test", path).await
 }
 
 /// A token of ServiceAccount `ns/name` (created here), written to a file in `dir`.
@@ -158,7 +106,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
-    let client = kube_client().await;
+    let client = common::client(&plane().kubeconfig()).await;
     let ns = plane().fresh_namespace("push");
     let home = plane().fresh_namespace("push-home");
     let class = format!("turna-{ns}");

@@ -6,17 +6,12 @@ mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
 
-use common::eventually;
+use common::{LOOPBACK, backend, eventually, free_port, get};
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use operator::settings::Kubernetes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 fn plane() -> &'static control_plane::ControlPlane {
     static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
@@ -28,59 +23,6 @@ fn plane() -> &'static control_plane::ControlPlane {
         })
         .expect("control plane starts")
     })
-}
-
-async fn kube_client() -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(plane().kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
-}
-
-/// An HTTP/1.1 backend on 127.0.0.1 answering every request with
-/// `name` and the request path.
-async fn backend(name: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
-    let addr = listener.local_addr().expect("backend address");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
-                    let body = format!("{name} {}", req.uri().path());
-                    Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(Bytes::from(body))))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
-}
-
-async fn free_port() -> u16 {
-    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
-    listener.local_addr().expect("address").port()
-}
-
-/// `GET path` for `host` over a fresh connection: status code and body.
-async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let code = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
 }
 
 fn objects(ns: &str, class: &str, port: u16, host: &str, backend: SocketAddr) -> String {
@@ -115,7 +57,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gateways_of_two_namespaces_share_one_port_of_the_in_process_dataplane() {
-    let client = kube_client().await;
+    let client = common::client(&plane().kubeconfig()).await;
     let a = plane().fresh_namespace("standalone-a");
     let b = plane().fresh_namespace("standalone-b");
     let class = format!("turna-{a}");

@@ -2,13 +2,19 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::control_plane::ControlPlane;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
-/// A client for the control plane's admin kubeconfig.
-pub async fn client(cp: &ControlPlane) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(cp.kubeconfig()).expect("kubeconfig");
+/// Tests send traffic to loopback only.
+pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// A client for an admin kubeconfig (the control plane's `kubeconfig()`).
+pub async fn client(kubeconfig: &Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .expect("config");
@@ -30,4 +36,51 @@ pub async fn within<T, F: Future<Output = Option<T>>>(limit: Duration, what: &st
 /// [`within`] 30 seconds.
 pub async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, probe: impl FnMut() -> F) -> T {
     within(Duration::from_secs(30), what, probe).await
+}
+
+/// An HTTP/1.1 backend on 127.0.0.1 answering every request with `name` and the request path.
+pub async fn backend(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
+    let addr = listener.local_addr().expect("backend address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                    let body = format!("{name} {}", req.uri().path());
+                    Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                        bytes::Bytes::from(body),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A loopback port nobody listens on right now.
+pub async fn free_port() -> u16 {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+/// `GET path` for `host` over a fresh connection: status code and body, `None` when it fails.
+pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let code = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
 }
