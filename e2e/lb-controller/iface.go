@@ -16,14 +16,15 @@ type Interface struct {
 	link netlink.Link
 }
 
-// OpenInterface finds the link called name; with createDummy a missing link is created as a
-// dummy interface and set up (for hosts without the cluster bridge).
-func OpenInterface(name string, createDummy bool) (*Interface, error) {
+// OpenInterface finds the link called name; with create a missing link is created as an empty
+// bridge and set up (for hosts without the cluster bridge; a bridge rather than a dummy because
+// containers often lack the dummy module).
+func OpenInterface(name string, create bool) (*Interface, error) {
 	link, err := netlink.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
-	if errors.As(err, &notFound) && createDummy {
-		if err := netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
-			return nil, fmt.Errorf("creating dummy interface %s: %w", name, err)
+	if errors.As(err, &notFound) && create {
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+			return nil, fmt.Errorf("creating bridge %s: %w", name, err)
 		}
 		link, err = netlink.LinkByName(name)
 		if err == nil {

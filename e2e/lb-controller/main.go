@@ -30,7 +30,7 @@ func run() error {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (default: $KUBECONFIG, else in-cluster)")
 	pool := flag.String("pool", "10.244.255.0/24", "prefix load-balancer addresses are assigned from")
 	iface := flag.String("interface", "turna0", "interface the assigned addresses are added to")
-	createDummy := flag.Bool("create-interface", false, "create the interface as a dummy interface when it does not exist")
+	create := flag.Bool("create-interface", false, "create the interface as an empty bridge when it does not exist")
 	annotation := flag.String("address-annotation", "metallb.io/loadBalancerIPs", "Service annotation listing requested addresses (comma-separated); empty disables it")
 	verbose := flag.Bool("v", false, "debug logging (each connection)")
 	flag.Parse()
@@ -50,7 +50,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	link, err := OpenInterface(*iface, *createDummy)
+	link, err := OpenInterface(*iface, *create)
 	if err != nil {
 		return err
 	}
