@@ -1,7 +1,7 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator
+.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator deploy-tools deploy-check
 
 all: build
 
@@ -17,7 +17,7 @@ build:
 	$(CARGO) build --workspace
 
 ## test: formatting, lints, every test of the workspace, and the quick start.
-test: fmt-check clippy unit quickstart-check
+test: fmt-check clippy unit quickstart-check deploy-check
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -27,6 +27,17 @@ clippy:
 
 unit:
 	$(CARGO) test --workspace
+
+## deploy-tools: build helm and kustomize from deploy/tools/go.mod into
+## ~/.cache/turna/tools/deploy-helm-<version>-kustomize-<version> (cached; a no-op when built).
+deploy-tools:
+	deploy/scripts/build-tools.sh
+
+## deploy-check: helm lint/template and kustomize build of every installation variant, server-side
+## dry-run against the e2e kube-apiserver, RBAC exactly deploy/tests/rbac-needs.txt, and the
+## controller run as each variant's ServiceAccount (part of `make test`).
+deploy-check: deploy-tools
+	python3 deploy/tests/deploy_check.py
 
 ## golden-bless: rewrite the translator's golden expectations (review the diff!).
 golden-bless:
@@ -72,3 +83,35 @@ cluster-controlplane-up: cluster-tools
 	e2e/scripts/apiserver.sh start $(E2E_CLUSTER_DIR) --all
 cluster-controlplane-down:
 	e2e/scripts/apiserver.sh stop $(E2E_CLUSTER_DIR)
+
+# ---- conformance: the Gateway API suite against Turna (e2e/conformance/README.md) ----
+.PHONY: images lb-controller-test conformance-build conformance-local conformance-smoke conformance
+
+## images: the binaries standing in for the suite's container images (echo-basic) into
+## ~/.cache/turna/images/<version> (cached; a no-op when built).
+images:
+	e2e/scripts/build-images.sh
+
+## lb-controller-test: turna-lb's tests (pool rules; a real apiserver, backends in a netns; root).
+lb-controller-test: cluster-tools
+	e2e/scripts/lb-controller.sh test
+
+## conformance-build: go vet and unit tests of the conformance driver, and its binary (cached).
+## Not part of `make test`: the suite itself takes far too long for CI.
+conformance-build:
+	e2e/conformance/run.sh vet
+	e2e/conformance/run.sh build
+
+## conformance-local: cluster-up, Turna installed from the Kustomize base, the full suite (all five
+## profiles) for the default and gateway-namespace placements, reports in
+## e2e/conformance/reports/<version>/, cluster-down.
+conformance-local:
+	e2e/conformance/local.sh
+
+## conformance-smoke: the same with a handful of core tests, default placement only, no report.
+conformance-smoke:
+	e2e/conformance/local.sh --smoke
+
+## conformance: the suite against a kind cluster, for machines with Docker (deploy/conformance).
+conformance:
+	deploy/conformance/kind.sh

@@ -1,0 +1,76 @@
+{{/* Names of the installation's objects; cluster-scoped ones carry the release name. */}}
+{{- define "turna.name" -}}{{ .Release.Name | trunc 40 | trimSuffix "-" }}{{- end -}}
+{{- define "turna.controller" -}}{{ include "turna.name" . }}-controller{{- end -}}
+{{- define "turna.proxy" -}}{{ include "turna.name" . }}-proxy{{- end -}}
+{{- define "turna.reader" -}}{{ include "turna.name" . }}-reader{{- end -}}
+{{- define "turna.gatewayNamespace" -}}{{ include "turna.name" . }}-gateway-namespace{{- end -}}
+
+{{- define "turna.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "turna.selector" -}}
+app.kubernetes.io/name: turna-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "turna.labels" -}}
+app.kubernetes.io/name: turna-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Values product.md forbids or the chart cannot render. */}}
+{{- define "turna.validate" -}}
+{{- if not (has .Values.scope (list "cluster" "namespace")) -}}
+{{- fail (printf "scope must be cluster or namespace, not %q" .Values.scope) -}}
+{{- end -}}
+{{- if not (has .Values.proxy.placement (list "controller" "gateway")) -}}
+{{- fail (printf "proxy.placement must be controller or gateway, not %q" .Values.proxy.placement) -}}
+{{- end -}}
+{{- if and (eq .Values.scope "namespace") (eq .Values.proxy.placement "gateway") -}}
+{{- fail "proxy.placement=gateway cannot be combined with scope=namespace" -}}
+{{- end -}}
+{{- if and (eq .Values.scope "namespace") (not .Values.gatewayClass.name) -}}
+{{- fail "scope=namespace needs gatewayClass.name" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The provider configuration (providers.kubernetes). Scope cluster: a ServiceAccount per proxy
+bound to the reader ClusterRole. Scope namespace: the shared proxy ServiceAccount, the release
+namespace and one GatewayClass. extraConfig is merged over the result.
+*/}}
+{{- define "turna.config" -}}
+{{- $namespaced := eq .Values.scope "namespace" -}}
+{{- $proxy := dict
+  "gateway_namespace" (eq .Values.proxy.placement "gateway")
+  "cluster_role" (ternary "" (include "turna.reader" .) $namespaced)
+  "image" .Values.proxy.image
+  "service_account" (include "turna.proxy" .)
+  "addresses_annotation" .Values.proxy.addressesAnnotation
+  "replicas" (int .Values.proxy.replicas)
+  "service_type" .Values.proxy.serviceType
+  "shutdown_delay" (toString .Values.proxy.shutdownDelay)
+-}}
+{{- $k := dict
+  "enabled" true
+  "mode" "controller"
+  "controller_name" .Values.controllerName
+  "controller_id" (.Values.controllerId | default (printf "%s/%s" .Release.Namespace .Release.Name))
+  "namespace_scoped" $namespaced
+  "namespaces" (ternary (list .Release.Namespace) (list) $namespaced)
+  "gateway_class" (ternary .Values.gatewayClass.name "" $namespaced)
+  "backend" (dict "allow_external_name" .Values.allowExternalNameBackends)
+  "status" (dict "leader_election" (dict
+      "disabled" (not .Values.leaderElection.enabled)
+      "namespace" .Release.Namespace
+      "name" .Release.Name))
+  "proxy" $proxy
+-}}
+{{- $merged := mergeOverwrite $k (deepCopy .Values.extraConfig) -}}
+{{- dict "providers" (dict "kubernetes" $merged) | toYaml -}}
+{{- end -}}

@@ -1,0 +1,98 @@
+{{/*
+RBAC rules, each exactly what the operator does (deploy/tests/rbac-needs.txt lists it; the
+deploy tests check both directions). "read" is get, list and watch.
+*/}}
+
+{{/* Read the Gateway API kinds; with .cluster also GatewayClass (cluster-scoped). */}}
+{{- define "turna.rules.gatewayApiRead" -}}
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources:
+    {{- if .cluster }}
+    - gatewayclasses
+    {{- end }}
+    - gateways
+    - listenersets
+    - httproutes
+    - grpcroutes
+    - tlsroutes
+    - tcproutes
+    - udproutes
+    - referencegrants
+    - backendtlspolicies
+  verbs: ["get", "list", "watch"]
+{{- end -}}
+
+{{/* Status is written with server-side apply (patch); GatewayClass status only cluster-wide. */}}
+{{- define "turna.rules.gatewayApiStatus" -}}
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources:
+    {{- if .cluster }}
+    - gatewayclasses/status
+    {{- end }}
+    - gateways/status
+    - listenersets/status
+    - httproutes/status
+    - grpcroutes/status
+    - tlsroutes/status
+    - tcproutes/status
+    - udproutes/status
+    - backendtlspolicies/status
+  verbs: ["patch"]
+{{- end -}}
+
+{{/* Backends and the facts of Secrets and ConfigMaps (certificates, CA bundles). */}}
+{{- define "turna.rules.coreRead" -}}
+- apiGroups: [""]
+  resources:
+    {{- if .cluster }}
+    - namespaces
+    {{- end }}
+    - services
+    - secrets
+    - configmaps
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}
+
+{{/* Proxy objects: applied (create, patch), garbage-collected (list, delete). Services and
+ConfigMaps are already listed by coreRead. */}}
+{{- define "turna.rules.proxyObjects" -}}
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["create", "patch", "delete"]
+{{- end -}}
+
+{{/* A ServiceAccount per proxy (proxy.cluster_role). */}}
+{{- define "turna.rules.proxyServiceAccounts" -}}
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["list", "create", "patch", "delete"]
+{{- end -}}
+
+{{/* The controller's namespace: its own pod (the proxies' image), the leader Lease, the
+certificate bundle Secrets (read by coreRead). */}}
+{{- define "turna.rules.home" -}}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get"]
+{{- if .Values.leaderElection.enabled }}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["create"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  resourceNames: [{{ .Release.Name | quote }}]
+  verbs: ["get", "update"]
+{{- end }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch", "delete"]
+{{- end -}}
