@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# `make conformance-local`: the conformance suite against Turna on the local cluster.
+#
+#   e2e/conformance/local.sh [--smoke] [--modes default,gateway-namespace] [--keep]
+#
+# 1. builds what is missing (all cached): the turna binary (the ghcr.io/rakunlabs/turna image),
+#    the image binaries (e2e/scripts/build-images.sh), turna-lb, the conformance driver;
+# 2. `make cluster-up` (control plane, node agent, bridge; $E2E_CLUSTER_DIR, default
+#    e2e/.cache/controlplane) and turna-lb on the bridge unless cluster-up started it;
+# 3. per mode, installs Turna the way users do (kubectl apply -k of the Kustomize base:
+#    default -> deploy/kustomize/turna-gateway, gateway-namespace ->
+#    deploy/kustomize/turna-gateway-gateway-namespace), waits for the controller and the
+#    GatewayClass, runs e2e/conformance/run.sh run --mode <mode>, uninstalls;
+# 4. `make cluster-down` (unless --keep).
+# --smoke runs the smoke subset in the default mode only. Exits non-zero when a test failed.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+# shellcheck source=e2e/scripts/lib.sh
+source "$ROOT/e2e/scripts/lib.sh"
+
+smoke=0 keep=0 modes=default,gateway-namespace
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--smoke) smoke=1; shift ;;
+	--keep) keep=1; shift ;;
+	--modes) modes="${2:?--modes needs a list}"; shift 2 ;;
+	-h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+	*) die "unknown argument: $1" ;;
+	esac
+done
+[[ $smoke == 1 && $modes == default,gateway-namespace ]] && modes=default
+
+CLUSTER_DIR="${E2E_CLUSTER_DIR:-$ROOT/e2e/.cache/controlplane}"
+overlay_of() {
+	case "$1" in
+	default) echo "$ROOT/deploy/kustomize/turna-gateway" ;;
+	gateway-namespace) echo "$ROOT/deploy/kustomize/turna-gateway-gateway-namespace" ;;
+	*) die "unknown mode $1 (default, gateway-namespace)" ;;
+	esac
+}
+has_make_target() { make -C "$ROOT" -n "$1" > /dev/null 2>&1; }
+
+start=$(date +%s)
+step() { log "== $* ($(($(date +%s) - start))s)"; }
+
+step "build"
+(cd "$ROOT" && nice -n 10 cargo build -p turna-operator --bin turna)
+"$ROOT/e2e/scripts/build-images.sh"
+"$ROOT/e2e/scripts/lb-controller.sh" build
+"$HERE/run.sh" build
+
+has_make_target cluster-up || die "make cluster-up does not exist yet (the local cluster, e2e/README.md)"
+step "cluster up"
+cleanup() {
+	local rc=$?
+	if [[ $keep == 0 ]]; then
+		step "cluster down"
+		"$ROOT/e2e/scripts/lb-controller.sh" stop "$CLUSTER_DIR" || true
+		make -C "$ROOT" cluster-down E2E_CLUSTER_DIR="$CLUSTER_DIR" || true
+	else
+		log "cluster kept: eval \"\$(e2e/scripts/apiserver.sh env $CLUSTER_DIR)\""
+	fi
+	log "conformance-local finished in $(($(date +%s) - start))s (exit $rc)"
+	exit "$rc"
+}
+trap cleanup EXIT
+make -C "$ROOT" cluster-up E2E_CLUSTER_DIR="$CLUSTER_DIR"
+export KUBECONFIG="${TURNA_CLUSTER_KUBECONFIG:-$CLUSTER_DIR/kubeconfig}"
+[[ -f $KUBECONFIG ]] || die "cluster-up wrote no kubeconfig at $KUBECONFIG"
+PATH="$TOOLS_BIN:$PATH"
+if ! "$ROOT/e2e/scripts/lb-controller.sh" status "$CLUSTER_DIR" > /dev/null 2>&1; then
+	"$ROOT/e2e/scripts/lb-controller.sh" start "$CLUSTER_DIR"
+fi
+
+uninstall() {
+	local overlay="$1"
+	kubectl delete -k "$overlay" --ignore-not-found --wait=true --timeout=120s > /dev/null || true
+	# Proxies the controller created (their owner is gone with the install).
+	kubectl delete deploy,svc,cm,pdb,sa -A -l app.kubernetes.io/managed-by=turna-gateway \
+		--ignore-not-found --wait=true --timeout=120s > /dev/null || true
+}
+
+rc=0
+IFS=, read -r -a mode_list <<< "$modes"
+for mode in "${mode_list[@]}"; do
+	overlay="$(overlay_of "$mode")"
+	[[ -f $overlay/kustomization.yaml ]] || die "$overlay/kustomization.yaml missing (the Kustomize install)"
+	step "install Turna ($mode: ${overlay#"$ROOT"/})"
+	kubectl apply --server-side --force-conflicts -k "$overlay" > /dev/null
+	kubectl -n turna-system rollout status deploy/turna --timeout=300s
+	kubectl wait gatewayclass/"${TURNA_GATEWAY_CLASS:-turna}" --for=condition=Accepted --timeout=180s
+	step "conformance suite ($mode)"
+	suite_args=(--mode "$mode")
+	[[ $smoke == 1 ]] && suite_args+=(--smoke)
+	"$HERE/run.sh" run "${suite_args[@]}" || rc=$?
+	kubectl -n turna-system logs deploy/turna --tail=-1 > "$ROOT/e2e/.cache/conformance/turna-$mode-controller.log" 2>&1 || true
+	step "uninstall Turna ($mode)"
+	uninstall "$overlay"
+done
+exit "$rc"
