@@ -16,6 +16,7 @@
 # (a handful of core tests) and writes no report. Exits non-zero when a test failed (the report
 # is written all the same). Flags after `--` go to the suite (e.g. --skip-tests=A,B, --debug).
 #
+# TURNA_CONFORMANCE_REPORT_DIR and TURNA_CONFORMANCE_LOG_DIR move the outputs (the kind run does).
 # GatewayStaticAddresses uses TURNA_CONFORMANCE_USABLE_ADDRESS (10.244.255.250, in turna-lb's
 # pool) and TURNA_CONFORMANCE_UNUSABLE_ADDRESS (10.244.254.250, outside it).
 # Binary: ${XDG_CACHE_HOME:-$HOME/.cache}/turna/conformance/<version>/conformance.test.
@@ -71,17 +72,19 @@ run_suite() {
 		--gateway-class="${TURNA_GATEWAY_CLASS:-turna}"
 		--conformance-profiles=GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP,GATEWAY-UDP
 		--mode="$mode"
-		--usable-address="${TURNA_CONFORMANCE_USABLE_ADDRESS:-10.244.255.250}"
-		--unusable-address="${TURNA_CONFORMANCE_UNUSABLE_ADDRESS:-10.244.254.250}"
 		--organization=rakunlabs --project=turna --url=https://github.com/rakunlabs/turna
 		--version="$TURNA_VERSION" --contact=@rakunlabs
 	)
+	# Set but empty: no address flag (the suite then has no address to request).
+	local usable="${TURNA_CONFORMANCE_USABLE_ADDRESS-10.244.255.250}" unusable="${TURNA_CONFORMANCE_UNUSABLE_ADDRESS-10.244.254.250}"
+	[[ -n $usable ]] && args+=(--usable-address="$usable")
+	[[ -n $unusable ]] && args+=(--unusable-address="$unusable")
 	case "${TURNA_CONFORMANCE_FEATURES:-inferred}" in
 	inferred) ;;
 	all) args+=(--all-features --exempt-features=Mesh) ;;
 	*) args+=(--supported-features="$TURNA_CONFORMANCE_FEATURES" --exempt-features=Mesh) ;;
 	esac
-	local logdir="$ROOT/e2e/.cache/conformance" report_dir="$HERE/reports/$SUITE_VERSION"
+	local logdir="${TURNA_CONFORMANCE_LOG_DIR:-$ROOT/e2e/.cache/conformance}" report_dir="${TURNA_CONFORMANCE_REPORT_DIR:-$HERE/reports/$SUITE_VERSION}"
 	mkdir -p "$logdir" "$report_dir"
 	local logfile="$logdir/turna-$mode.log" summary
 	if [[ $smoke == 1 ]]; then
