@@ -71,13 +71,16 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run(args: list[str], *, env: dict | None = None, stdin: str | None = None, check: bool = True) -> str:
+def run(
+    args: list, *, env: dict | None = None, stdin: str | None = None, check: bool = True, cwd: Path | None = None
+) -> str:
     result = subprocess.run(
         [str(a) for a in args],
         input=stdin,
         capture_output=True,
         text=True,
         env=env,
+        cwd=cwd,
     )
     if check and result.returncode != 0:
         raise CheckFailed(f"{' '.join(map(str, args))} exited {result.returncode}:\n{result.stderr}{result.stdout}")
@@ -557,6 +560,25 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
         cluster.kubectl("delete", "pod", pod, "-n", home, "--ignore-not-found", "--wait=false", check=False)
 
 
+def check_image_override(kustomize: str, work: Path) -> None:
+    """An overlay of the base maps the image with `kustomize edit set image` (as a local
+    cluster does with its own build), and the controller runs that image."""
+    overlay = work / "image-overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(KUSTOMIZE / "turna-gateway", overlay)],
+    }))
+    run([kustomize, "edit", "set", "image", "ghcr.io/rakunlabs/turna=turna:local"], cwd=overlay)
+    docs = load_all(run([kustomize, "build", str(overlay)]))
+    images = [c["image"] for d in docs if d["kind"] == "Deployment"
+              for c in d["spec"]["template"]["spec"]["containers"]]
+    if images != ["turna:local"]:
+        raise CheckFailed(f"kustomize edit set image on the base: Deployment images {images}, wanted turna:local")
+    log("kustomize turna-gateway: kustomize edit set image maps the controller image")
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -587,6 +609,7 @@ def main() -> int:
             (work / (re.sub(r"[^a-z0-9]+", "-", variant.name.lower()) + ".yaml")).write_text(text)
             variant.rendered = load_all(text)
             log(f"{variant.name}: rendered {len(variant.rendered)} objects")
+        check_image_override(kustomize, work)
         # Values product.md forbids are refused.
         refused = run([helm, "template", "x", str(CHART), "--set", "scope=namespace",
                        "--set", "proxy.placement=gateway"], check=False)
