@@ -1,0 +1,566 @@
+//! One pod's life on this node: sandbox, volumes, containers (restarted per restartPolicy with
+//! back-off), probes, status, and graceful deletion.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use tokio::sync::mpsc;
+
+use super::env::{self, expand};
+use super::fieldref::PodAddresses;
+use super::network;
+use super::probe::{self, ProbeState};
+use super::process::{self, ContainerProcess};
+use super::sources::Sources;
+use super::status::{self, ConditionClock, ContainerView, PodView, Run, Termination};
+use super::volume::Volumes;
+use super::{PodEvent, Shared};
+use crate::error::{Error, Result};
+use crate::launch::LaunchSpec;
+
+const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// A container that ran this long starts its next back-off from the beginning.
+const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
+/// How often Secret/ConfigMap volumes are refreshed once written.
+const VOLUME_RESYNC: Duration = Duration::from_secs(20);
+const TICK: Duration = Duration::from_millis(500);
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+struct Ctr {
+    spec: Container,
+    proc: Option<ContainerProcess>,
+    run: Run,
+    started_instant: Instant,
+    starts: i32,
+    last: Option<Termination>,
+    next_start: Instant,
+    backoff: Duration,
+    readiness: ProbeState,
+    liveness: ProbeState,
+    next_readiness: Instant,
+    next_liveness: Instant,
+    ready: bool,
+    image_id: String,
+    container_id: Option<String>,
+    /// Finished and not to be restarted.
+    done: bool,
+}
+
+/// The state of one pod bound to this node.
+pub struct PodWorker {
+    shared: Arc<Shared>,
+    pod: Pod,
+    namespace: String,
+    name: String,
+    uid: String,
+    dir: PathBuf,
+    netns: Option<String>,
+    netns_inode: Option<u64>,
+    ip: Option<Ipv4Addr>,
+    sandbox_ready: bool,
+    volumes: Volumes,
+    volumes_synced: Option<Instant>,
+    volumes_error: Option<String>,
+    ctrs: Vec<Ctr>,
+    clock: ConditionClock,
+    start_time: Time,
+    last_status: Option<serde_json::Value>,
+    /// The pod was already Succeeded/Failed when we first saw it: never run it again.
+    inactive: bool,
+}
+
+impl PodWorker {
+    pub fn new(shared: Arc<Shared>, pod: Pod) -> Self {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let dir = shared.cfg.pod_dir(&namespace, &name, &uid);
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let netns = (!host_network).then(|| {
+            format!(
+                "{}{namespace}.{name}.{}",
+                shared.cfg.netns_prefix(),
+                &uid[..uid.len().min(8)]
+            )
+        });
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let inactive = matches!(phase, Some("Succeeded" | "Failed"));
+        let ctrs = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|spec| Ctr {
+                spec,
+                proc: None,
+                run: Run::Waiting {
+                    reason: "ContainerCreating".into(),
+                    message: String::new(),
+                },
+                started_instant: Instant::now(),
+                starts: 0,
+                last: None,
+                next_start: Instant::now(),
+                backoff: BACKOFF_INITIAL,
+                readiness: ProbeState::default(),
+                liveness: ProbeState::default(),
+                next_readiness: Instant::now(),
+                next_liveness: Instant::now(),
+                ready: false,
+                image_id: String::new(),
+                container_id: None,
+                done: false,
+            })
+            .collect();
+        PodWorker {
+            volumes: Volumes::new(&dir),
+            shared,
+            pod,
+            namespace,
+            name,
+            uid,
+            dir,
+            netns,
+            netns_inode: None,
+            ip: None,
+            sandbox_ready: false,
+            volumes_synced: None,
+            volumes_error: None,
+            ctrs,
+            clock: ConditionClock::default(),
+            start_time: now(),
+            last_status: None,
+            inactive,
+        }
+    }
+
+    /// Runs until the pod is gone from this node.
+    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<PodEvent>) {
+        tracing::info!(namespace = %self.namespace, pod = %self.name, uid = %self.uid, "pod bound to this node");
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(PodEvent::Update(p)) => self.pod = *p,
+                    Some(PodEvent::Gone) | None => {
+                        self.stop(Duration::ZERO).await;
+                        self.cleanup().await;
+                        return;
+                    }
+                },
+                _ = tick.tick() => {}
+            }
+            if let Some(grace) = self.deletion_grace() {
+                tracing::info!(namespace = %self.namespace, pod = %self.name, grace_seconds = grace.as_secs(), "pod deleted: stopping");
+                self.stop(grace).await;
+                self.cleanup().await;
+                self.remove_from_api().await;
+                return;
+            }
+            if !self.inactive {
+                self.sync().await;
+            }
+        }
+    }
+
+    fn deletion_grace(&self) -> Option<Duration> {
+        self.pod.metadata.deletion_timestamp.as_ref()?;
+        let secs = self
+            .pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+            .unwrap_or(30);
+        Some(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+    }
+
+    fn addrs(&self) -> PodAddresses {
+        let host_ip = self.shared.cfg.node_ip().to_string();
+        PodAddresses {
+            pod_ip: self.ip.map_or_else(|| host_ip.clone(), |ip| ip.to_string()),
+            host_ip,
+        }
+    }
+
+    async fn sync(&mut self) {
+        if !self.sandbox_ready
+            && let Err(e) = self.create_sandbox().await
+        {
+            tracing::warn!(namespace = %self.namespace, pod = %self.name, error = %e, "creating pod sandbox");
+            self.set_waiting_all("ContainerCreating", &e.to_string());
+            self.report().await;
+            return;
+        }
+        let mut sources = Sources::new(self.shared.client.clone(), &self.namespace);
+        if self.volumes_synced.is_none_or(|t| t.elapsed() >= VOLUME_RESYNC) {
+            let addrs = self.addrs();
+            match self
+                .volumes
+                .sync(&self.pod, &addrs, &mut sources, &self.shared.client)
+                .await
+            {
+                Ok(()) => {
+                    self.volumes_synced = Some(Instant::now());
+                    self.volumes_error = None;
+                }
+                Err(e) => {
+                    if self.volumes_error.as_deref() != Some(&e.to_string()) {
+                        tracing::warn!(namespace = %self.namespace, pod = %self.name, error = %e, "pod volumes");
+                    }
+                    self.volumes_error = Some(e.to_string());
+                }
+            }
+        }
+        for i in 0..self.ctrs.len() {
+            self.reap(i);
+            let c = &self.ctrs[i];
+            if c.proc.is_none() && !c.done && Instant::now() >= c.next_start {
+                if self.volumes_synced.is_none() {
+                    let msg = self.volumes_error.clone().unwrap_or_default();
+                    self.ctrs[i].run = Run::Waiting {
+                        reason: "ContainerCreating".into(),
+                        message: msg,
+                    };
+                    continue;
+                }
+                if let Err(e) = self.start(i, &mut sources).await {
+                    let reason = match e {
+                        Error::PodConfig(_) => "CreateContainerConfigError",
+                        _ => "RunContainerError",
+                    };
+                    tracing::warn!(namespace = %self.namespace, pod = %self.name, container = %self.ctrs[i].spec.name, error = %e, reason, "starting container");
+                    let c = &mut self.ctrs[i];
+                    c.run = Run::Waiting {
+                        reason: reason.into(),
+                        message: e.to_string(),
+                    };
+                    c.next_start = Instant::now() + c.backoff;
+                    c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+            self.probe(i).await;
+        }
+        self.report().await;
+    }
+
+    async fn create_sandbox(&mut self) -> Result<()> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(format!("creating {}", self.dir.display()), e))?;
+        if let Some(ns) = &self.netns {
+            let ip = match self.ip {
+                Some(ip) => ip,
+                None => {
+                    let ip = self
+                        .shared
+                        .ipam
+                        .lock()
+                        .map_err(|_| Error::Config("IP allocator poisoned".into()))?
+                        .allocate()
+                        .ok_or_else(|| Error::Config("pod CIDR exhausted".into()))?;
+                    self.ip = Some(ip);
+                    ip
+                }
+            };
+            let cfg = &self.shared.cfg;
+            network::create_sandbox(ns, &cfg.bridge, ip, cfg.pod_cidr.prefix).await?;
+            let path = PathBuf::from("/run/netns").join(ns);
+            self.netns_inode = Some(
+                std::fs::metadata(&path)
+                    .map_err(|e| Error::io(format!("stat {}", path.display()), e))?
+                    .ino(),
+            );
+            tracing::info!(namespace = %self.namespace, pod = %self.name, netns = %ns, ip = %ip, "pod sandbox ready");
+        }
+        self.sandbox_ready = true;
+        Ok(())
+    }
+
+    fn set_waiting_all(&mut self, reason: &str, message: &str) {
+        for c in &mut self.ctrs {
+            if c.proc.is_none() && !c.done {
+                c.run = Run::Waiting {
+                    reason: reason.into(),
+                    message: message.into(),
+                };
+            }
+        }
+    }
+
+    /// Notices an exited container and decides whether (and when) it restarts.
+    fn reap(&mut self, i: usize) {
+        let policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into());
+        let c = &mut self.ctrs[i];
+        let Some(code) = c.proc.as_mut().and_then(|p| p.exited()) else {
+            return;
+        };
+        c.proc = None;
+        c.ready = false;
+        c.readiness = ProbeState::default();
+        c.liveness = ProbeState::default();
+        let started_at = match &c.run {
+            Run::Running { started_at } => started_at.clone(),
+            _ => now(),
+        };
+        let term = Termination {
+            exit_code: code,
+            reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            started_at,
+            finished_at: now(),
+        };
+        let restart = match policy.as_str() {
+            "Never" => false,
+            "OnFailure" => code != 0,
+            _ => true,
+        };
+        tracing::info!(namespace = %self.namespace, pod = %self.name, container = %c.spec.name, exit_code = code, restart, "container exited");
+        if restart {
+            if c.started_instant.elapsed() >= BACKOFF_RESET_AFTER {
+                c.backoff = BACKOFF_INITIAL;
+            }
+            c.next_start = Instant::now() + c.backoff;
+            let message = format!("back-off {}s restarting failed container", c.backoff.as_secs());
+            c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
+            c.last = Some(term);
+            c.run = Run::Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message,
+            };
+        } else {
+            c.run = Run::Terminated(term);
+            c.done = true;
+        }
+    }
+
+    async fn start(&mut self, i: usize, sources: &mut Sources) -> Result<()> {
+        let spec = self.ctrs[i].spec.clone();
+        let addrs = self.addrs();
+        let env = env::resolve(&self.pod, &spec, &addrs, &self.shared.apiserver, sources).await?;
+        let command: Vec<String> = spec.command.iter().flatten().map(|s| expand(s, &env)).collect();
+        let args: Vec<String> = spec.args.iter().flatten().map(|s| expand(s, &env)).collect();
+        let image = spec.image.clone().unwrap_or_default();
+        let argv = self.shared.images.argv(&image, &command, &args)?;
+        let mounts = self.volumes.mounts(spec.volume_mounts.as_deref().unwrap_or_default())?;
+        let launch = LaunchSpec {
+            netns: self.netns.clone(),
+            mounts,
+            env,
+            working_dir: spec.working_dir.as_ref().map(PathBuf::from),
+            shadow_dir: self.dir.join("shadow").join(&spec.name),
+            argv,
+        };
+        let c = &mut self.ctrs[i];
+        let log = process::log_path(&self.dir, &spec.name, c.starts);
+        let containers = self.dir.join("containers");
+        let proc = ContainerProcess::spawn(
+            &self.shared.exe,
+            &launch,
+            &containers.join(format!("{}.json", spec.name)),
+            &log,
+        )?;
+        process::record(&containers.join(format!("{}.pid", spec.name)), proc.pid)?;
+        tracing::info!(namespace = %self.namespace, pod = %self.name, container = %spec.name, pid = proc.pid, program = %launch.argv[0], "container started");
+        c.container_id = Some(format!("turna://{}", proc.pid));
+        c.image_id = format!("local://{}", launch.argv[0]);
+        c.starts += 1;
+        c.started_instant = Instant::now();
+        c.run = Run::Running { started_at: now() };
+        let delay = |p: Option<&k8s_openapi::api::core::v1::Probe>| {
+            Duration::from_secs(
+                p.and_then(|p| p.initial_delay_seconds)
+                    .and_then(|d| u64::try_from(d).ok())
+                    .unwrap_or(0),
+            )
+        };
+        c.next_readiness = Instant::now() + delay(spec.readiness_probe.as_ref());
+        c.next_liveness = Instant::now() + delay(spec.liveness_probe.as_ref());
+        c.proc = Some(proc);
+        Ok(())
+    }
+
+    /// Readiness (probe, or the first port open) and liveness (kills the container after
+    /// failureThreshold failures; it restarts per restartPolicy).
+    async fn probe(&mut self, i: usize) {
+        let ip: IpAddr = self.ip.unwrap_or(self.shared.cfg.node_ip()).into();
+        let netns_inode = self.netns_inode;
+        let c = &mut self.ctrs[i];
+        let Some(pid) = c.proc.as_ref().map(|p| p.pid) else {
+            return;
+        };
+        let now = Instant::now();
+        let period = |p: &k8s_openapi::api::core::v1::Probe| {
+            Duration::from_secs(
+                p.period_seconds
+                    .and_then(|s| u64::try_from(s).ok())
+                    .unwrap_or(10)
+                    .max(1),
+            )
+        };
+        match c.spec.readiness_probe.clone() {
+            Some(p) => {
+                if now >= c.next_readiness {
+                    let ok = probe::check(&p, &c.spec, ip).await;
+                    c.readiness.record(&p, ok);
+                    c.ready = c.readiness.passing;
+                    // Until first ready, probe every second so pods become ready promptly.
+                    c.next_readiness = now + if c.ready { period(&p) } else { Duration::from_secs(1) };
+                }
+            }
+            None => {
+                let port = c.spec.ports.iter().flatten().next().and_then(|p| {
+                    Some((
+                        u16::try_from(p.container_port).ok()?,
+                        p.protocol.as_deref() == Some("UDP"),
+                    ))
+                });
+                c.ready = probe::listening(pid, netns_inode, port);
+            }
+        }
+        if let Some(p) = c.spec.liveness_probe.clone()
+            && now >= c.next_liveness
+        {
+            let ok = probe::check(&p, &c.spec, ip).await;
+            c.liveness.record(&p, ok);
+            c.next_liveness = now + period(&p);
+            if c.liveness.failures >= p.failure_threshold.unwrap_or(3).max(1) {
+                tracing::info!(namespace = %self.namespace, pod = %self.name, container = %c.spec.name, "liveness probe failed: killing container");
+                if let Some(proc) = &c.proc {
+                    proc.signal(libc::SIGKILL);
+                }
+                c.liveness = ProbeState::default();
+            }
+        }
+    }
+
+    async fn report(&mut self) {
+        let views: Vec<ContainerView> = self
+            .ctrs
+            .iter()
+            .map(|c| ContainerView {
+                name: c.spec.name.clone(),
+                image: c.spec.image.clone().unwrap_or_default(),
+                image_id: c.image_id.clone(),
+                container_id: c.container_id.clone(),
+                run: c.run.clone(),
+                ready: c.ready,
+                restart_count: (c.starts - 1).max(0),
+                last: c.last.clone(),
+            })
+            .collect();
+        let finished = !self.ctrs.is_empty() && self.ctrs.iter().all(|c| c.done);
+        let view = PodView {
+            pod_ip: Some(self.addrs().pod_ip).filter(|_| self.sandbox_ready),
+            host_ip: self.shared.cfg.node_ip().to_string(),
+            start_time: self.start_time.clone(),
+            sandbox_ready: self.sandbox_ready,
+            containers: &views,
+            finished,
+        };
+        let status = status::build(&view, &mut self.clock, &now());
+        let Ok(value) = serde_json::to_value(&status) else {
+            return;
+        };
+        if self.last_status.as_ref() == Some(&value) {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &self.namespace);
+        // The uid makes the patch fail, rather than land, on a newer pod of the same name.
+        let patch = serde_json::json!({ "metadata": { "uid": self.uid }, "status": value });
+        match api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::debug!(namespace = %self.namespace, pod = %self.name, phase = ?status.phase, "pod status written");
+                self.last_status = Some(value);
+            }
+            Err(e) => tracing::warn!(namespace = %self.namespace, pod = %self.name, error = %e, "writing pod status"),
+        }
+    }
+
+    /// SIGTERM to every container, SIGKILL to those still running after `grace`.
+    async fn stop(&mut self, grace: Duration) {
+        let running: Vec<usize> = (0..self.ctrs.len()).filter(|&i| self.ctrs[i].proc.is_some()).collect();
+        if running.is_empty() {
+            return;
+        }
+        for &i in &running {
+            if let Some(p) = &self.ctrs[i].proc {
+                p.signal(if grace.is_zero() { libc::SIGKILL } else { libc::SIGTERM });
+            }
+        }
+        let deadline = Instant::now() + grace;
+        loop {
+            let alive = running
+                .iter()
+                .filter(|&&i| self.ctrs[i].proc.as_mut().is_some_and(|p| p.exited().is_none()))
+                .count();
+            if alive == 0 || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for &i in &running {
+            if let Some(mut p) = self.ctrs[i].proc.take()
+                && p.exited().is_none()
+            {
+                tracing::info!(namespace = %self.namespace, pod = %self.name, container = %self.ctrs[i].spec.name, "grace period over: SIGKILL");
+                p.signal(libc::SIGKILL);
+                p.wait().await;
+            }
+        }
+    }
+
+    /// Removes the network namespace (killing anything left in it), the address and the files.
+    async fn cleanup(&mut self) {
+        if let Some(ns) = &self.netns {
+            network::remove_sandbox(ns).await;
+        }
+        if let Some(ip) = self.ip.take()
+            && let Ok(mut ipam) = self.shared.ipam.lock()
+        {
+            ipam.release(ip);
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "removing pod directory");
+        }
+        tracing::info!(namespace = %self.namespace, pod = %self.name, "pod stopped and cleaned up");
+    }
+
+    /// Deletes the pod object now that its containers are gone (grace 0, this uid only).
+    async fn remove_from_api(&self) {
+        let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &self.namespace);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(self.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&self.name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => tracing::warn!(namespace = %self.namespace, pod = %self.name, error = %e, "deleting pod"),
+        }
+    }
+}
