@@ -7,9 +7,11 @@
 #
 #   echo-basic  sigs.k8s.io/gateway-api-conformance-images/echo-basic (the suite's
 #               registry.k8s.io/gateway-api/conformance/echo-basic image)
+#   coredns     github.com/coredns/coredns with the plugins of e2e/images/cmd/coredns only
+#               (registry.k8s.io/coredns/coredns; no forward plugin: it cannot query upstream)
 #
-# Idempotent: a binary is rebuilt only when it is missing or e2e/images/go.mod or go.sum changed
-# since it was built (recorded in <version>/.<name>.stamp).
+# Idempotent: a binary is rebuilt only when it is missing or e2e/images/go.mod, go.sum or cmd/
+# changed since it was built (recorded in <version>/.<name>.stamp).
 #
 #   e2e/scripts/build-images.sh             # build what is missing
 #   e2e/scripts/build-images.sh --force     # rebuild
@@ -22,16 +24,18 @@ IMAGES_MOD_DIR="$E2E_DIR/images"
 TURNA_IMAGES_DIR="${TURNA_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/turna/images}"
 
 # name -> Go package and the module whose version names the image.
-IMAGES=(echo-basic)
+IMAGES=(echo-basic coredns)
 pkg_of() {
 	case "$1" in
 	echo-basic) echo "sigs.k8s.io/gateway-api-conformance-images/echo-basic" ;;
+	coredns) echo "github.com/turna/turna/e2e/images/cmd/coredns" ;;
 	*) die "unknown image $1" ;;
 	esac
 }
 module_of() {
 	case "$1" in
 	echo-basic) echo "sigs.k8s.io/gateway-api-conformance-images" ;;
+	coredns) echo "github.com/coredns/coredns" ;;
 	esac
 }
 version_of() {
@@ -52,7 +56,7 @@ done
 mkdir -p "$TURNA_IMAGES_DIR"
 exec 9> "$TURNA_IMAGES_DIR/.lock"
 flock 9
-stamp_now="$(cat "$IMAGES_MOD_DIR/go.mod" "$IMAGES_MOD_DIR/go.sum" | sha256sum | cut -c1-16)"
+stamp_now="$(cat "$IMAGES_MOD_DIR/go.mod" "$IMAGES_MOD_DIR/go.sum" "$IMAGES_MOD_DIR"/cmd/*/*.go | sha256sum | cut -c1-16)"
 
 cd "$IMAGES_MOD_DIR"
 for name in "${IMAGES[@]}"; do
