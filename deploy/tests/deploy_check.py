@@ -546,7 +546,7 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
                    if "forbidden" in line.lower() or " ERROR " in line]
         if refused:
             raise CheckFailed(f"{variant.name}: the controller logged refusals or errors:\n" + "\n".join(refused[:10]))
-        log(f"{variant.name}: garbage collection removed the proxy; no request was forbidden")
+        log(f"{variant.name}: garbage collection removed the proxy; nothing refused, no error logged")
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -611,10 +611,15 @@ def main() -> int:
             log(f"{variant.name}: rendered {len(variant.rendered)} objects")
         check_image_override(kustomize, work)
         # Values product.md forbids are refused.
-        refused = run([helm, "template", "x", str(CHART), "--set", "scope=namespace",
-                       "--set", "proxy.placement=gateway"], check=False)
-        if refused:
-            raise CheckFailed("helm template accepted scope=namespace with proxy.placement=gateway")
+        for values in (["scope=namespace", "gatewayClass.create=false", "proxy.placement=gateway"],
+                       ["scope=namespace"],
+                       ["scope=namespace", "gatewayClass.create=false", "gatewayClass.name="],
+                       ["proxy.placement=elsewhere"]):
+            sets = [a for v in values for a in ("--set", v)]
+            result = subprocess.run([helm, "template", "x", str(CHART), *sets], capture_output=True, text=True)
+            if result.returncode == 0:
+                raise CheckFailed(f"helm template accepted {' '.join(values)}")
+        log("helm: forbidden value combinations are refused")
 
         admin_text = (EXAMPLES / "namespace-scoped-admin.yaml").read_text()
         admin = load_all(admin_text)

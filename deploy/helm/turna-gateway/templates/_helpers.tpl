@@ -34,6 +34,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and (eq .Values.scope "namespace") (eq .Values.proxy.placement "gateway") -}}
 {{- fail "proxy.placement=gateway cannot be combined with scope=namespace" -}}
 {{- end -}}
+{{- if and (eq .Values.scope "namespace") .Values.gatewayClass.create -}}
+{{- fail "scope=namespace cannot create the cluster-scoped GatewayClass: set gatewayClass.create=false (the cluster administrator creates it)" -}}
+{{- end -}}
 {{- if and (eq .Values.scope "namespace") (not .Values.gatewayClass.name) -}}
 {{- fail "scope=namespace needs gatewayClass.name" -}}
 {{- end -}}
