@@ -4,10 +4,15 @@
 //! `cargo bench -p turna-translator --bench translate -- --warm-up-time 1 --measurement-time 5`
 //! Target (product.md): 10,000 routes in at most 100 ms on one core, and the 10k/1k time ratio at
 //! most 12 (no quadratic stage).
+//!
+//! With `TURNA_BENCH_ROUTES=<n>` the binary instead builds one snapshot of `n` routes and
+//! translates it once, for repeatable instruction counts and peak memory:
+//! `valgrind --tool=callgrind --toggle-collect='*translate_once*' <bench binary>` and
+//! `/usr/bin/time -v <bench binary>`.
 
 use std::hint::black_box;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use serde_json::{Value, json};
 use translator::snapshot::AssignedAddress;
 use translator::{Config, Snapshot, translate};
@@ -166,5 +171,27 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// One translation including dropping its output, as the criterion loop measures it.
+#[inline(never)]
+fn translate_once(snapshot: &Snapshot, config: &Config) -> usize {
+    let out = translate(black_box(snapshot), black_box(config));
+    out.proxies.len()
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(routes) = std::env::var("TURNA_BENCH_ROUTES").ok().and_then(|n| n.parse().ok()) {
+        let snapshot = snapshot(routes);
+        let config = Config::default();
+        let start = std::time::Instant::now();
+        let proxies = translate_once(&snapshot, &config);
+        eprintln!(
+            "translated {routes} routes into {proxies} proxies in {:?}",
+            start.elapsed()
+        );
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

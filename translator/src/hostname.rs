@@ -62,6 +62,11 @@ pub fn effective<'s>(listener: Option<&'s str>, route_hostnames: &'s [String]) -
     out
 }
 
+/// Whether [`effective`] is non-empty, without collecting it.
+pub fn intersects_any(listener: Option<&str>, route_hostnames: &[String]) -> bool {
+    route_hostnames.is_empty() || route_hostnames.iter().any(|h| intersection(listener, h).is_some())
+}
+
 /// Orders hostnames from most to least specific: exact before wildcard, then more characters,
 /// then alphabetically; `*` (any) last.
 pub fn by_specificity(a: &str, b: &str) -> Ordering {

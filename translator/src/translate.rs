@@ -242,8 +242,8 @@ fn reject_listener_filters(gateways: &mut [GatewayModel<'_>], snapshot: &Snapsho
 /// Routes by kind, namespace and name, the first of duplicates kept. Sorts positions, which
 /// moves less than sorting the routes.
 fn sorted_routes(routes: Vec<RouteModel<'_>>) -> Vec<RouteModel<'_>> {
-    fn key<'r>(r: &'r RouteModel<'_>) -> (RouteKind, &'r str, &'r str) {
-        (r.kind, &r.namespace, &r.name)
+    fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
+        (r.kind, r.namespace, r.name)
     }
     let mut order: Vec<usize> = (0..routes.len()).collect();
     order.sort_by(|a, b| key(&routes[*a]).cmp(&key(&routes[*b])));
@@ -353,7 +353,7 @@ fn add_listeners(
                     .into_iter()
                     .filter_map(|c| {
                         Some(route::stream::Attached {
-                            hostnames: &routes[c.route].hostnames,
+                            hostnames: routes[c.route].hostnames,
                             age: age_rank[c.route],
                             entry: c.stream?,
                         })
@@ -399,7 +399,7 @@ fn virtual_hosts(
     // Unordered: the virtual hosts are sorted by specificity, a total order, at the end.
     let mut hosts: HashMap<&str, Vec<(usize, &str, ir::HttpRule)>> = HashMap::new();
     for mut c in contributions {
-        let route_hostnames = &routes[c.route].hostnames;
+        let route_hostnames = routes[c.route].hostnames;
         let effective = hostname::effective(listener_hostname, route_hostnames);
         let last = effective.len().saturating_sub(1);
         for (k, h) in effective.into_iter().enumerate() {

@@ -52,10 +52,10 @@ pub fn compile(
     for (index, rule) in route.rules.iter().enumerate() {
         let route_ref = RouteRef {
             kind: route.kind.name().into(),
-            namespace: route.namespace.clone(),
-            name: route.name.clone(),
+            namespace: route.namespace.to_string(),
+            name: route.name.to_string(),
             rule: index,
-            rule_name: rule.name.clone(),
+            rule_name: rule.name.map(str::to_string),
         };
         let parts = match rule.spec {
             RuleSpec::Http(r) => http_parts(r),
@@ -77,7 +77,7 @@ pub fn compile(
         let parts = match parts {
             Ok(p) => p,
             Err(problem) => {
-                dropped.push((rule.name.clone().unwrap_or_else(|| format!("#{index}")), problem));
+                dropped.push((rule.name.map_or_else(|| format!("#{index}"), str::to_string), problem));
                 continue;
             }
         };
@@ -189,7 +189,7 @@ pub fn resolve(
     outcome: &mut RouteOutcome,
 ) -> Option<String> {
     let tls = matches!(route.kind, RouteKind::Http | RouteKind::Grpc);
-    match backends.resolve(route.kind, &route.namespace, b, tls, client_certificate) {
+    match backends.resolve(route.kind, route.namespace, b, tls, client_certificate) {
         Ok(resolved) => {
             let id = resolved.backend.id.clone();
             if let Some(p) = resolved.policy {

@@ -18,16 +18,17 @@ pub mod stream;
 use std::collections::BTreeMap;
 
 use crate::config::Config;
-use crate::gateway::{GatewayModel, Owner, Problem};
+use crate::gateway::{GatewayModel, ListenerModel, Owner, Problem};
 use crate::hostname;
 use crate::object::GROUP;
-use crate::status::{Condition, ParentReference, RouteParentStatus, RouteStatus, condition::kind, condition::reason};
+use crate::status::{Condition, RouteParentStatus, RouteStatus, condition::kind, condition::reason};
 pub use model::{RouteKind, RouteModel};
 
 /// Where one parentRef of a route landed.
 #[derive(Clone, Debug)]
 pub struct Attachment {
-    pub parent_ref: ParentReference,
+    /// Index of the parentRef in the route's `parent_refs`.
+    pub parent: usize,
     /// Index of the Gateway in the gateway models.
     pub gateway: usize,
     /// Indices of the listeners (of that Gateway) the route attached to.
@@ -44,50 +45,44 @@ pub fn attach(
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Vec<Attachment> {
     let mut out = Vec::new();
-    for parent_ref in &route.parent_refs {
+    for (parent, parent_ref) in route.parent_refs.iter().enumerate() {
         if parent_ref.group != GROUP {
             continue;
         }
-        let (gateway, owner) = match parent_ref.kind.as_str() {
-            "Gateway" => {
-                let Some(g) = gateways
-                    .iter()
-                    .position(|g| g.namespace == parent_ref.namespace && g.name == parent_ref.name)
-                else {
-                    continue;
-                };
-                (g, Owner::Gateway)
-            }
-            "ListenerSet" => {
-                let Some(g) = gateways.iter().position(|g| {
-                    g.listener_sets
-                        .iter()
-                        .any(|s| s.namespace == parent_ref.namespace && s.name == parent_ref.name)
-                }) else {
-                    continue;
-                };
-                (
-                    g,
-                    Owner::ListenerSet {
-                        namespace: parent_ref.namespace.clone(),
-                        name: parent_ref.name.clone(),
-                    },
-                )
-            }
+        // The listeners a parentRef may select: the Gateway's own, or one ListenerSet's.
+        let listener_set = match parent_ref.kind {
+            "Gateway" => false,
+            "ListenerSet" => true,
             _ => continue,
         };
+        let found = gateways.iter().position(|g| {
+            if listener_set {
+                g.listener_sets
+                    .iter()
+                    .any(|s| s.namespace == parent_ref.namespace && s.name == parent_ref.name)
+            } else {
+                g.namespace == parent_ref.namespace && g.name == parent_ref.name
+            }
+        });
+        let Some(gateway) = found else { continue };
         let gw = &gateways[gateway];
+        let owned_by_ref = |owner: &Owner| match owner {
+            Owner::Gateway => !listener_set,
+            Owner::ListenerSet { namespace, name } => {
+                listener_set && namespace == parent_ref.namespace && name == parent_ref.name
+            }
+        };
         let mut attachment = Attachment {
-            parent_ref: parent_ref.clone(),
+            parent,
             gateway,
             listeners: Vec::new(),
             problem: None,
         };
-        if let Owner::ListenerSet { namespace, name } = &owner
+        if listener_set
             && gw
                 .listener_sets
                 .iter()
-                .any(|s| s.namespace == *namespace && s.name == *name && !s.is_accepted())
+                .any(|s| s.namespace == parent_ref.namespace && s.name == parent_ref.name && !s.is_accepted())
         {
             attachment.problem = Some(Problem::new(
                 reason::NOT_ALLOWED_BY_LISTENERS,
@@ -96,55 +91,44 @@ pub fn attach(
             out.push(attachment);
             continue;
         }
-        let candidates: Vec<usize> = gw
+        // Narrowed step by step; the first empty step names the problem.
+        let candidate = |l: &ListenerModel| {
+            owned_by_ref(&l.owner)
+                && parent_ref.section_name.is_none_or(|s| s == l.spec.name)
+                && parent_ref.port.is_none_or(|p| p == l.spec.port)
+        };
+        let allowed = |l: &ListenerModel| {
+            l.allows_kind(route.kind.name()) && l.allows_namespace(route.namespace, namespace_labels)
+        };
+        let matching = |l: &ListenerModel| {
+            !route.kind.has_hostnames() || hostname::intersects_any(l.spec.hostname.as_deref(), route.hostnames)
+        };
+        attachment.listeners = gw
             .listeners
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.owner == owner)
-            .filter(|(_, l)| parent_ref.section_name.as_ref().is_none_or(|s| *s == l.spec.name))
-            .filter(|(_, l)| parent_ref.port.is_none_or(|p| p == l.spec.port))
+            .filter(|(_, l)| candidate(l) && allowed(l) && matching(l))
             .map(|(i, _)| i)
             .collect();
-        if candidates.is_empty() {
-            attachment.problem = Some(Problem::new(
-                reason::NO_MATCHING_PARENT,
-                "No listener matches the parentRef's sectionName and port",
-            ));
-            out.push(attachment);
-            continue;
+        if attachment.listeners.is_empty() {
+            let problem = if !gw.listeners.iter().any(candidate) {
+                Problem::new(
+                    reason::NO_MATCHING_PARENT,
+                    "No listener matches the parentRef's sectionName and port",
+                )
+            } else if !gw.listeners.iter().any(|l| candidate(l) && allowed(l)) {
+                Problem::new(
+                    reason::NOT_ALLOWED_BY_LISTENERS,
+                    "No listener allows this route's kind and namespace",
+                )
+            } else {
+                Problem::new(
+                    reason::NO_MATCHING_LISTENER_HOSTNAME,
+                    "No listener hostname intersects the route's hostnames",
+                )
+            };
+            attachment.problem = Some(problem);
         }
-        let allowed: Vec<usize> = candidates
-            .into_iter()
-            .filter(|i| {
-                let l = &gw.listeners[*i];
-                l.allows_kind(route.kind.name()) && l.allows_namespace(&route.namespace, namespace_labels)
-            })
-            .collect();
-        if allowed.is_empty() {
-            attachment.problem = Some(Problem::new(
-                reason::NOT_ALLOWED_BY_LISTENERS,
-                "No listener allows this route's kind and namespace",
-            ));
-            out.push(attachment);
-            continue;
-        }
-        let matching: Vec<usize> = if route.kind.has_hostnames() {
-            allowed
-                .into_iter()
-                .filter(|i| {
-                    !hostname::effective(gw.listeners[*i].spec.hostname.as_deref(), &route.hostnames).is_empty()
-                })
-                .collect()
-        } else {
-            allowed
-        };
-        if matching.is_empty() {
-            attachment.problem = Some(Problem::new(
-                reason::NO_MATCHING_LISTENER_HOSTNAME,
-                "No listener hostname intersects the route's hostnames",
-            ));
-        }
-        attachment.listeners = matching;
         out.push(attachment);
     }
     out
@@ -175,7 +159,7 @@ pub fn attach_all(
             let gw = &gateways[a.gateway];
             let conflict = a.listeners.iter().any(|li| {
                 served.get(&(a.gateway, *li, other)).is_some_and(|taken| {
-                    let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), &route.hostnames);
+                    let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), route.hostnames);
                     taken.iter().any(|t| hosts.iter().any(|h| hostnames_overlap(h, t)))
                 })
             });
@@ -188,7 +172,7 @@ pub fn attach_all(
                 continue;
             }
             for li in &a.listeners {
-                let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), &route.hostnames);
+                let hosts = hostname::effective(gw.listeners[*li].spec.hostname.as_deref(), route.hostnames);
                 served.entry((a.gateway, *li, route.kind)).or_default().extend(hosts);
             }
         }
@@ -250,7 +234,7 @@ pub fn status(
                 conditions.push(Condition::new(kind::PARTIALLY_INVALID, true, p.reason, &p.message, g));
             }
             RouteParentStatus {
-                parent_ref: a.parent_ref.clone(),
+                parent_ref: route.parent_refs[a.parent].to_reference(),
                 controller_name: config.controller_name.clone(),
                 conditions,
             }
@@ -258,8 +242,8 @@ pub fn status(
         .collect();
     RouteStatus {
         kind: route.kind.name().to_string(),
-        namespace: route.namespace.clone(),
-        name: route.name.clone(),
+        namespace: route.namespace.to_string(),
+        name: route.name.to_string(),
         parents,
     }
 }

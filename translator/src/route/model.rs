@@ -58,21 +58,46 @@ pub enum RuleSpec<'a> {
 /// A rule in one shape.
 #[derive(Clone, Debug)]
 pub struct RuleModel<'a> {
-    pub name: Option<String>,
+    pub name: Option<&'a str>,
     pub backend_refs: Vec<BackendRef<'a>>,
     pub spec: RuleSpec<'a>,
 }
 
-/// A route in one shape.
+/// A parentRef as the route wrote it, with defaults filled in, borrowing the route's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParentRef<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub section_name: Option<&'a str>,
+    pub port: Option<i32>,
+}
+
+impl ParentRef<'_> {
+    /// The status form.
+    pub fn to_reference(self) -> ParentReference {
+        ParentReference {
+            group: self.group.into(),
+            kind: self.kind.into(),
+            namespace: self.namespace.into(),
+            name: self.name.into(),
+            section_name: self.section_name.map(str::to_string),
+            port: self.port,
+        }
+    }
+}
+
+/// A route in one shape, borrowing from the snapshot: building it allocates only its lists.
 #[derive(Clone, Debug)]
 pub struct RouteModel<'a> {
     pub kind: RouteKind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: &'a str,
+    pub name: &'a str,
     pub generation: i64,
-    pub created: Option<Time>,
-    pub hostnames: Vec<String>,
-    pub parent_refs: Vec<ParentReference>,
+    pub created: Option<&'a Time>,
+    pub hostnames: &'a [String],
+    pub parent_refs: Vec<ParentRef<'a>>,
     pub rules: Vec<RuleModel<'a>>,
 }
 
@@ -81,12 +106,12 @@ macro_rules! parent_refs {
         $refs
             .iter()
             .flatten()
-            .map(|p| ParentReference {
-                group: p.group.clone().unwrap_or_else(|| GROUP.into()),
-                kind: p.kind.clone().unwrap_or_else(|| "Gateway".into()),
-                namespace: p.namespace.clone().unwrap_or_else(|| $ns.to_string()),
-                name: p.name.clone(),
-                section_name: p.section_name.clone(),
+            .map(|p| ParentRef {
+                group: p.group.as_deref().unwrap_or(GROUP),
+                kind: p.kind.as_deref().unwrap_or("Gateway"),
+                namespace: p.namespace.as_deref().unwrap_or($ns),
+                name: &p.name,
+                section_name: p.section_name.as_deref(),
                 port: p.port,
             })
             .collect()
@@ -107,14 +132,23 @@ macro_rules! backend_ref {
     };
 }
 
-fn base<'a, T: Meta>(obj: &T, kind: RouteKind) -> RouteModel<'a> {
+/// Per-backend filters in the HTTPRoute filter shape; nothing to convert (and no allocation)
+/// for the common backendRef without filters.
+fn backend_filters<T: serde::Serialize>(filters: Option<&Vec<T>>) -> Vec<http::HttpRouteRulesFilters> {
+    match filters {
+        Some(f) if !f.is_empty() => f.iter().filter_map(crate::object::recast).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
     RouteModel {
         kind,
-        namespace: obj.namespace().to_string(),
-        name: obj.name().to_string(),
+        namespace: obj.namespace(),
+        name: obj.name(),
         generation: obj.generation(),
-        created: obj.meta().creation_timestamp.clone(),
-        hostnames: Vec::new(),
+        created: obj.meta().creation_timestamp.as_ref(),
+        hostnames: &[],
         parent_refs: Vec::new(),
         rules: Vec::new(),
     }
@@ -123,7 +157,7 @@ fn base<'a, T: Meta>(obj: &T, kind: RouteKind) -> RouteModel<'a> {
 impl<'a> RouteModel<'a> {
     pub fn from_http(r: &'a HttpRoute) -> Self {
         let mut m = base(r, RouteKind::Http);
-        m.hostnames = r.spec.hostnames.clone().unwrap_or_default();
+        m.hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
         m.rules = r
             .spec
@@ -131,15 +165,12 @@ impl<'a> RouteModel<'a> {
             .iter()
             .flatten()
             .map(|rule| RuleModel {
-                name: rule.name.clone(),
+                name: rule.name.as_deref(),
                 backend_refs: rule
                     .backend_refs
                     .iter()
                     .flatten()
-                    .map(|b| {
-                        let filters = b.filters.iter().flatten().filter_map(crate::object::recast).collect();
-                        backend_ref!(b, filters)
-                    })
+                    .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
                     .collect(),
                 spec: RuleSpec::Http(rule),
             })
@@ -149,7 +180,7 @@ impl<'a> RouteModel<'a> {
 
     pub fn from_grpc(r: &'a GrpcRoute) -> Self {
         let mut m = base(r, RouteKind::Grpc);
-        m.hostnames = r.spec.hostnames.clone().unwrap_or_default();
+        m.hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
         m.rules = r
             .spec
@@ -157,15 +188,12 @@ impl<'a> RouteModel<'a> {
             .iter()
             .flatten()
             .map(|rule| RuleModel {
-                name: rule.name.clone(),
+                name: rule.name.as_deref(),
                 backend_refs: rule
                     .backend_refs
                     .iter()
                     .flatten()
-                    .map(|b| {
-                        let filters = b.filters.iter().flatten().filter_map(crate::object::recast).collect();
-                        backend_ref!(b, filters)
-                    })
+                    .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
                     .collect(),
                 spec: RuleSpec::Grpc(rule),
             })
@@ -175,14 +203,14 @@ impl<'a> RouteModel<'a> {
 
     pub fn from_tls(r: &'a TlsRoute) -> Self {
         let mut m = base(r, RouteKind::Tls);
-        m.hostnames = r.spec.hostnames.clone();
+        m.hostnames = &r.spec.hostnames;
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
         m.rules = r
             .spec
             .rules
             .iter()
             .map(|rule| RuleModel {
-                name: rule.name.clone(),
+                name: rule.name.as_deref(),
                 backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
                 spec: RuleSpec::Stream,
             })
@@ -198,7 +226,7 @@ impl<'a> RouteModel<'a> {
             .rules
             .iter()
             .map(|rule| RuleModel {
-                name: rule.name.clone(),
+                name: rule.name.as_deref(),
                 backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
                 spec: RuleSpec::Stream,
             })
@@ -214,7 +242,7 @@ impl<'a> RouteModel<'a> {
             .rules
             .iter()
             .map(|rule| RuleModel {
-                name: rule.name.clone(),
+                name: rule.name.as_deref(),
                 backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
                 spec: RuleSpec::Stream,
             })
@@ -223,7 +251,7 @@ impl<'a> RouteModel<'a> {
     }
 
     /// Oldest first, then namespace/name: precedence between conflicting routes.
-    pub fn age_key(&self) -> (Option<Time>, &str, &str) {
-        (self.created.clone(), &self.namespace, &self.name)
+    pub fn age_key(&self) -> (Option<&'a Time>, &'a str, &'a str) {
+        (self.created, self.namespace, self.name)
     }
 }

@@ -35,7 +35,7 @@ pub fn compile(
         for rule in &route.rules {
             for b in &rule.backend_refs {
                 let backend = if tls {
-                    match backends.resolve(route.kind, &route.namespace, b, true, client_certificate) {
+                    match backends.resolve(route.kind, route.namespace, b, true, client_certificate) {
                         Ok(r) => {
                             out.policies.extend(r.policy);
                             let id = r.backend.id.clone();
@@ -60,10 +60,10 @@ pub fn compile(
         let entry = StreamRoute {
             route: RouteRef {
                 kind: route.kind.name().into(),
-                namespace: route.namespace.clone(),
-                name: route.name.clone(),
+                namespace: route.namespace.to_string(),
+                name: route.name.to_string(),
                 rule: 0,
-                rule_name: route.rules.first().and_then(|r| r.name.clone()),
+                rule_name: route.rules.first().and_then(|r| r.name.map(str::to_string)),
             },
             hostnames: Vec::new(),
             backends: weighted,
