@@ -31,8 +31,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 
-cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
-TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# TURNA_SERVE names a prebuilt examples/serve binary (to compare builds); by default it is built.
+if [ -z "${TURNA_SERVE:-}" ]; then
+  cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
+  TURNA_SERVE=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/serve
+fi
 head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
 for f in backend.conf nginx.conf haproxy.cfg; do
   sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|$THREADS|g" "$HERE/$f" > "$DIR/$f"
@@ -41,7 +44,7 @@ done
 nginx -c "$DIR/backend.conf" & PIDS+=($!)
 nginx -c "$DIR/nginx.conf" & PIDS+=($!)
 haproxy -f "$DIR/haproxy.cfg" & PIDS+=($!)
-TOKIO_WORKER_THREADS=$THREADS "$TARGET_DIR/release/examples/serve" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0 2>"$DIR/turna.log" & PIDS+=($!)
+TOKIO_WORKER_THREADS=$THREADS "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0 2>"$DIR/turna.log" & PIDS+=($!)
 sleep 1
 
 declare -A RPS P99

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dataplane::Material;
 use dataplane::http::router::RequestView;
 use dataplane::metrics::Metrics;
 use dataplane::table::Table;
+use dataplane::{Material, PassiveHealth};
 use http::{HeaderMap, Method};
 use translator::config::Strategy;
 use translator::ir;
@@ -75,7 +75,14 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
         connect_retries: 2,
         infrastructure: None,
     };
-    Table::build(&proxy, &Material::default(), &Table::default(), &Metrics::default()).expect("valid IR")
+    Table::build(
+        &proxy,
+        &Material::default(),
+        &Table::default(),
+        &Metrics::default(),
+        PassiveHealth::default(),
+    )
+    .expect("valid IR")
 }
 
 fn lookup(c: &mut Criterion, name: &str, table: &Table, host: &str, path: &str, headers: &HeaderMap) {

@@ -27,6 +27,7 @@ use translator::ir;
 
 pub use error::{ApplyError, PortError, ValidationError};
 pub use tls::{Material, TlsCertificate};
+pub use upstream::PassiveHealth;
 
 use listener::{Listeners, Shared};
 use table::Table;
@@ -43,6 +44,8 @@ pub struct Settings {
     pub shutdown_delay: Duration,
     /// Log one line per HTTP request (target `turna::access`).
     pub access_log: bool,
+    /// When endpoints that fail to connect are left out of balancing, and for how long.
+    pub passive_health: PassiveHealth,
 }
 
 impl Settings {
@@ -62,6 +65,7 @@ impl Default for Settings {
             udp_idle_timeout: Duration::from_secs(60),
             shutdown_delay: Duration::ZERO,
             access_log: false,
+            passive_health: PassiveHealth::default(),
         }
     }
 }
@@ -96,6 +100,7 @@ impl Dataplane {
                     mirror_slots: Arc::new(tokio::sync::Semaphore::new(http::MAX_MIRRORS_IN_FLIGHT)),
                     metrics: Arc::new(metrics::Metrics::default()),
                     access_log: settings.access_log,
+                    passive_health: settings.passive_health,
                 },
                 shutdown_delay: settings.shutdown_delay,
                 ready: Arc::new(AtomicBool::new(false)),
@@ -116,7 +121,13 @@ impl Dataplane {
     pub async fn apply_with(&self, proxy: ir::Proxy, material: &Material) -> Result<(), ApplyError> {
         let mut listeners = self.inner.listeners.lock().await;
         let shared = &self.inner.shared;
-        let built = Table::build(&proxy, material, &shared.table.load(), &shared.metrics);
+        let built = Table::build(
+            &proxy,
+            material,
+            &shared.table.load(),
+            &shared.metrics,
+            shared.passive_health,
+        );
         let table = match built {
             Ok(table) => Arc::new(table),
             Err(error) => {

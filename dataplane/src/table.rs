@@ -13,7 +13,7 @@ use crate::http::PortRoutes;
 use crate::metrics::Metrics;
 use crate::stream::StreamPort;
 use crate::tls::{self, Material};
-use crate::upstream::Upstream;
+use crate::upstream::{PassiveHealth, Upstream};
 
 /// Everything the proxy serves, ready for lookups.
 #[derive(Debug, Default)]
@@ -95,6 +95,7 @@ impl Table {
         material: &Material,
         previous: &Table,
         metrics: &Metrics,
+        passive_health: PassiveHealth,
     ) -> Result<Table, ValidationError> {
         if proxy.schema != ir::SCHEMA_VERSION {
             return Err(ValidationError::Schema {
@@ -111,7 +112,7 @@ impl Table {
                     key: key.clone(),
                 });
             }
-            let upstream = Upstream::build(backend, previous.upstreams.get(key), material, metrics)?;
+            let upstream = Upstream::build(backend, previous.upstreams.get(key), material, metrics, passive_health)?;
             upstreams.insert(key.clone(), upstream);
         }
         let mut http_ports = HashMap::new();

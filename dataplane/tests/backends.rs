@@ -220,3 +220,49 @@ async fn backend_request_timeout_answers_504() {
         StatusCode::GATEWAY_TIMEOUT
     );
 }
+
+#[tokio::test]
+async fn ejected_endpoints_come_back_after_the_cool_down() {
+    let cool_down = std::time::Duration::from_millis(600);
+    let live = EchoBackend::start("live").await;
+    let dead = closed_endpoint().await;
+    let mut ir = simple(
+        vec![rule("r", prefix("/"), "mixed")],
+        vec![backend("mixed", vec![dead.clone(), live.endpoint()])],
+    );
+    ir.connect_retries = 0;
+    let mut settings = dataplane::Settings::on([127, 0, 0, 1].into());
+    settings.passive_health = dataplane::PassiveHealth {
+        eject_after: 2,
+        cool_down,
+    };
+    let dp = dataplane::Dataplane::new(settings);
+    dp.apply(ir).await.expect("apply");
+    let addr = dp.local_addr(80).await.expect("port 80");
+    let client = client();
+
+    // Two consecutive connect failures eject the dead endpoint: the rest goes to the live one.
+    let counts = count_backends(&client, addr, 12).await;
+    assert_eq!(counts.get("503"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("live"), Some(&10), "{counts:?}");
+    let metrics = dp.metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.contains("ejections_total{backend=\"mixed\"} 1")),
+        "ejections are counted: {metrics}"
+    );
+
+    // The endpoint starts listening; while the cool-down lasts it gets nothing.
+    let revived_addr = format!("{}:{}", dead.address, dead.port).parse().unwrap();
+    let revived = EchoBackend::start_on("revived", revived_addr).await;
+    let counts = count_backends(&client, addr, 6).await;
+    assert_eq!(counts.get("live"), Some(&6), "still ejected: {counts:?}");
+    assert_eq!(revived.requests(), 0);
+
+    // After the cool-down it is balanced again.
+    tokio::time::sleep(cool_down).await;
+    let counts = count_backends(&client, addr, 10).await;
+    assert_eq!(counts.get("revived"), Some(&5), "back after the cool-down: {counts:?}");
+    assert_eq!(counts.get("live"), Some(&5), "{counts:?}");
+}

@@ -6,11 +6,11 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use dataplane::Material;
 use dataplane::http::router::RequestView;
 use dataplane::metrics::Metrics;
 use dataplane::stream::sni;
 use dataplane::table::Table;
+use dataplane::{Material, PassiveHealth};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use proptest::prelude::*;
 use translator::ir;
@@ -109,7 +109,7 @@ proptest! {
         query in proptest::option::of(text()),
         header in (text(), text()),
     ) {
-        if let Ok(table) = Table::build(&proxy, &Material::default(), &Table::default(), &Metrics::default()) {
+        if let Ok(table) = Table::build(&proxy, &Material::default(), &Table::default(), &Metrics::default(), PassiveHealth::default()) {
             let mut headers = HeaderMap::new();
             if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(header.0.as_bytes()), HeaderValue::from_str(&header.1)) {
                 headers.insert(name, value);

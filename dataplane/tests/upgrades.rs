@@ -61,3 +61,82 @@ async fn plain_requests_do_not_pass_upgrade_headers() {
     );
     assert!(reply.echoed("connection").iter().all(|c| !c.contains("x-private")));
 }
+
+/// A WebSocket server on loopback that greets each client, then echoes every message back with
+/// a prefix.
+async fn websocket_echo() -> std::net::SocketAddr {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                if ws.send(Message::text("welcome")).await.is_err() {
+                    return;
+                }
+                while let Some(Ok(message)) = ws.next().await {
+                    let reply = match message {
+                        Message::Text(text) => Message::text(format!("echo: {}", text.as_str())),
+                        Message::Binary(data) => Message::binary([b"echo: ".as_slice(), &data].concat()),
+                        Message::Close(_) => break,
+                        _ => continue,
+                    };
+                    if ws.send(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn websocket_clients_and_servers_exchange_messages_through_the_proxy() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let server = websocket_echo().await;
+    let ws_backend = backend(
+        "ws",
+        vec![translator::ir::Endpoint {
+            address: server.ip().to_string(),
+            port: server.port(),
+        }],
+    );
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "ws")], vec![ws_backend])).await;
+    let (mut ws, response) = tokio_tungstenite::connect_async(format!("ws://{addr}/chat"))
+        .await
+        .expect("WebSocket handshake through the proxy");
+    assert_eq!(response.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+
+    // Server to client first, then both ways, text and binary.
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("welcome"));
+    for round in 0..3 {
+        ws.send(Message::text(format!("hello {round}"))).await.unwrap();
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::text(format!("echo: hello {round}"))
+        );
+    }
+    let large = vec![7u8; 100_000];
+    ws.send(Message::binary(large.clone())).await.unwrap();
+    let Message::Binary(echoed) = ws.next().await.unwrap().unwrap() else {
+        panic!("binary echo expected");
+    };
+    assert_eq!(&echoed[..6], b"echo: ");
+    assert_eq!(&echoed[6..], &large[..]);
+
+    ws.close(None).await.unwrap();
+    // The close handshake completes through the proxy: the stream ends.
+    while let Some(message) = ws.next().await {
+        if message.is_err() {
+            break;
+        }
+    }
+}

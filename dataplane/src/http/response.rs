@@ -67,13 +67,18 @@ fn grpc_status(status: StatusCode) -> u16 {
     }
 }
 
-/// The backend's response, with the endpoint's in-flight count held until its body ends.
+/// The backend's response, with the endpoint's in-flight count held (and its connection kept
+/// from the pool) until its body ends.
 pub fn upstream(forwarded: Forwarded) -> Response<ProxyBody> {
-    let Forwarded { response, guard } = forwarded;
+    let Forwarded {
+        response,
+        guard,
+        checkin,
+    } = forwarded;
     response.map(|body| {
         GuardedBody {
             inner: body,
-            _guard: guard,
+            _guard: (guard, checkin),
         }
         .map_err(BoxError::from)
         .boxed_unsync()

@@ -36,6 +36,8 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Log one line per HTTP request.
     pub access_log: bool,
+    /// When endpoints are ejected.
+    pub passive_health: crate::upstream::PassiveHealth,
 }
 
 /// A listener's accept task and how to stop it.

@@ -5,46 +5,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use translator::ir::AppProtocol;
 
-use super::connector::UpstreamConnector;
-use super::tls::{BackendTls, TlsClient};
-use super::{ReclaimBody, RequestBody, Upstream};
+use super::pool::{Checkin, Pool, Sender};
+use super::tls::BackendTls;
+use super::{RequestBody, Upstream};
 
 /// How long connecting to one endpoint may take before the next is tried.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Idle pooled connections are closed after this.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// A keep-alive client for one backend: HTTP/1.1, or HTTP/2 for h2c backends; over TLS when
-/// `tls` is set.
-pub fn build(protocol: AppProtocol, tls: Option<Arc<TlsClient>>) -> Client<UpstreamConnector, ReclaimBody> {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    // TLS happens in the connector; the URI stays http.
-    http.enforce_http(false);
-    let connector = UpstreamConnector::new(http, tls);
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder.pool_idle_timeout(POOL_IDLE_TIMEOUT);
-    if protocol == AppProtocol::H2c {
-        builder.http2_only(true);
-    }
-    builder.build(connector)
-}
 
 /// A backend's response, and the endpoint's in-flight count held until the response is done.
 #[derive(Debug)]
 pub struct Forwarded {
     pub response: Response<Incoming>,
     pub guard: ActiveGuard,
+    /// Puts the HTTP/1.1 connection back into its pool once the response is done.
+    pub checkin: Option<Checkin>,
 }
 
 /// Counts a request in flight on an endpoint while alive.
@@ -69,17 +49,11 @@ impl Drop for ActiveGuard {
 pub enum ForwardError {
     #[error("backend {0} has no endpoints")]
     NoEndpoints(String),
-    #[error("backend {backend}: no endpoint reachable: {source}")]
-    Unreachable {
-        backend: String,
-        #[source]
-        source: hyper_util::client::legacy::Error,
-    },
     #[error("backend {backend}: {source}")]
     Upstream {
         backend: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: hyper::Error,
     },
     #[error("backend {backend}: no endpoint reachable: {source}")]
     Connect {
@@ -95,9 +69,7 @@ impl ForwardError {
     /// The status answered to the client.
     pub fn status(&self) -> StatusCode {
         match self {
-            ForwardError::NoEndpoints(_) | ForwardError::Unreachable { .. } | ForwardError::Connect { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ForwardError::NoEndpoints(_) | ForwardError::Connect { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
             ForwardError::InvalidTls(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -106,94 +78,122 @@ impl ForwardError {
 
 impl Upstream {
     /// Sends the request to an endpoint; when it cannot be reached, up to `connect_retries`
-    /// other endpoints are tried with the same (still unread) body.
+    /// other endpoints are tried (the body is read only once a connection is open).
     pub async fn forward(
         &self,
-        mut parts: Parts,
+        parts: Parts,
         body: RequestBody,
         connect_retries: u32,
     ) -> Result<Forwarded, ForwardError> {
         if matches!(self.tls, BackendTls::Invalid) {
             return Err(ForwardError::InvalidTls(self.id.clone()));
         }
-        let version = match self.spec.protocol {
-            AppProtocol::H2c => Version::HTTP_2,
-            _ => Version::HTTP_11,
-        };
-        let path = parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let mut body = body;
         let mut tried = Vec::new();
-        loop {
+        let (endpoint, mut sender, reused) = loop {
             let index = self
                 .pick_endpoint(&tried)
                 .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
             let endpoint = &self.endpoints[index];
-            let mut uri_parts = http::uri::Parts::default();
-            uri_parts.scheme = Some(http::uri::Scheme::HTTP);
-            uri_parts.authority = Some(endpoint.authority.clone());
-            uri_parts.path_and_query = Some(path.clone());
-            // Scheme, authority and path are already valid: this cannot fail.
-            let Ok(uri) = Uri::from_parts(uri_parts) else {
-                return Err(ForwardError::NoEndpoints(self.id.clone()));
-            };
-            // Another endpoint may be tried only while untried ones remain.
-            // (`tried` holds only failed endpoints, so a first attempt that succeeds allocates nothing.)
-            let attempts = tried.len() + 1;
-            let retries_left = attempts <= connect_retries as usize && attempts < self.endpoints.len();
-            // The body is kept for another endpoint only while one may be tried.
-            let (reclaim, slot) = if retries_left {
-                let (reclaim, slot) = ReclaimBody::new(body);
-                (reclaim, Some(slot))
-            } else {
-                (ReclaimBody::direct(body), None)
-            };
-            let mut request = Request::new(reclaim);
-            *request.method_mut() = parts.method.clone();
-            *request.uri_mut() = uri;
-            *request.version_mut() = version;
-            *request.headers_mut() = if retries_left {
-                parts.headers.clone()
-            } else {
-                std::mem::take(&mut parts.headers)
-            };
-            let guard = ActiveGuard::new(&endpoint.active);
-            let started = std::time::Instant::now();
-            match self.client.request(request).await {
-                Ok(response) => {
-                    self.latency.observe(started.elapsed().as_secs_f64());
-                    endpoint.health.connected();
-                    return Ok(Forwarded { response, guard });
-                }
-                Err(source) if source.is_connect() => {
-                    if endpoint.health.failed() {
-                        self.ejections.inc();
-                        tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
-                    }
-                    match slot.and_then(|slot| slot.reclaim()) {
-                        Some(unread) if retries_left => {
-                            tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, error = %source, "endpoint unreachable, trying another");
-                            body = unread;
-                            tried.push(index);
-                        }
-                        _ => {
-                            return Err(ForwardError::Unreachable {
-                                backend: self.id.clone(),
-                                source,
-                            });
-                        }
-                    }
-                }
+            match endpoint.pool.checkout().await {
+                Ok((sender, reused)) => break (endpoint, sender, reused),
                 Err(source) => {
-                    return Err(ForwardError::Upstream {
-                        backend: self.id.clone(),
-                        source,
-                    });
+                    if endpoint.health.failed(self.passive_health) {
+                        self.ejections.inc();
+                        tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");
+                    }
+                    // (`tried` holds only failed endpoints: a first connection that opens
+                    // allocates nothing.)
+                    tried.push(index);
+                    if tried.len() > connect_retries as usize || tried.len() >= self.endpoints.len() {
+                        return Err(ForwardError::Connect {
+                            backend: self.id.clone(),
+                            source,
+                        });
+                    }
+                    tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), error = %source, "endpoint unreachable, trying another");
                 }
             }
+        };
+        let request = origin_request(parts, body, &sender, endpoint.pool.authority());
+        let guard = ActiveGuard::new(&endpoint.active);
+        let started = std::time::Instant::now();
+        let sent = match sender.send(request).await {
+            // A kept-alive connection the endpoint closed meanwhile: the request was not
+            // written, so it goes on a new connection.
+            Err(mut error) if reused && error.message().is_some() => {
+                let request = error.take_message();
+                match (request, endpoint.pool.fresh().await) {
+                    (Some(request), Ok(fresh)) => {
+                        sender = fresh;
+                        sender.send(request).await
+                    }
+                    (_, Err(source)) => {
+                        return Err(ForwardError::Connect {
+                            backend: self.id.clone(),
+                            source,
+                        });
+                    }
+                    (None, Ok(_)) => Err(error),
+                }
+            }
+            sent => sent,
+        };
+        match sent {
+            Ok(response) => {
+                self.latency.observe(started.elapsed().as_secs_f64());
+                endpoint.health.connected();
+                // An upgraded connection belongs to the upgrade now.
+                let checkin = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    None
+                } else {
+                    Pool::checkin(&endpoint.pool, sender)
+                };
+                Ok(Forwarded {
+                    response,
+                    guard,
+                    checkin,
+                })
+            }
+            Err(error) => Err(ForwardError::Upstream {
+                backend: self.id.clone(),
+                source: error.into_error(),
+            }),
         }
     }
+}
+
+/// The request for an endpoint: origin-form and a Host header over HTTP/1.1, the endpoint as
+/// authority over HTTP/2.
+fn origin_request(
+    mut parts: Parts,
+    body: RequestBody,
+    sender: &Sender,
+    authority: &http::uri::Authority,
+) -> Request<RequestBody> {
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let mut request = Request::new(body);
+    *request.method_mut() = parts.method;
+    if sender.is_http2() {
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(http::uri::Scheme::HTTP);
+        uri.authority = Some(authority.clone());
+        uri.path_and_query = Some(path);
+        // Scheme, authority and path are already valid.
+        *request.uri_mut() = Uri::from_parts(uri).unwrap_or_default();
+        *request.version_mut() = Version::HTTP_2;
+    } else {
+        *request.uri_mut() = Uri::from(path);
+        *request.version_mut() = Version::HTTP_11;
+        if !parts.headers.contains_key(header::HOST)
+            && let Ok(host) = HeaderValue::from_str(authority.as_str())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
+    }
+    *request.headers_mut() = parts.headers;
+    request
 }

@@ -47,7 +47,9 @@ impl Upstream {
             let endpoint = &self.endpoints[index];
             let guard = ActiveGuard::new(&endpoint.active);
             let error =
-                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint.authority.as_str())).await {
+                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint.pool.authority().as_str()))
+                    .await
+                {
                     Ok(Ok(stream)) => {
                         endpoint.health.connected();
                         let _ = stream.set_nodelay(true);
@@ -56,10 +58,10 @@ impl Upstream {
                     Ok(Err(error)) => error,
                     Err(_) => std::io::Error::from(std::io::ErrorKind::TimedOut),
                 };
-            tracing::debug!(backend = %self.id, endpoint = %endpoint.authority, %error, "endpoint unreachable");
-            if endpoint.health.failed() {
+            tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %error, "endpoint unreachable");
+            if endpoint.health.failed(self.passive_health) {
                 self.ejections.inc();
-                tracing::warn!(backend = %self.id, endpoint = %endpoint.authority, "endpoint ejected after connect failures");
+                tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");
             }
             if tried.len() > connect_retries as usize || tried.len() >= self.endpoints.len() {
                 return Err(ForwardError::Connect {
@@ -76,7 +78,7 @@ impl Upstream {
         let index = self.pick_endpoint(&[])?;
         let endpoint = &self.endpoints[index];
         Some((
-            endpoint.authority.as_str().to_string(),
+            endpoint.pool.authority().as_str().to_string(),
             ActiveGuard::new(&endpoint.active),
         ))
     }

@@ -1,35 +1,19 @@
-//! The connector of the backend clients: TCP, then TLS when a BackendTLSPolicy applies.
+//! Connections to endpoints for the backend clients: TCP, then TLS when a BackendTLSPolicy
+//! applies.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::Uri;
+use http::uri::Authority;
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+use super::client::CONNECT_TIMEOUT;
 use super::tls::TlsClient;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Connects to endpoints over TCP, and TLS when `tls` is set.
-#[derive(Debug, Clone)]
-pub struct UpstreamConnector {
-    http: HttpConnector,
-    tls: Option<Arc<TlsClient>>,
-}
-
-impl UpstreamConnector {
-    pub fn new(http: HttpConnector, tls: Option<Arc<TlsClient>>) -> Self {
-        UpstreamConnector { http, tls }
-    }
-}
 
 /// A connection to an endpoint.
 #[derive(Debug)]
@@ -45,36 +29,19 @@ pub async fn handshake(client: &TlsClient, tcp: TcpStream) -> io::Result<TlsStre
         .await
 }
 
-impl tower_service::Service<Uri> for UpstreamConnector {
-    type Response = UpstreamIo;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<UpstreamIo, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.http.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.http.call(uri);
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            let io = connecting.await?;
-            match tls {
-                None => Ok(UpstreamIo::Plain(io)),
-                Some(client) => {
-                    let stream = handshake(&client, io.into_inner()).await?;
-                    Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream))))
-                }
-            }
-        })
-    }
-}
-
-impl Connection for UpstreamIo {
-    fn connected(&self) -> Connected {
-        match self {
-            UpstreamIo::Plain(io) => io.connected(),
-            UpstreamIo::Tls(io) => io.inner().get_ref().0.connected(),
+/// Connects to `authority` within [`CONNECT_TIMEOUT`], over TLS when `tls` is set.
+pub async fn connect(authority: &Authority, tls: Option<&TlsClient>) -> io::Result<UpstreamIo> {
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(authority.as_str())).await {
+        Ok(connected) => connected?,
+        Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
+    };
+    // Requests and responses are written whole: no reason to wait for more.
+    tcp.set_nodelay(true)?;
+    match tls {
+        None => Ok(UpstreamIo::Plain(TokioIo::new(tcp))),
+        Some(client) => {
+            let stream = handshake(client, tcp).await?;
+            Ok(UpstreamIo::Tls(Box::new(TokioIo::new(stream))))
         }
     }
 }
@@ -93,6 +60,24 @@ impl Write for UpstreamIo {
         match self.get_mut() {
             UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
             UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Plain(io) => io.is_write_vectored(),
+            UpstreamIo::Tls(io) => io.is_write_vectored(),
         }
     }
 

@@ -5,10 +5,23 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Consecutive connect failures that eject an endpoint.
-pub const EJECT_AFTER: u32 = 3;
-/// How long an ejected endpoint is left out.
-pub const COOL_DOWN: Duration = Duration::from_secs(10);
+/// When endpoints are ejected and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassiveHealth {
+    /// Consecutive connect failures that eject an endpoint.
+    pub eject_after: u32,
+    /// How long an ejected endpoint is left out.
+    pub cool_down: Duration,
+}
+
+impl Default for PassiveHealth {
+    fn default() -> Self {
+        PassiveHealth {
+            eject_after: 3,
+            cool_down: Duration::from_secs(10),
+        }
+    }
+}
 
 /// The health of one endpoint, kept across table swaps.
 #[derive(Debug, Default)]
@@ -42,13 +55,14 @@ impl Health {
     }
 
     /// Records a connect failure; returns true when it ejects the endpoint.
-    pub fn failed(&self) -> bool {
+    pub fn failed(&self, policy: PassiveHealth) -> bool {
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if failures < EJECT_AFTER {
+        if failures < policy.eject_after {
             return false;
         }
         self.failures.store(0, Ordering::Relaxed);
-        let until = now_ms().saturating_add(u64::try_from(COOL_DOWN.as_millis()).unwrap_or(u64::MAX));
+        let cool_down = u64::try_from(policy.cool_down.as_millis()).unwrap_or(u64::MAX);
+        let until = now_ms().saturating_add(cool_down);
         self.ejected_until.store(until, Ordering::Relaxed);
         true
     }
@@ -60,14 +74,28 @@ mod tests {
 
     #[test]
     fn ejects_after_consecutive_failures_only() {
+        let policy = PassiveHealth::default();
         let health = Health::default();
-        assert!(!health.failed());
-        assert!(!health.failed());
+        assert!(!health.failed(policy));
+        assert!(!health.failed(policy));
         health.connected();
-        assert!(!health.failed());
-        assert!(!health.failed());
+        assert!(!health.failed(policy));
+        assert!(!health.failed(policy));
         assert!(!health.ejected());
-        assert!(health.failed());
+        assert!(health.failed(policy));
         assert!(health.ejected());
+    }
+
+    #[test]
+    fn ejected_endpoints_return_after_the_cool_down() {
+        let policy = PassiveHealth {
+            eject_after: 1,
+            cool_down: Duration::from_millis(50),
+        };
+        let health = Health::default();
+        assert!(health.failed(policy));
+        assert!(health.ejected());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(!health.ejected());
     }
 }

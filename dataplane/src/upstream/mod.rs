@@ -7,19 +7,18 @@ mod client;
 mod connect;
 mod connector;
 mod health;
-mod reclaim;
+mod pool;
 mod tls;
 
 pub use balancer::pick_weighted;
 pub use body::{BufferedBody, RequestBody};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
-pub use reclaim::ReclaimBody;
+pub use health::PassiveHealth;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use http::uri::Authority;
-use hyper_util::client::legacy::Client;
 use translator::config::Strategy;
 use translator::ir;
 
@@ -29,7 +28,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use crate::error::ValidationError;
 use crate::metrics::{BackendLabels, Metrics};
 use crate::tls::Material;
-use connector::UpstreamConnector;
+use pool::Pool;
 use tls::BackendTls;
 
 /// One backend of the IR with its balancing state and connection pool.
@@ -41,7 +40,6 @@ pub struct Upstream {
     strategy: Strategy,
     /// Round-robin position, kept across swaps.
     cursor: Arc<AtomicUsize>,
-    client: Client<UpstreamConnector, ReclaimBody>,
     tls: BackendTls,
     /// Fingerprint of the TLS settings and material the client was built with.
     tls_fingerprint: u64,
@@ -49,12 +47,15 @@ pub struct Upstream {
     latency: Histogram,
     /// This backend's endpoint ejections.
     ejections: Counter,
+    /// When its endpoints are ejected.
+    passive_health: PassiveHealth,
 }
 
-/// An endpoint, its requests in flight (for least_conn) and its passive health.
+/// An endpoint, its connections, its requests in flight (for least_conn) and its passive
+/// health.
 #[derive(Debug)]
 struct Endpoint {
-    authority: Authority,
+    pool: Arc<Pool>,
     active: Arc<AtomicUsize>,
     health: Arc<health::Health>,
 }
@@ -67,12 +68,23 @@ impl Upstream {
         previous: Option<&Arc<Upstream>>,
         material: &Material,
         metrics: &Metrics,
+        passive_health: PassiveHealth,
     ) -> Result<Arc<Upstream>, ValidationError> {
         let (tls, tls_fingerprint) = BackendTls::build(spec, material)?;
-        let unchanged = |p: &&Arc<Upstream>| p.spec == *spec && p.tls_fingerprint == tls_fingerprint;
+        let unchanged = |p: &&Arc<Upstream>| {
+            p.spec == *spec && p.tls_fingerprint == tls_fingerprint && p.passive_health == passive_health
+        };
         if let Some(previous) = previous.filter(unchanged) {
             return Ok(previous.clone());
         }
+        // Connections are kept when they are still made the same way.
+        let same_connections =
+            previous.filter(|p| p.spec.protocol == spec.protocol && p.tls_fingerprint == tls_fingerprint);
+        let tls_client = match &tls {
+            BackendTls::Tls(client) => Some(client.clone()),
+            _ => None,
+        };
+        let http2 = spec.protocol == ir::AppProtocol::H2c;
         let endpoints = spec
             .endpoints
             .iter()
@@ -88,9 +100,13 @@ impl Upstream {
                     port: e.port,
                 })?;
                 // An endpoint kept across swaps keeps its load and health.
-                let old = previous.and_then(|p| p.endpoints.iter().find(|old| old.authority == authority));
+                let old = previous.and_then(|p| p.endpoints.iter().find(|old| *old.pool.authority() == authority));
+                let pool = same_connections
+                    .and(old)
+                    .map(|o| o.pool.clone())
+                    .unwrap_or_else(|| Arc::new(Pool::new(authority, http2, tls_client.clone())));
                 Ok(Endpoint {
-                    authority,
+                    pool,
                     active: old.map(|o| o.active.clone()).unwrap_or_default(),
                     health: old.map(|o| o.health.clone()).unwrap_or_default(),
                 })
@@ -99,27 +115,17 @@ impl Upstream {
         let labels = BackendLabels {
             backend: spec.id.clone(),
         };
-        let same_client = previous.filter(|p| p.spec.protocol == spec.protocol && p.tls_fingerprint == tls_fingerprint);
         Ok(Arc::new(Upstream {
             id: spec.id.clone(),
             spec: spec.clone(),
             endpoints,
             strategy: spec.strategy,
             cursor: previous.map(|p| p.cursor.clone()).unwrap_or_default(),
-            client: match same_client {
-                Some(p) => p.client.clone(),
-                None => client::build(
-                    spec.protocol,
-                    match &tls {
-                        BackendTls::Tls(client) => Some(client.clone()),
-                        _ => None,
-                    },
-                ),
-            },
             tls,
             tls_fingerprint,
             latency: metrics.upstream_latency.get_or_create(&labels).clone(),
             ejections: metrics.ejections.get_or_create(&labels).clone(),
+            passive_health,
         }))
     }
 }

@@ -41,16 +41,21 @@ pub struct EchoBackend {
 
 impl EchoBackend {
     pub async fn start(name: &str) -> EchoBackend {
-        Self::start_with(name, None).await
+        Self::start_with(name, None, "127.0.0.1:0".parse().expect("address")).await
+    }
+
+    /// An echo backend on `addr` (a port that was free, say).
+    pub async fn start_on(name: &str, addr: SocketAddr) -> EchoBackend {
+        Self::start_with(name, None, addr).await
     }
 
     /// An echo backend that serves HTTP/1.1 and HTTP/2 over TLS with `tls`.
     pub async fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> EchoBackend {
-        Self::start_with(name, Some(tls)).await
+        Self::start_with(name, Some(tls), "127.0.0.1:0".parse().expect("address")).await
     }
 
-    async fn start_with(name: &str, tls: Option<Arc<rustls::ServerConfig>>) -> EchoBackend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind backend");
+    async fn start_with(name: &str, tls: Option<Arc<rustls::ServerConfig>>, bind: SocketAddr) -> EchoBackend {
+        let listener = TcpListener::bind(bind).await.expect("bind backend");
         let addr = listener.local_addr().expect("backend addr");
         let connections = Arc::new(AtomicUsize::new(0));
         let counter = connections.clone();
