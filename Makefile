@@ -84,6 +84,25 @@ cluster-controlplane-up: cluster-tools
 cluster-controlplane-down:
 	e2e/scripts/apiserver.sh stop $(E2E_CLUSTER_DIR)
 
+# ---- the local cluster: bridge, control plane on it, node agent (e2e/README.md) ----
+# `make cluster-up E2E_CLUSTER_DIR=...` picks the directory; the default is e2e/.cache/cluster.
+CLUSTER_DIR ?= $(if $(filter command line,$(origin E2E_CLUSTER_DIR)),$(E2E_CLUSTER_DIR),$(CURDIR)/e2e/.cache/cluster)
+
+.PHONY: cluster-up cluster-down cluster-status
+
+## cluster-up: bridge turna0 (10.244.0.1/16), the control plane on it, the node agent running pods
+## as processes in network namespaces, then turna-lb and Turna (Kustomize base) when present.
+## Needs root. Prints the `export KUBECONFIG=...` line.
+cluster-up: cluster-tools
+	e2e/scripts/cluster.sh up $(CLUSTER_DIR)
+
+## cluster-down: stop all of it, remove the pods' namespaces and the bridge.
+cluster-down:
+	e2e/scripts/cluster.sh down $(CLUSTER_DIR)
+
+cluster-status:
+	e2e/scripts/cluster.sh status $(CLUSTER_DIR)
+
 # ---- conformance: the Gateway API suite against Turna (e2e/conformance/README.md) ----
 .PHONY: images lb-controller-test conformance-build conformance-local conformance-smoke conformance
 

@@ -270,6 +270,7 @@ start_apiserver() {
 		--service-cluster-ip-range="$SERVICE_CIDR" \
 		--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
 		--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+		--kubelet-preferred-address-types="${TURNA_KUBELET_ADDRESS_TYPES:-InternalIP,Hostname}" \
 		--allow-privileged=true --profiling=false --enable-priority-and-fairness=false \
 		"${admission[@]}" \
 		--v="${TURNA_APISERVER_V:-1}"

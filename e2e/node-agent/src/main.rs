@@ -92,6 +92,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,kube=warn,hyper=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
         Command::Launch { spec } => {

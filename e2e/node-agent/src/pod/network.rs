@@ -20,8 +20,8 @@ pub async fn ensure_bridge(bridge: &str, cidr: Ipv4Net) -> Result<()> {
     Ok(())
 }
 
-/// Pod addresses: the CIDR minus its first /24 (the node IP and addresses a load-balancer
-/// controller may hand out live there).
+/// Pod addresses: the CIDR minus its first /24 (the node IP) and its last /24 (addresses a
+/// load-balancer controller hands out, e.g. 10.244.255.0/24).
 #[derive(Debug)]
 pub struct Ipam {
     cidr: Ipv4Net,
@@ -42,11 +42,12 @@ impl Ipam {
 
     /// A free address, round-robin so that a released address is not reused at once.
     pub fn allocate(&mut self) -> Option<Ipv4Addr> {
-        let span = self.cidr.size().checked_sub(Self::FIRST + 1)?;
+        let end = self.cidr.size().checked_sub(256)?;
+        let span = end.checked_sub(Self::FIRST)?;
         for _ in 0..span {
             let candidate = self.cidr.nth(self.next);
             self.next += 1;
-            if self.next >= self.cidr.size() - 1 {
+            if self.next >= end {
                 self.next = Self::FIRST;
             }
             if self.used.insert(candidate) {
@@ -151,8 +152,9 @@ mod tests {
         while ipam.allocate().is_some() {
             n += 1;
         }
-        // 1024 addresses minus the first /24, the broadcast address: 767 hosts.
-        assert_eq!(n, 767);
+        // 1024 addresses minus the first and the last /24, minus x.x.1.0: 511 hosts, and the
+        // released one once more.
+        assert_eq!(n, 512);
     }
 
     #[test]

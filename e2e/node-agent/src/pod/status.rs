@@ -45,6 +45,11 @@ pub struct ConditionClock {
 }
 
 impl ConditionClock {
+    /// Starts the clock of `type_` at `since` (e.g. PodScheduled, set by the scheduler).
+    pub fn seed(&mut self, type_: &'static str, ok: bool, since: Time) {
+        self.since.entry(type_).or_insert((ok, since));
+    }
+
     fn condition(&mut self, type_: &'static str, ok: bool, now: &Time) -> PodCondition {
         let entry = self.since.entry(type_).or_insert_with(|| (ok, now.clone()));
         if entry.0 != ok {

@@ -125,6 +125,16 @@ impl PodWorker {
                 done: false,
             })
             .collect();
+        let mut clock = ConditionClock::default();
+        let scheduled = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+            .and_then(|c| c.last_transition_time.clone());
+        if let Some(t) = scheduled {
+            clock.seed("PodScheduled", true, t);
+        }
         PodWorker {
             volumes: Volumes::new(&dir),
             shared,
@@ -140,7 +150,7 @@ impl PodWorker {
             volumes_synced: None,
             volumes_error: None,
             ctrs,
-            clock: ConditionClock::default(),
+            clock,
             start_time: now(),
             last_status: None,
             inactive,
