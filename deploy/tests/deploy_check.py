@@ -579,6 +579,25 @@ def check_image_override(kustomize: str, work: Path) -> None:
     log("kustomize turna-gateway: kustomize edit set image maps the controller image")
 
 
+def check_extra_config(helm: str, work: Path) -> None:
+    """extraConfig is merged key by key over the generated configuration, and turna accepts the
+    result (unknown keys would be refused)."""
+    docs = load_all(run([helm, "template", "x", str(CHART), "-n", "x",
+                         "--set", "extraConfig.backend.strategy=least_conn",
+                         "--set", "extraConfig.debounce=500ms",
+                         "--set", "allowExternalNameBackends=true"]))
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    text = config_map["data"]["turna.yaml"]
+    k = yaml.safe_load(text)["providers"]["kubernetes"]
+    if (k["backend"] != {"strategy": "least_conn", "allow_external_name": True} or k["debounce"] != "500ms"
+            or k["proxy"]["cluster_role"] != "x-reader"):
+        raise CheckFailed(f"extraConfig was not merged over the generated configuration:\n{text}")
+    config = work / "extra-config.turna.yaml"
+    config.write_text(text)
+    run([TURNA, "translate", "--config", config, "-f", ROOT / "examples/local", "-o", "status"])
+    log("helm: extraConfig merges over the generated configuration, and turna accepts it")
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -610,6 +629,7 @@ def main() -> int:
             variant.rendered = load_all(text)
             log(f"{variant.name}: rendered {len(variant.rendered)} objects")
         check_image_override(kustomize, work)
+        check_extra_config(helm, work)
         # Values product.md forbids are refused.
         for values in (["scope=namespace", "gatewayClass.create=false", "proxy.placement=gateway"],
                        ["scope=namespace"],
