@@ -28,9 +28,17 @@ enum Command {
         /// DNS names and IP addresses of the push certificate besides `POD_IP`.
         #[arg(long = "push-name")]
         push_names: Vec<String>,
-        /// The push URL provisioned proxies connect to (default `https://$POD_IP:<push port>`).
+        /// The push URL provisioned proxies connect to (default
+        /// `https://<push service>.$POD_NAMESPACE.svc:<push port>`, else `https://$POD_IP:<push port>`).
         #[arg(long)]
         push_url: Option<String>,
+        /// The controller's Service (`name` in $POD_NAMESPACE, or `namespace/name`): proxies read
+        /// its EndpointSlices to reach a controller replica, falling back to the push URL.
+        #[arg(long)]
+        push_service: Option<String>,
+        /// The Secret of the controller namespace holding the push CA (created when missing).
+        #[arg(long)]
+        push_ca_secret: Option<String>,
     },
     /// Watch the cluster, write status as elected leader, and serve every Gateway in this process.
     Standalone {
@@ -49,6 +57,10 @@ enum Command {
         /// PEM file of the CA the push certificate must chain to.
         #[arg(long)]
         operator_ca: PathBuf,
+        /// The controller Service (`namespace/name`): its ready EndpointSlice endpoints are tried
+        /// before the `--operator` URL's host.
+        #[arg(long)]
+        operator_service: Option<String>,
         /// The ServiceAccount token proving this proxy's identity.
         #[arg(long, default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token")]
         token_file: PathBuf,
@@ -128,8 +140,10 @@ fn main() -> anyhow::Result<()> {
         Command::Controller {
             config,
             push_address,
-            mut push_names,
+            push_names,
             push_url,
+            push_service,
+            push_ca_secret,
         } => {
             let settings = load(config)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -137,48 +151,23 @@ fn main() -> anyhow::Result<()> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the Kubernetes API")?;
-                let mut options = operator::reconcile::Options::default();
-                let hub = operator::push::server::Hub::default();
-                options.push = Some(hub.clone());
-                let pod_ip = std::env::var("POD_IP").ok().filter(|ip| !ip.is_empty());
-                push_names.extend(pod_ip.clone());
-                if push_names.is_empty() {
-                    push_names.push("localhost".into());
-                }
-                let certificate = operator::push::server::Certificate::generate(&push_names)?;
-                let push_url = push_url.or_else(|| pod_ip.map(|ip| format!("https://{ip}:{}", push_address.port())));
-                match push_url {
-                    Some(url) => {
-                        options.push_endpoint = Some(operator::provision::objects::Push {
-                            url,
-                            ca_pem: certificate.ca_pem.clone(),
-                        });
-                    }
-                    None => tracing::warn!(
-                        "neither --push-url nor POD_IP: provisioned proxies are not told where to get their IR"
-                    ),
-                }
-                let listener = operator::push::server::bind(push_address).await?;
-                tokio::spawn(operator::push::server::serve(
-                    listener,
-                    certificate,
-                    operator::push::server::Server {
-                        client: client.clone(),
-                        hub,
-                        controller_id: operator::provision::controller_id(&settings),
-                        shared_service_account: settings.proxy.service_account.clone(),
-                        metrics: options.metrics.clone(),
-                    },
-                ));
+                let options = operator::modes::controller::Options {
+                    push_names,
+                    push_url,
+                    push_service,
+                    push_ca_secret,
+                    ..operator::modes::controller::Options::from_env(settings.clone(), push_address)
+                };
                 let health = operator::admin::bind(&settings.health_address)
                     .await
                     .with_context(|| format!("binding health_address {}", settings.health_address))?;
                 tokio::spawn(operator::admin::serve(
                     health,
-                    options.metrics.clone(),
-                    options.readiness.clone(),
+                    options.reconcile.metrics.clone(),
+                    options.reconcile.readiness.clone(),
                 ));
-                operator::reconcile::run_with(client, settings, options, shutdown()).await;
+                let controller = operator::modes::controller::start(client, options).await?;
+                controller.run(shutdown()).await;
                 anyhow::Ok(())
             })?;
         }
@@ -215,6 +204,7 @@ fn main() -> anyhow::Result<()> {
             config,
             operator: url,
             operator_ca,
+            operator_service,
             token_file,
         } => {
             let settings = load(config)?;
@@ -225,12 +215,22 @@ fn main() -> anyhow::Result<()> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the Kubernetes API")?;
+                let endpoints = match operator_service.as_deref().map(|s| s.split_once('/')) {
+                    None => None,
+                    Some(Some((namespace, name))) => Some(operator::push::endpoints::Resolver::new(
+                        client.clone(),
+                        namespace,
+                        name,
+                    )),
+                    Some(None) => anyhow::bail!("--operator-service must be namespace/name"),
+                };
                 let options = operator::modes::proxy::Options {
                     settings,
                     push: operator::push::client::Options {
                         url,
                         ca_pem,
                         token_file,
+                        endpoints,
                     },
                 };
                 operator::modes::proxy::run(client, options, shutdown()).await?;

@@ -166,6 +166,7 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
             hub,
             controller_id: controller_id(&settings),
             shared_service_account: settings.proxy.service_account.clone(),
+            placement: server::Placement::new(&settings, None),
             metrics: metrics.clone(),
         },
     ));
@@ -176,6 +177,7 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
         url: format!("https://{push_addr}").parse().expect("url"),
         ca_pem: certificate.ca_pem.clone(),
         token_file,
+        endpoints: None,
     };
     let proxy_settings = Kubernetes {
         certificate_secret: format!("{home}/{}", names.bundle),
@@ -219,17 +221,24 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
         metrics.encode()
     );
 
-    // Another ServiceAccount is authenticated but serves no Gateway; a bad token is not even that.
+    // Another ServiceAccount is authenticated but serves no Gateway; one named like the proxy
+    // outside the proxy namespace (here the Gateway's) does not either; a bad token is not even
+    // authenticated.
     let intruder = token_file(&client, &home, "intruder", tokens.path()).await;
-    let refused = client::request(
-        &push_options(intruder),
-        http::Method::GET,
-        protocol::STREAM_PATH,
-        Bytes::new(),
-    )
-    .await
-    .expect("push server answers");
-    assert_eq!(refused.status(), http::StatusCode::FORBIDDEN);
+    let elsewhere = tokens.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("dir");
+    let namesake = token_file(&client, &ns, &names.proxy, &elsewhere).await;
+    for token in [intruder, namesake] {
+        let refused = client::request(
+            &push_options(token.clone()),
+            http::Method::GET,
+            protocol::STREAM_PATH,
+            Bytes::new(),
+        )
+        .await
+        .expect("push server answers");
+        assert_eq!(refused.status(), http::StatusCode::FORBIDDEN, "{}", token.display());
+    }
     let bogus = tokens.path().join("bogus");
     std::fs::write(&bogus, "not-a-token").expect("write");
     let refused = client::request(

@@ -1,5 +1,6 @@
 //! The modes of the `turna` binary other than `controller`.
 
+pub mod controller;
 pub mod local;
 pub mod proxy;
 pub mod standalone;

@@ -48,6 +48,9 @@ pub struct Push {
     pub url: String,
     /// The CA certificate (PEM) proxies pin; stored in the proxy ConfigMap.
     pub ca_pem: String,
+    /// The controller Service (`namespace/name`) whose EndpointSlices proxies read to reach a
+    /// controller replica without cluster DNS or kube-proxy.
+    pub service: Option<String>,
 }
 
 /// ConfigMap key (and file next to [`CONFIG_PATH`]) of the push CA.
@@ -116,6 +119,9 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         config_data.insert(PUSH_CA_KEY.into(), push.ca_pem.clone());
         args.extend(["--operator".into(), push.url.clone()]);
         args.extend(["--operator-ca".into(), format!("/etc/turna/{PUSH_CA_KEY}")]);
+        if let Some(service) = &push.service {
+            args.extend(["--operator-service".into(), service.clone()]);
+        }
     }
     let config_hash = super::names::hash(&serde_json::to_string(&config_data).unwrap_or_default(), 16);
     let config_map = ConfigMap {
@@ -345,13 +351,7 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
             }),
             Some(Role {
                 metadata: meta(&n.proxy, input.controller_namespace, &ours),
-                rules: Some(vec![PolicyRule {
-                    api_groups: Some(vec![String::new()]),
-                    resources: Some(vec!["secrets".into()]),
-                    resource_names: Some(vec![n.bundle.clone()]),
-                    verbs: vec!["get".into(), "list".into(), "watch".into()],
-                    ..PolicyRule::default()
-                }]),
+                rules: Some(proxy_rules(input)),
             }),
             Some(RoleBinding {
                 metadata: meta(&n.proxy, input.controller_namespace, &ours),
@@ -390,6 +390,32 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         role_binding,
         cluster_role_binding,
     }
+}
+
+/// What a proxy with its own ServiceAccount may do in the controller namespace: read its bundle
+/// Secret, and find the controller's push endpoints when its Service lives there.
+fn proxy_rules(input: &ProxyInput<'_>) -> Vec<PolicyRule> {
+    let mut rules = vec![PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["secrets".into()]),
+        resource_names: Some(vec![input.names.bundle.clone()]),
+        verbs: vec!["get".into(), "list".into(), "watch".into()],
+        ..PolicyRule::default()
+    }];
+    let service_namespace = input
+        .push
+        .and_then(|p| p.service.as_deref())
+        .and_then(|s| s.split_once('/'))
+        .map(|(ns, _)| ns);
+    if service_namespace == Some(input.controller_namespace) {
+        rules.push(PolicyRule {
+            api_groups: Some(vec!["discovery.k8s.io".into()]),
+            resources: Some(vec!["endpointslices".into()]),
+            verbs: vec!["get".into(), "list".into()],
+            ..PolicyRule::default()
+        });
+    }
+    rules
 }
 
 fn transport(t: ir::Transport) -> &'static str {
@@ -469,8 +495,9 @@ mod tests {
             controller_namespace: "turna-system",
             controller_id: "turna-system/turna",
             push: Some(&Push {
-                url: "https://10.0.0.1:9443".into(),
+                url: "https://turna.turna-system.svc:9443".into(),
                 ca_pem: "CA".into(),
+                service: Some("turna-system/turna".into()),
             }),
         })
     }
@@ -590,7 +617,13 @@ mod tests {
             Some("turna-system"),
             "the Role stays next to the bundle Secret"
         );
-        let rule = &role.rules.expect("rules")[0];
+        let rules = role.rules.expect("rules");
+        assert_eq!(
+            rules[1].resources.as_deref(),
+            Some(&["endpointslices".to_string()][..]),
+            "the push endpoints of the controller Service"
+        );
+        let rule = &rules[0];
         assert_eq!(
             rule.resource_names.as_deref(),
             Some(
@@ -622,9 +655,11 @@ mod tests {
                 "--config",
                 CONFIG_PATH,
                 "--operator",
-                "https://10.0.0.1:9443",
+                "https://turna.turna-system.svc:9443",
                 "--operator-ca",
-                "/etc/turna/push-ca.crt"
+                "/etc/turna/push-ca.crt",
+                "--operator-service",
+                "turna-system/turna"
             ]
         );
     }

@@ -1,6 +1,8 @@
 //! The proxy's side of IR push: connects to the operator with its ServiceAccount token, pins the
-//! operator's CA, applies every received version atomically and reports rejections. While the
-//! operator is away it keeps serving the last good IR and reconnects with backoff (200ms to 30s).
+//! operator's CA, applies every received version atomically and reports rejections. The operator
+//! is found through its Service's EndpointSlices when told the Service ([`super::endpoints`]),
+//! else at the push URL. While the operator is away it keeps serving the last good IR and
+//! reconnects with backoff (200ms to 30s).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,10 +18,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::sync::watch;
 
+use super::endpoints::Resolver;
 use super::protocol::{Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Longest wait for one TCP connection to a push endpoint.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the operator is and how to prove who we are.
 #[derive(Clone, Debug)]
@@ -30,6 +35,8 @@ pub struct Options {
     pub ca_pem: String,
     /// The ServiceAccount token, read again for every connection (kubelet rotates it).
     pub token_file: PathBuf,
+    /// The controller Service, whose ready endpoints are tried before the URL's host.
+    pub endpoints: Option<Resolver>,
 }
 
 /// Why talking to the operator failed.
@@ -79,7 +86,7 @@ pub async fn request(
         .with_root_certificates(roots)
         .with_no_client_auth();
     let name = ServerName::try_from(host.clone()).map_err(|e| ClientError::Ca(e.to_string()))?;
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    let tcp = connect(options, &host, port).await?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await?;
@@ -97,6 +104,51 @@ pub async fn request(
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(body))?;
     Ok(sender.send_request(request).await?)
+}
+
+/// The push endpoints to try, in order: the controller Service's ready endpoints, then the URL.
+async fn targets(options: &Options, host: &str, port: u16) -> Vec<(String, u16)> {
+    let mut targets = Vec::new();
+    if let Some(resolver) = &options.endpoints {
+        match resolver.endpoints(port).await {
+            Ok(found) if found.is_empty() => {
+                tracing::debug!(service = %resolver.service(), "no ready push endpoints; using the push URL");
+            }
+            Ok(found) => targets = found,
+            Err(error) => {
+                tracing::warn!(service = %resolver.service(), %error, "cannot read the push endpoints; using the push URL");
+            }
+        }
+    }
+    let url = (host.to_string(), port);
+    if !targets.contains(&url) {
+        targets.push(url);
+    }
+    targets
+}
+
+/// A TCP connection to the first push endpoint that accepts one.
+async fn connect(options: &Options, host: &str, port: u16) -> Result<tokio::net::TcpStream, ClientError> {
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no push endpoint");
+    for (address, port) in targets(options, host, port).await {
+        match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect((address.as_str(), port)),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(error)) => {
+                tracing::debug!(%address, port, %error, "push endpoint refused the connection");
+                last = error;
+            }
+            Err(_) => {
+                tracing::debug!(%address, port, "push endpoint did not answer in time");
+                last = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("connecting to {address}:{port}"));
+            }
+        }
+    }
+    Err(ClientError::Connect(last))
 }
 
 /// Receives IR versions forever, applying each with the current `material`; re-applies the last

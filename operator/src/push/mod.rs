@@ -2,6 +2,8 @@
 //! versioned stream ([`server`]); the proxy applies each version and reports rejections
 //! ([`client`]).
 
+pub mod authority;
 pub mod client;
+pub mod endpoints;
 pub mod protocol;
 pub mod server;

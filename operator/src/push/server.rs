@@ -1,10 +1,17 @@
-//! The operator's side of IR push: a TLS server (certificate generated at start) that streams each
-//! authenticated proxy the IR of its own Gateway.
+//! The operator's side of IR push: a TLS server (certificate issued at start by the stored push
+//! CA) that streams each authenticated proxy the IR of its own Gateway.
 //!
-//! A proxy proves its identity with its ServiceAccount token, checked with a TokenReview. A
+//! A proxy proves its identity with its ServiceAccount token, checked with a TokenReview. The
+//! token's namespace must be the proxy's namespace under the current placement (the controller
+//! or `proxy.namespace`, or the Gateway's with `proxy.gateway_namespace`). There, a
 //! ServiceAccount named like a proxy serves that proxy's Gateway; the shared
-//! `proxy.service_account` serves the Gateway of the pod the token is bound to (its proxy labels).
-//! Everything else is refused: 401 without a valid token, 403 for an identity serving no Gateway.
+//! `proxy.service_account` serves the Gateway of the pod the token is bound to (its proxy labels
+//! and UID). Everything else is refused: 401 without a valid token, 403 for an identity serving
+//! no Gateway.
+//!
+//! Every controller replica serves push, leader or standby: each translates the same watched
+//! objects, so a proxy may connect to any ready replica behind the controller Service and needs
+//! no reconnect when leadership moves.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -26,19 +33,20 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use translator::ir;
 
+use super::authority::{Authority, AuthorityError};
 use super::protocol::{Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
 use crate::provision::names::{self, Names};
 
 /// The extra of a bound ServiceAccount token naming its pod.
 const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+/// The extra of a bound ServiceAccount token with its pod's UID.
+const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
 
 /// Why the push server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
-    #[error("generating the push certificate: {0}")]
-    Certificate(#[from] rcgen::Error),
-    #[error("push TLS configuration: {0}")]
-    Tls(#[from] rustls::Error),
+    #[error("push certificate: {0}")]
+    Certificate(#[from] AuthorityError),
     #[error("binding the push address {address}: {source}")]
     Bind {
         address: SocketAddr,
@@ -116,7 +124,8 @@ impl Hub {
     }
 }
 
-/// The push server's certificate, issued at start by a CA whose certificate proxies pin.
+/// The push server's certificate, issued at start by the push CA ([`super::authority`]) whose
+/// certificate proxies pin.
 #[derive(Clone)]
 pub struct Certificate {
     /// The CA certificate, PEM: what the proxy ConfigMaps carry.
@@ -131,30 +140,45 @@ impl std::fmt::Debug for Certificate {
 }
 
 impl Certificate {
-    /// A new CA and a server certificate for `names` (DNS names or IP addresses).
+    /// A server certificate chaining to `ca_pem`, with its TLS configuration.
+    pub(super) fn new(ca_pem: String, config: Arc<rustls::ServerConfig>) -> Certificate {
+        Certificate { ca_pem, config }
+    }
+
+    /// A new in-memory CA and a server certificate for `names` (DNS names or IP addresses).
     pub fn generate(names: &[String]) -> Result<Certificate, PushError> {
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "turna push CA");
-        let ca_key = rcgen::KeyPair::generate()?;
-        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
-        let mut params = rcgen::CertificateParams::new(names.to_vec())?;
-        params.distinguished_name.push(rcgen::DnType::CommonName, "turna push");
-        let key = rcgen::KeyPair::generate()?;
-        let leaf = params.signed_by(&key, &ca)?;
-        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
-        let mut config =
-            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()?
-                .with_no_client_auth()
-                .with_single_cert(vec![leaf.der().clone(), ca.der().clone()], key_der)?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Certificate {
-            ca_pem: ca.pem(),
-            config: Arc::new(config),
-        })
+        Ok(Authority::generate()?.issue(names)?)
+    }
+}
+
+/// Where the proxies of this installation, and so their ServiceAccounts and pods, live.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// `proxy.namespace`, else the controller namespace; `None` when neither is known.
+    pub home: Option<String>,
+    /// `proxy.gateway_namespace`: each proxy lives in its Gateway's namespace.
+    pub gateway_namespace: bool,
+}
+
+impl Placement {
+    /// The placement `settings` ask for, with the controller running in `controller_namespace`.
+    pub fn new(settings: &crate::settings::Kubernetes, controller_namespace: Option<&str>) -> Placement {
+        Placement {
+            home: Some(settings.proxy.namespace.as_str())
+                .filter(|n| !n.is_empty())
+                .or(controller_namespace)
+                .map(str::to_string),
+            gateway_namespace: settings.proxy.gateway_namespace,
+        }
+    }
+
+    /// The namespace of the proxy (and its ServiceAccount and pods) named `names`.
+    pub fn namespace<'a>(&'a self, names: &'a Names) -> Option<&'a str> {
+        if self.gateway_namespace {
+            Some(&names.gateway_namespace)
+        } else {
+            self.home.as_deref()
+        }
     }
 }
 
@@ -167,6 +191,8 @@ pub struct Server {
     pub controller_id: String,
     /// `proxy.service_account`, shared by proxies without their own ServiceAccount.
     pub shared_service_account: String,
+    /// Where proxies live: a token must come from there.
+    pub placement: Placement,
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
@@ -177,21 +203,27 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, PushError> {
         .map_err(|source| PushError::Bind { address, source })
 }
 
-/// Serves proxies over TLS until the task is dropped.
+/// Serves proxies over TLS until the future is dropped, which also ends every open stream (the
+/// proxies then reconnect, to another replica if this one is gone).
 pub async fn serve(listener: TcpListener, certificate: Certificate, server: Server) {
     let acceptor = tokio_rustls::TlsAcceptor::from(certificate.config);
     let server = Arc::new(server);
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(%error, "push accept failed");
-                continue;
-            }
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "push accept failed");
+                    continue;
+                }
+            },
+            // Reap finished connections so the set does not grow.
+            Some(_) = connections.join_next() => continue,
         };
         let acceptor = acceptor.clone();
         let server = server.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let stream = match acceptor.accept(stream).await {
                 Ok(stream) => stream,
                 Err(error) => {
@@ -347,24 +379,37 @@ impl Server {
                 let names = Names::new(ns, name, &self.controller_id);
                 Some((id, names))
             })
+            .filter(|(_, names)| self.placement.namespace(names) == Some(namespace))
             .collect();
+        // A ServiceAccount of its own: named like the proxy, in the proxy's namespace.
         if let Some((id, _)) = candidates.iter().find(|(_, n)| n.proxy == account) {
             return Ok(id.clone());
         }
-        if account != self.shared_service_account {
+        if self.shared_service_account.is_empty() || account != self.shared_service_account {
             return Err(Refusal::Forbidden(format!("{username} serves no Gateway")));
         }
-        let pod_name = user
-            .extra
-            .as_ref()
-            .and_then(|extra| extra.get(POD_NAME_EXTRA))
-            .and_then(|values| values.first())
+        // The shared ServiceAccount: the Gateway of the pod the token is bound to, which must be
+        // a proxy pod of this installation in that Gateway's proxy namespace.
+        let extra = |key: &str| {
+            user.extra
+                .as_ref()
+                .and_then(|extra| extra.get(key))
+                .and_then(|values| values.first())
+        };
+        let pod_name = extra(POD_NAME_EXTRA)
             .ok_or_else(|| Refusal::Forbidden(format!("{username}: the token is not bound to a pod")))?;
         let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
             .get_opt(pod_name)
             .await
             .map_err(|e| Refusal::Unavailable(format!("reading pod {namespace}/{pod_name}: {e}")))?
             .ok_or_else(|| Refusal::Forbidden(format!("pod {namespace}/{pod_name} does not exist")))?;
+        if let Some(uid) = extra(POD_UID_EXTRA)
+            && pod.metadata.uid.as_ref() != Some(uid)
+        {
+            return Err(Refusal::Forbidden(format!(
+                "pod {namespace}/{pod_name} is not the pod the token is bound to"
+            )));
+        }
         let labels = pod.metadata.labels.unwrap_or_default();
         let instance = labels.get("app.kubernetes.io/instance");
         let controller = labels.get(names::CONTROLLER_ID_LABEL);

@@ -1,6 +1,8 @@
 //! Helpers shared by the operator's integration tests (each test binary includes this module).
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -76,6 +78,79 @@ pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Strin
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await.ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let code = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// A client authenticated with `token` to the API server of admin kubeconfig `kubeconfig`.
+pub async fn token_client(kubeconfig: &Path, token: &str) -> kube::Client {
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    for named in &mut kubeconfig.auth_infos {
+        named.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        });
+    }
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// A token of ServiceAccount `namespace/name` (which must exist), bound to `bound` if given.
+pub async fn service_account_token(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    bound: Option<k8s_openapi::api::authentication::v1::BoundObjectReference>,
+) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let accounts = kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            bound_object_ref: bound,
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    accounts
+        .create_token_request(name, &Default::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .and_then(|s| s.token)
+        .expect("token")
+}
+
+/// An HTTPS `GET path` with SNI `host`, trusting `ca_pem`: status code and body.
+pub async fn get_tls(addr: SocketAddr, ca_pem: &str, host: &str, path: &str) -> Option<(u16, String)> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.ok()?).ok()?;
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).ok()?;
+    let tcp = TcpStream::connect(addr).await.ok()?;
+    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    // A peer closing without close_notify still delivered the response.
+    let _ = stream.read_to_end(&mut response).await;
     let text = String::from_utf8_lossy(&response).into_owned();
     let code = text.split(' ').nth(1)?.parse().ok()?;
     let body = text
