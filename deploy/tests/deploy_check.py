@@ -104,6 +104,11 @@ class Variant:
     rendered: list[dict] = field(default_factory=list)
 
     @property
+    def slug(self) -> str:
+        """The name as a file name and DNS label prefix."""
+        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+
+    @property
     def controller_sa(self) -> str:
         return self.deployment + "-controller"
 
@@ -439,7 +444,7 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     config = yaml.safe_load(config_map["data"]["turna.yaml"])
     health = free_port()
     config["providers"]["kubernetes"]["health_address"] = f"127.0.0.1:{health}"
-    slug = re.sub(r"[^a-z0-9]+", "-", variant.name.lower()).strip("-")
+    slug = variant.slug
     config_file = work / f"{slug}.turna.yaml"
     config_file.write_text(yaml.safe_dump(config))
 
@@ -606,10 +611,10 @@ def load_all(text: str) -> list[dict]:
 
 
 def main() -> int:
-    helm_bin = Path(run([ROOT / "deploy/scripts/build-tools.sh", "--print-dir"]).strip())
     run([ROOT / "deploy/scripts/build-tools.sh"])
     run([ROOT / "e2e/scripts/build-tools.sh"])
-    helm, kustomize = str(helm_bin / "helm"), str(helm_bin / "kustomize")
+    tools = Path(run([ROOT / "deploy/scripts/build-tools.sh", "--print-dir"]).strip())
+    helm, kustomize = str(tools / "helm"), str(tools / "kustomize")
     if not os.environ.get("TURNA_BIN"):
         log("building turna")
         run(["cargo", "build", "--quiet", "-p", "turna-operator", "--bin", "turna"])
@@ -625,7 +630,7 @@ def main() -> int:
                 run(variant.lint)
                 log(f"{variant.name}: helm lint --strict passed")
             text = run(variant.render)
-            (work / (re.sub(r"[^a-z0-9]+", "-", variant.name.lower()) + ".yaml")).write_text(text)
+            (work / f"{variant.slug}.yaml").write_text(text)
             variant.rendered = load_all(text)
             log(f"{variant.name}: rendered {len(variant.rendered)} objects")
         check_image_override(kustomize, work)
@@ -656,7 +661,7 @@ def main() -> int:
         cluster.dry_run_and_apply("deploy/examples/namespace-scoped-admin.yaml", admin_text, admin)
 
         for variant in all_variants:
-            text = (work / (re.sub(r"[^a-z0-9]+", "-", variant.name.lower()) + ".yaml")).read_text()
+            text = (work / f"{variant.slug}.yaml").read_text()
             cluster.dry_run_and_apply(variant.name, text, variant.rendered)
             check_live_rbac(cluster, variant)
             check_operator(cluster, variant, work)
