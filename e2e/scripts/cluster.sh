@@ -33,10 +33,11 @@ if [[ "$cmd" == down && ! -d "$DIR" ]]; then exit 0; fi
 DIR="$(cd "$DIR" && pwd)"
 CONF="$DIR/cluster.conf"
 
-# Settings: from the environment on `up`, from cluster.conf afterwards (so `down` matches).
-if [[ "$cmd" != up && -f "$CONF" ]]; then
-	# shellcheck disable=SC1090
-	source "$CONF"
+# Settings: the environment, else what the first `up` of <dir> used (cluster.conf), else defaults.
+if [[ -f "$CONF" ]]; then
+	while IFS='=' read -r k v; do
+		[[ $k == TURNA_* && -z "${!k:-}" ]] && declare "$k=$v"
+	done < "$CONF"
 fi
 BRIDGE="${TURNA_CLUSTER_BRIDGE:-turna0}"
 POD_CIDR="${TURNA_POD_CIDR:-10.244.0.0/16}"
@@ -201,10 +202,15 @@ up)
 	for t in ip openssl setsid; do command -v "$t" > /dev/null || die "$t missing"; done
 	t0=$(date +%s)
 	mkdir -p "$RUN" "$LOGS"
+	if "$SCRIPTS/apiserver.sh" status "$DIR" > /dev/null 2>&1 &&
+		! grep -q "server: https://$NODE_IP:" "$DIR/kubeconfig" 2> /dev/null; then
+		die "a control plane not on $NODE_IP runs in $DIR: stop it first (apiserver.sh stop $DIR)"
+	fi
 	cat > "$CONF" <<-EOF
 	TURNA_CLUSTER_BRIDGE=$BRIDGE
 	TURNA_POD_CIDR=$POD_CIDR
 	TURNA_NODE_NAME=$NODE_NAME
+	TURNA_IMAGE_MAP=$IMAGE_MAP
 	EOF
 	"$SCRIPTS/build-tools.sh"
 	agent_bin
@@ -216,10 +222,6 @@ up)
 		echo $! > "$RUN/cluster-watchdog.pid"
 	fi
 	bridge_up
-	if "$SCRIPTS/apiserver.sh" status "$DIR" > /dev/null 2>&1 &&
-		! grep -q "server: https://$NODE_IP:" "$DIR/kubeconfig" 2> /dev/null; then
-		die "a control plane not on $NODE_IP runs in $DIR: stop it first (apiserver.sh stop $DIR)"
-	fi
 	serving_cert_for_node_ip
 	TURNA_APISERVER_ADDRESS="$NODE_IP" "$SCRIPTS/apiserver.sh" start "$DIR" --all
 	node_kubeconfig
