@@ -267,6 +267,16 @@ fn pods_run_as_processes_in_their_own_network_namespaces() {
         .find(|n| n.contains(&pod))
         .map(String::from)
         .expect("pod network namespace");
+    // No way off this machine: the pod's only route is the bridge's network.
+    let routes = ok(
+        Command::new("ip")
+            .args(["-n", &netns, "route", "show"])
+            .output()
+            .unwrap(),
+        "ip route",
+    );
+    assert!(!routes.contains("default"), "pod has a default route: {routes}");
+    assert_eq!(routes.lines().count(), 1, "{routes}");
     c.kubectl_ok(&["delete", "pod", &pod, "--wait=true", "--timeout=30s"]);
     // SAFETY: signal 0 only checks existence.
     assert_ne!(
