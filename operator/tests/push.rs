@@ -255,3 +255,172 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
     controller.abort();
     running.serve(async {}).await;
 }
+
+/// A Pod `name` in `ns` running as ServiceAccount `account` with `labels` (never scheduled here).
+async fn pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    account: &str,
+    labels: std::collections::BTreeMap<String, String>,
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    let pod = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            service_account_name: Some(account.into()),
+            containers: vec![Container {
+                name: "proxy".into(),
+                image: Some("turna:test".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create Pod")
+}
+
+/// A token of ServiceAccount `ns/account` bound to `pod`, written to `dir/file`.
+async fn pod_token(
+    client: &kube::Client,
+    ns: &str,
+    account: &str,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    dir: &Path,
+    file: &str,
+) -> std::path::PathBuf {
+    let bound = k8s_openapi::api::authentication::v1::BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+    };
+    let token = common::service_account_token(client, ns, account, Some(bound)).await;
+    let path = dir.join(file);
+    std::fs::write(&path, token).expect("write token");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn proxies_sharing_a_service_account_are_told_apart_by_their_pod() {
+    let client = common::client(&plane().kubeconfig()).await;
+    let ns = plane().fresh_namespace("shared");
+    let home = plane().fresh_namespace("shared-home");
+    let class = format!("turna-{ns}");
+    let backend = backend("shared").await;
+    let port = free_port().await;
+    plane()
+        .apply_yaml(&objects(&ns, &class, port, backend, "/"))
+        .expect("apply objects");
+    let account = "turna-proxy-shared";
+    let mut settings = Kubernetes {
+        gateway_class: class.clone(),
+        controller_id: format!("test/{class}"),
+        port_offset: 0,
+        debounce: Duration::from_millis(50),
+        backend: operator::settings::Backend {
+            allow_external_name: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    settings.status.leader_election.disabled = true;
+    settings.proxy.namespace = home.clone();
+    settings.proxy.image = "turna:test".into();
+    settings.proxy.service_account = account.into();
+    let started = operator::modes::controller::start(
+        client.clone(),
+        operator::modes::controller::Options {
+            push_address: (LOOPBACK, 0).into(),
+            push_names: vec!["127.0.0.1".into()],
+            namespace: Some(home.clone()),
+            ..operator::modes::controller::Options::from_env(settings.clone(), (LOOPBACK, 0).into())
+        },
+    )
+    .await
+    .expect("controller starts");
+    let push_addr = started.push_address();
+    let ca_pem = started.ca_pem().to_string();
+    let controller = tokio::spawn(started.run(std::future::pending()));
+
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let tokens = tempfile::tempdir().expect("tempdir");
+    let push_options = |token_file| client::Options {
+        url: format!("https://{push_addr}").parse().expect("url"),
+        ca_pem: ca_pem.clone(),
+        token_file,
+        endpoints: None,
+    };
+    for namespace in [&home, &ns] {
+        Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+            .create(
+                &PostParams::default(),
+                &ServiceAccount {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(account.into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("create the shared ServiceAccount");
+    }
+    // A proxy pod of the Gateway, as its Deployment labels it, in the proxy namespace.
+    let proxy_pod = pod(&client, &home, "proxy", account, names.selector()).await;
+    let own = pod_token(&client, &home, account, &proxy_pod, tokens.path(), "proxy").await;
+    let running = proxy::start(
+        client.clone(),
+        proxy::Options {
+            settings: Kubernetes {
+                certificate_secret: format!("{home}/{}", names.bundle),
+                health_address: "127.0.0.1:0".into(),
+                address: "127.0.0.1".into(),
+                ..Default::default()
+            },
+            push: push_options(own),
+        },
+    )
+    .await
+    .expect("proxy starts");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    eventually("traffic through the proxy with the shared ServiceAccount", || async {
+        running.dataplane().local_addr(port).await?;
+        get(gateway, "/hello")
+            .await
+            .filter(|r| *r == (200, "shared /hello".into()))
+    })
+    .await;
+
+    // Refused: a pod that is no proxy, the same labels outside the proxy namespace, and a token
+    // bound to no pod.
+    let stranger = pod(&client, &home, "stranger", account, Default::default()).await;
+    let stranger = pod_token(&client, &home, account, &stranger, tokens.path(), "stranger").await;
+    let outside = pod(&client, &ns, "proxy", account, names.selector()).await;
+    let outside = pod_token(&client, &ns, account, &outside, tokens.path(), "outside").await;
+    let unbound = common::service_account_token(&client, &home, account, None).await;
+    let unbound_file = tokens.path().join("unbound");
+    std::fs::write(&unbound_file, unbound).expect("write token");
+    for token in [stranger, outside, unbound_file] {
+        let refused = client::request(
+            &push_options(token.clone()),
+            http::Method::GET,
+            protocol::STREAM_PATH,
+            Bytes::new(),
+        )
+        .await
+        .expect("push server answers");
+        assert_eq!(refused.status(), http::StatusCode::FORBIDDEN, "{}", token.display());
+    }
+
+    controller.abort();
+    running.serve(async {}).await;
+}
