@@ -437,7 +437,8 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     through provisioning and garbage collection."""
     home = variant.home
     deployment = next(d for d in variant.rendered if d["kind"] == "Deployment")
-    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    image = container["image"]
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     config_map_name = next(v["configMap"]["name"] for v in volumes if "configMap" in v)
     config_map = next(d for d in variant.rendered if d["kind"] == "ConfigMap" and d["metadata"]["name"] == config_map_name)
@@ -447,6 +448,10 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     slug = variant.slug
     config_file = work / f"{slug}.turna.yaml"
     config_file.write_text(yaml.safe_dump(config))
+    # The rendered arguments, with this run's configuration file and a free push port.
+    args = [str(config_file) if a == "/etc/turna/turna.yaml" else a for a in container["args"]]
+    service = next(d for d in variant.rendered if d["kind"] == "Service")["metadata"]["name"]
+    push_port = free_port()
 
     # The controller pod whose image the proxies run (POD_NAME; no kubelet runs it).
     pod = f"{variant.deployment}-check"
@@ -474,8 +479,7 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     gateway = "web"
     with open(log_file, "w") as out:
         process = subprocess.Popen(
-            [str(TURNA), "controller", "--config", str(config_file),
-             "--push-address", f"127.0.0.1:{free_port()}", "--push-url", "https://127.0.0.1:9"],
+            [str(TURNA), *args, "--push-address", f"127.0.0.1:{push_port}"],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     try:
@@ -537,6 +541,11 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
             return True
 
         wait_for(f"proxy objects in {proxies}", provisioned, 60, log_file)
+        proxy_args = cluster.json("get", "deployments", "-n", proxies, "-l", selector)["items"][0]["spec"][
+            "template"]["spec"]["containers"][0]["args"]
+        expected = ["--operator", f"https://{service}.{home}.svc:{push_port}", "--operator-service", f"{home}/{service}"]
+        if not all(a in proxy_args for a in expected):
+            raise CheckFailed(f"{variant.name}: the proxy is not told the controller Service: {proxy_args}")
         log(f"{variant.name}: turna controller accepted the Gateway, wrote status and provisioned its proxy in {proxies}")
 
         cluster.kubectl("delete", "gateway", gateway, "-n", apps, "--wait=false")
