@@ -208,6 +208,26 @@ fn pods_run_as_processes_in_their_own_network_namespaces() {
     let c = Cluster::up();
     c.apply(WEB);
 
+    // The Node: Ready, at the bridge address, with its kubelet port, holding its Lease.
+    let node = c.kubectl_ok(&[
+        "get",
+        "node",
+        NODE,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} {.status.addresses[?(@.type==\"InternalIP\")].address} {.status.daemonEndpoints.kubeletEndpoint.Port} {.status.allocatable.pods}",
+    ]);
+    assert_eq!(node.trim(), "True 10.242.0.1 10250 500");
+    let lease = c.kubectl_ok(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-node-lease",
+        NODE,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_eq!(lease, NODE);
+
     // Running and Ready, with an address of the pod CIDR.
     let (pod, ip) = eventually("web pod Ready", 60, || {
         let out = c.kubectl(&["get", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.status.phase} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}"]);
