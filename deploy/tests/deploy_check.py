@@ -5,7 +5,8 @@ against a real kube-apiserver (e2e/scripts/apiserver.sh, Gateway API v1.7.0 CRDs
 For each installation variant (Helm: scope cluster with placement controller and gateway, scope
 namespace; Kustomize: the base and both overlays):
 
-1. render: `helm lint --strict` and `helm template`, or `kustomize build`;
+1. render: `helm lint --strict` and `helm template`, or `kustomize build` (and `kubectl
+   kustomize`, which `kubectl apply -k` uses, renders the same);
 2. server-side dry-run of every rendered object, then apply for real;
 3. RBAC, statically: the rules the rendered (Cluster)Roles grant the controller and proxy
    ServiceAccounts (and the reader ClusterRole's rules) equal deploy/tests/rbac-needs.txt for
@@ -668,6 +669,15 @@ def main() -> int:
             text = (EXAMPLES / name).read_text()
             cluster.dry_run_and_apply(f"deploy/examples/{name}", text, load_all(text), apply=False)
         cluster.dry_run_and_apply("deploy/examples/namespace-scoped-admin.yaml", admin_text, admin)
+
+        # Users apply the Kustomize configurations with `kubectl apply -k`: kubectl's own
+        # kustomize must render the same objects.
+        for variant in all_variants:
+            if variant.lint is None:
+                embedded = load_all(cluster.kubectl("kustomize", variant.render[-1]))
+                if embedded != variant.rendered:
+                    raise CheckFailed(f"{variant.name}: kubectl kustomize renders other objects than kustomize build")
+                log(f"{variant.name}: kubectl kustomize renders the same objects")
 
         for variant in all_variants:
             text = (work / f"{variant.slug}.yaml").read_text()
