@@ -6,7 +6,9 @@
 # 1. builds what is missing (all cached): the turna binary (the ghcr.io/rakunlabs/turna image),
 #    the image binaries (e2e/scripts/build-images.sh), turna-lb, the conformance driver;
 # 2. `make cluster-up` (control plane, node agent, bridge; $E2E_CLUSTER_DIR, default
-#    e2e/.cache/controlplane) and turna-lb on the bridge unless cluster-up started it;
+#    e2e/.cache/cluster; TURNA_CLUSTER_BRIDGE and TURNA_POD_CIDR pick another bridge and pod
+#    network, e.g. next to a development cluster) and turna-lb on the bridge unless cluster-up
+#    started it;
 # 3. per mode, installs Turna the way users do (kubectl apply -k of the Kustomize base:
 #    default -> deploy/kustomize/turna-gateway, gateway-namespace ->
 #    deploy/kustomize/turna-gateway-gateway-namespace), waits for the controller and the
@@ -31,7 +33,13 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $smoke == 1 && $modes == default,gateway-namespace ]] && modes=default
 
-CLUSTER_DIR="${E2E_CLUSTER_DIR:-$ROOT/e2e/.cache/controlplane}"
+CLUSTER_DIR="${E2E_CLUSTER_DIR:-$ROOT/e2e/.cache/cluster}"
+# turna-lb's pool and the suite's static addresses follow the pod network (cluster.sh's
+# TURNA_POD_CIDR): the pool is its x.y.255.0/24, which the node agent never hands out.
+IFS=. read -r o1 o2 _ <<< "${TURNA_POD_CIDR:-10.244.0.0/16}"
+export TURNA_LB_POOL="${TURNA_LB_POOL:-$o1.$o2.255.0/24}"
+export TURNA_CONFORMANCE_USABLE_ADDRESS="${TURNA_CONFORMANCE_USABLE_ADDRESS-$o1.$o2.255.250}"
+export TURNA_CONFORMANCE_UNUSABLE_ADDRESS="${TURNA_CONFORMANCE_UNUSABLE_ADDRESS-$o1.$o2.254.250}"
 overlay_of() {
 	case "$1" in
 	default) echo "$ROOT/deploy/kustomize/turna-gateway" ;;
