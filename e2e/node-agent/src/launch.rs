@@ -52,7 +52,12 @@ pub fn launch(spec: &LaunchSpec) -> Result<std::convert::Infallible> {
     if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
         return Err(Error::io("unshare(CLONE_NEWNS)", std::io::Error::last_os_error()));
     }
-    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    // Slave, as `ip netns exec` does: our mounts stay ours, while unmounts on the host (such as
+    // `ip netns del` of another pod) still reach this namespace.
+    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_SLAVE, None)?;
+    // The copies of other pods' namespace handles would keep those namespaces alive for as
+    // long as this container runs: drop them (not a mount point is fine).
+    detach(Path::new("/run/netns"));
 
     let mut mounts = spec.mounts.clone();
     mounts.sort_by_key(|m| m.target.components().count());
@@ -181,6 +186,14 @@ fn shadow(dir: &Path, stage: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Lazily unmounts `path` and everything below it, ignoring errors.
+fn detach(path: &Path) {
+    if let Ok(p) = cstring(path.as_os_str().as_bytes()) {
+        // SAFETY: `p` is a NUL-terminated string alive during the call.
+        unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) };
+    }
 }
 
 fn cstring(s: &[u8]) -> Result<CString> {

@@ -287,6 +287,16 @@ fn pods_run_as_processes_in_their_own_network_namespaces() {
         .find(|n| n.contains(&pod))
         .map(String::from)
         .expect("pod network namespace");
+    // The container's private mount namespace holds no handles of pod network namespaces
+    // (they would keep deleted pods' namespaces alive).
+    let nsfs = ok(
+        Command::new("nsenter")
+            .args(["-t", &pid.to_string(), "-m", "findmnt", "-n", "-t", "nsfs"])
+            .output()
+            .unwrap(),
+        "findmnt in the container's mount namespace",
+    );
+    assert!(!nsfs.contains("/run/netns"), "{nsfs}");
     // No way off this machine: the pod's only route is the bridge's network.
     let routes = ok(
         Command::new("ip")
