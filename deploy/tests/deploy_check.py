@@ -14,9 +14,14 @@ namespace; Kustomize: the base and both overlays):
 4. RBAC, live: the API server's authorizer (SubjectAccessReview) allows each needed rule to the
    ServiceAccount, and with scope=namespace denies each of them cluster-wide;
 5. the operator itself: `turna controller` runs with the controller ServiceAccount's token and
-   the rendered configuration, accepts a Gateway, writes Gateway and HTTPRoute status,
-   provisions the proxy objects where the placement puts them, garbage-collects them when the
-   Gateway is deleted, and logs no forbidden request.
+   the rendered configuration and arguments, accepts a Gateway, writes Gateway and HTTPRoute
+   status and provisions the proxy objects where the placement puts them;
+6. the provisioned proxy runs as its ServiceAccount (a token bound to a pod of its Deployment)
+   with its Deployment's arguments and ConfigMap, gets its IR from the controller, reads its
+   bundle Secret and the controller Service's EndpointSlices, and serves a request to a
+   backend on loopback;
+7. deleting the Gateway garbage-collects the proxy objects; neither process logs a forbidden
+   request or an error.
 
 The three deploy/examples files pass a server-side dry-run (namespace-scoped-admin.yaml is
 applied: the namespace variants need it).
@@ -40,6 +45,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import http.server
+import threading
+import urllib.request
 
 import yaml
 
@@ -310,8 +319,8 @@ class Cluster:
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         return run([self.kubectl_bin, *args], env=self.env, stdin=stdin, check=check)
 
-    def json(self, *args: str) -> dict:
-        return json.loads(self.kubectl(*args, "-o", "json"))
+    def json(self, *args: str, stdin: str | None = None) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json", stdin=stdin))
 
     def ensure_namespaces(self, docs: list[dict]) -> None:
         names = {d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")}
@@ -393,6 +402,55 @@ def check_live_rbac(cluster: Cluster, variant: Variant) -> None:
 # ------------------------------------------------------------------ the operator
 
 
+def write_kubeconfig(cluster: "Cluster", path: Path, token: str, namespace: str) -> None:
+    """A kubeconfig of the control plane with a ServiceAccount token."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cluster.env["TURNA_APISERVER_URL"],
+                                                 "certificate-authority": cluster.env["TURNA_APISERVER_CA"]}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": namespace}}],
+        "current-context": "c",
+    }))
+
+
+class Backend:
+    """An HTTP backend on 127.0.0.1 answering every GET with a fixed body."""
+
+    BODY = b"hello from the deploy-check backend\n"
+
+    def __init__(self):
+        body = self.BODY
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -444,15 +502,23 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     config_map_name = next(v["configMap"]["name"] for v in volumes if "configMap" in v)
     config_map = next(d for d in variant.rendered if d["kind"] == "ConfigMap" and d["metadata"]["name"] == config_map_name)
     config = yaml.safe_load(config_map["data"]["turna.yaml"])
-    health = free_port()
-    config["providers"]["kubernetes"]["health_address"] = f"127.0.0.1:{health}"
+    provider = config["providers"]["kubernetes"]
+    provider["health_address"] = f"127.0.0.1:{free_port()}"
+    # The test backend listens on loopback, which EndpointSlices cannot name: an ExternalName
+    # Service for localhost reaches it.
+    provider.setdefault("backend", {})["allow_external_name"] = True
     slug = variant.slug
     config_file = work / f"{slug}.turna.yaml"
     config_file.write_text(yaml.safe_dump(config))
-    # The rendered arguments, with this run's configuration file and a free push port.
+    # The rendered arguments, with this run's configuration file and a push server the proxy
+    # reaches on loopback (no cluster DNS for the Service name here).
     args = [str(config_file) if a == "/etc/turna/turna.yaml" else a for a in container["args"]]
     service = next(d for d in variant.rendered if d["kind"] == "Service")["metadata"]["name"]
     push_port = free_port()
+    args += ["--push-address", f"127.0.0.1:{push_port}", "--push-url", f"https://127.0.0.1:{push_port}"]
+    # The proxy binds listener port + port_offset: pick a free one.
+    bind_port = free_port()
+    listener_port = bind_port - int(provider.get("port_offset", 8000))
 
     # The controller pod whose image the proxies run (POD_NAME; no kubelet runs it).
     pod = f"{variant.deployment}-check"
@@ -464,14 +530,7 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     }))
     token = cluster.kubectl("create", "token", variant.controller_sa, "-n", home, "--duration=1h").strip()
     kubeconfig = work / f"{slug}.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": cluster.env["TURNA_APISERVER_URL"],
-                                                 "certificate-authority": cluster.env["TURNA_APISERVER_CA"]}}],
-        "users": [{"name": "u", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": home}}],
-        "current-context": "c",
-    }))
+    write_kubeconfig(cluster, kubeconfig, token, home)
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
     env.update(KUBECONFIG=str(kubeconfig), POD_NAME=pod, POD_NAMESPACE=home, POD_IP="127.0.0.1",
                RUST_LOG="info,kube=warn", NO_COLOR="1")
@@ -480,20 +539,22 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     gateway = "web"
     with open(log_file, "w") as out:
         process = subprocess.Popen(
-            [str(TURNA), *args, "--push-address", f"127.0.0.1:{push_port}"],
+            [str(TURNA), *args],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )
+    backend = Backend()
     try:
         manifests = [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": apps}},
             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": apps},
-             "spec": {"selector": {"app": "echo"}, "ports": [{"name": "http", "port": 80, "targetPort": 3000}]}},
+             "spec": {"type": "ExternalName", "externalName": "localhost",
+                      "ports": [{"name": "http", "port": backend.port}]}},
             {"apiVersion": f"{GROUP}/v1", "kind": "Gateway", "metadata": {"name": gateway, "namespace": apps},
              "spec": {"gatewayClassName": variant.gateway_class,
-                      "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
+                      "listeners": [{"name": "http", "port": listener_port, "protocol": "HTTP"}]}},
             {"apiVersion": f"{GROUP}/v1", "kind": "HTTPRoute", "metadata": {"name": "echo", "namespace": apps},
              "spec": {"parentRefs": [{"name": gateway}],
-                      "rules": [{"backendRefs": [{"name": "echo", "port": 80}]}]}},
+                      "rules": [{"backendRefs": [{"name": "echo", "port": backend.port}]}]}},
         ]
         if variant.scope == "namespace":
             manifests = manifests[1:]
@@ -544,10 +605,10 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
         wait_for(f"proxy objects in {proxies}", provisioned, 60, log_file)
         proxy_args = cluster.json("get", "deployments", "-n", proxies, "-l", selector)["items"][0]["spec"][
             "template"]["spec"]["containers"][0]["args"]
-        expected = ["--operator", f"https://{service}.{home}.svc:{push_port}", "--operator-service", f"{home}/{service}"]
-        if not all(a in proxy_args for a in expected):
+        if f"{home}/{service}" not in proxy_args:
             raise CheckFailed(f"{variant.name}: the proxy is not told the controller Service: {proxy_args}")
         log(f"{variant.name}: turna controller accepted the Gateway, wrote status and provisioned its proxy in {proxies}")
+        check_proxy(cluster, variant, work, proxies, selector, bind_port, log_file)
 
         cluster.kubectl("delete", "gateway", gateway, "-n", apps, "--wait=false")
 
@@ -563,16 +624,73 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
             raise CheckFailed(f"{variant.name}: the controller logged refusals or errors:\n" + "\n".join(refused[:10]))
         log(f"{variant.name}: garbage collection removed the proxy; nothing refused, no error logged")
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process)
+        backend.close()
         cluster.kubectl("delete", "httproute,service", "echo", "-n", apps, "--ignore-not-found", "--wait=false",
                         check=False)
         cluster.kubectl("delete", "pod", pod, "-n", home, "--ignore-not-found", "--wait=false", check=False)
+
+
+def check_proxy(cluster: Cluster, variant: Variant, work: Path, proxies: str, selector: str, bind_port: int,
+                controller_log: Path) -> None:
+    """Runs the provisioned proxy as its ServiceAccount, with a token bound to a pod of its
+    Deployment as the kubelet would mount it: it gets its IR from the controller's push server,
+    reads its bundle Secret and the controller Service's EndpointSlices, and serves a request."""
+    deployment = cluster.json("get", "deployments", "-n", proxies, "-l", selector)["items"][0]
+    template = deployment["spec"]["template"]
+    container = template["spec"]["containers"][0]
+    account = template["spec"]["serviceAccountName"]
+    config_map = next(v["configMap"]["name"] for v in template["spec"]["volumes"] if "configMap" in v)
+    data = cluster.json("get", "configmap", config_map, "-n", proxies)["data"]
+    config = yaml.safe_load(data["turna.yaml"])
+    config["providers"]["kubernetes"]["health_address"] = f"127.0.0.1:{free_port()}"
+    slug = variant.slug
+    files = {
+        "/etc/turna/turna.yaml": work / f"{slug}.proxy.turna.yaml",
+        "/etc/turna/push-ca.crt": work / f"{slug}.proxy.push-ca.crt",
+    }
+    files["/etc/turna/turna.yaml"].write_text(yaml.safe_dump(config))
+    files["/etc/turna/push-ca.crt"].write_text(data["push-ca.crt"])
+
+    pod = f"{deployment['metadata']['name']}-check"
+    created = cluster.json("create", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": proxies, "labels": template["metadata"]["labels"]},
+        "spec": {"serviceAccountName": account, "containers": [{"name": "proxy", "image": container["image"]}]},
+    }))
+    token = cluster.kubectl("create", "token", account, "-n", proxies, "--duration=1h",
+                            "--bound-object-kind=Pod", f"--bound-object-name={pod}",
+                            f"--bound-object-uid={created['metadata']['uid']}").strip()
+    token_file = work / f"{slug}.proxy.token"
+    token_file.write_text(token)
+    kubeconfig = work / f"{slug}.proxy.kubeconfig"
+    write_kubeconfig(cluster, kubeconfig, token, proxies)
+    args = [str(files.get(a, a)) for a in container["args"]] + ["--token-file", str(token_file)]
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(KUBECONFIG=str(kubeconfig), POD_NAME=pod, POD_NAMESPACE=proxies, RUST_LOG="info,kube=warn",
+               NO_COLOR="1")
+    log_file = work / f"{slug}.proxy.log"
+    with open(log_file, "w") as out:
+        process = subprocess.Popen([str(TURNA), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def served():
+            if process.poll() is not None:
+                raise ControllerExited(f"turna proxy exited with {process.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{bind_port}/", timeout=2) as response:
+                    return response.status == 200 and response.read() == Backend.BODY
+            except OSError as error:
+                raise CheckFailed(f"request through the proxy: {error}") from error
+
+        wait_for(f"a request through the proxy (127.0.0.1:{bind_port})", served, 60, log_file)
+        refused = [line for line in log_file.read_text().splitlines()
+                   if "forbidden" in line.lower() or " ERROR " in line]
+        if refused:
+            raise CheckFailed(f"{variant.name}: the proxy logged refusals or errors:\n" + "\n".join(refused[:10]))
+        log(f"{variant.name}: the proxy ({account}) got its IR and served a request; nothing refused")
+    finally:
+        stop(process)
+        cluster.kubectl("delete", "pod", pod, "-n", proxies, "--ignore-not-found", "--wait=false", check=False)
 
 
 def check_image_override(kustomize: str, work: Path) -> None:
