@@ -745,7 +745,8 @@ def main() -> int:
     helm, kustomize = str(tools / "helm"), str(tools / "kustomize")
     if not os.environ.get("TURNA_BIN"):
         log("building turna")
-        run(["cargo", "build", "--quiet", "-p", "turna-operator", "--bin", "turna"])
+        # As scripts/quickstart.sh builds it, so `make test` builds it once.
+        run(["cargo", "build", "--quiet", "--bin", "turna"])
 
     work = Path(tempfile.mkdtemp(prefix="turna-deploy-check."))
     failures = 0
