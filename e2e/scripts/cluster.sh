@@ -16,7 +16,7 @@
 # Environment (defaults): TURNA_CLUSTER_BRIDGE (turna0), TURNA_POD_CIDR (10.244.0.0/16; the
 # bridge and node IP is its first address), TURNA_NODE_NAME (turna-node), TURNA_IMAGE_MAP
 # (e2e/cluster/images.yaml), TURNA_NODE_AGENT_BIN (default: built with cargo into target/debug),
-# TURNA_KUSTOMIZE_DIR (deploy/kustomize/turna-gateway).
+# TURNA_KUSTOMIZE_DIR (deploy/kustomize/turna-gateway), TURNA_LB_POOL (the CIDR's last /24).
 set -euo pipefail
 # shellcheck source=e2e/scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -48,6 +48,9 @@ AGENT_BIN="${TURNA_NODE_AGENT_BIN:-}"
 PREFIX="${POD_CIDR#*/}"
 IFS=. read -r o1 o2 o3 o4 <<< "${POD_CIDR%/*}"
 NODE_IP="$o1.$o2.$o3.$((o4 + 1))"
+# Load-balancer addresses: the last /24 of the pod CIDR, which the node agent never hands out.
+lb_base=$(((o1 << 24 | o2 << 16 | o3 << 8 | o4) + (1 << (32 - PREFIX)) - 256))
+LB_POOL="${TURNA_LB_POOL:-$((lb_base >> 24 & 255)).$((lb_base >> 16 & 255)).$((lb_base >> 8 & 255)).0/24}"
 RUN="$DIR/run"
 LOGS="$DIR/logs"
 PKI="$DIR/pki"
@@ -173,8 +176,8 @@ install_turna() {
 	log "installing Turna from $KUSTOMIZE_DIR"
 	kubectl_admin apply --server-side --force-conflicts -k "$KUSTOMIZE_DIR" > "$LOGS/turna-install.log"
 	local ns
-	for ns in $(kubectl_admin get deploy -A -l app.kubernetes.io/name=turna-gateway -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{end}' 2> /dev/null); do
-		kubectl_admin -n "$ns" wait --for=condition=Available deploy -l app.kubernetes.io/name=turna-gateway --timeout=180s >> "$LOGS/turna-install.log"
+	for ns in $(kubectl_admin get deploy -A -l app.kubernetes.io/name=turna-gateway,app.kubernetes.io/component=controller -o jsonpath='{range .items[*]}{.metadata.namespace}{" "}{end}' 2> /dev/null); do
+		kubectl_admin -n "$ns" wait --for=condition=Available deploy -l app.kubernetes.io/name=turna-gateway,app.kubernetes.io/component=controller --timeout=180s >> "$LOGS/turna-install.log"
 	done
 	log "Turna installed"
 }
@@ -229,7 +232,10 @@ up)
 	start_agent
 	if [[ $addons == 1 ]]; then
 		if [[ -x "$SCRIPTS/lb-controller.sh" ]]; then
-			TURNA_LB_INTERFACE="$BRIDGE" "$SCRIPTS/lb-controller.sh" start "$DIR"
+			# Bounded: it may build turna-lb first, and must not hang cluster-up forever.
+			TURNA_LB_INTERFACE="$BRIDGE" TURNA_LB_POOL="$LB_POOL" \
+				timeout "${TURNA_LB_START_TIMEOUT:-900}" "$SCRIPTS/lb-controller.sh" start "$DIR" ||
+				die "lb-controller.sh start failed or timed out"
 		fi
 		install_turna
 	fi
