@@ -182,6 +182,21 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
+metadata: {name: exec-ready}
+spec:
+  containers:
+  - name: main
+    image: turna.test/python
+    args: ["-c", "import time; time.sleep(3600)"]
+    readinessProbe:
+      exec:
+        command: ["python3", "-c", "import os, sys; sys.exit(0 if os.path.exists('/etc/web/greeting') else 1)"]
+      periodSeconds: 1
+    volumeMounts: [{name: secret, mountPath: /etc/web}]
+  volumes: [{name: secret, secret: {secretName: web-secret}}]
+---
+apiVersion: v1
+kind: Pod
 metadata: {name: crasher}
 spec:
   containers:
@@ -261,6 +276,19 @@ fn pods_run_as_processes_in_their_own_network_namespaces() {
     let tail = c.kubectl_ok(&["logs", &pod, "--tail=1"]);
     assert_eq!(tail.lines().count(), 1, "{tail}");
     assert!(tail.contains("GET / HTTP/1.1"), "the request shows in the log: {tail}");
+
+    // An exec probe runs in the container's namespaces: the Secret volume is only there.
+    assert!(!Path::new("/etc/web").exists(), "the host must not see pod mounts");
+    eventually("exec-ready Ready", 30, || {
+        let out = c.kubectl_ok(&[
+            "get",
+            "pod",
+            "exec-ready",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (out == "True").then_some(())
+    });
 
     // Restarts with back-off and a counted restart, with the last exit code.
     let last = eventually("crasher restarted", 30, || {

@@ -1,4 +1,5 @@
-//! Readiness and liveness probes (httpGet, tcpSocket; gRPC as a TCP connect), and the readiness
+//! Readiness and liveness probes (httpGet, tcpSocket; gRPC as a TCP connect; exec is run by the
+//! pod worker through the launcher), and the readiness
 //! of a container without a readiness probe: its port is open in the pod's network namespace.
 
 use std::net::{IpAddr, SocketAddr};
@@ -69,8 +70,8 @@ pub async fn check(probe: &Probe, container: &Container, ip: IpAddr) -> bool {
             let Ok(port) = u16::try_from(g.port) else { return false };
             TcpStream::connect(SocketAddr::new(ip, port)).await.is_ok()
         } else {
-            // exec probes would need the container's namespaces; treated as passing.
-            true
+            // exec probes run in the container's namespaces: the pod worker does them.
+            false
         }
     };
     tokio::time::timeout(timeout, fut).await.unwrap_or(false)

@@ -14,6 +14,40 @@ pub struct ContainerProcess {
     pub pid: i32,
 }
 
+/// Runs `spec` (an exec probe) to completion within `timeout`: its exit code, or `None` when it
+/// could not start or was killed at the deadline. Output is discarded.
+pub async fn run_to_completion(
+    agent_exe: &Path,
+    spec: &LaunchSpec,
+    spec_path: &Path,
+    timeout: std::time::Duration,
+) -> Option<i32> {
+    let json = serde_json::to_vec(spec).ok()?;
+    std::fs::write(spec_path, json).ok()?;
+    let mut child = tokio::process::Command::new(agent_exe)
+        .arg("launch")
+        .arg(spec_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .env_clear()
+        .env("RUST_LOG", "error")
+        .spawn()
+        .ok()?;
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(status) => status.ok().map(exit_code),
+        Err(_) => {
+            if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+                // SAFETY: kill has no memory-safety preconditions; -pid names the group.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+            let _ = child.wait().await;
+            None
+        }
+    }
+}
+
 /// Where a container's output goes: `<pod dir>/logs/<container>/<restart count>.log`.
 pub fn log_path(pod_dir: &Path, container: &str, restart_count: i32) -> PathBuf {
     pod_dir

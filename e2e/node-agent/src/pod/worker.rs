@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -56,6 +56,8 @@ struct Ctr {
     container_id: Option<String>,
     /// Finished and not to be restarted.
     done: bool,
+    /// How the current run was started (exec probes run the same way).
+    launch: Option<LaunchSpec>,
 }
 
 /// The state of one pod bound to this node.
@@ -123,6 +125,7 @@ impl PodWorker {
                 image_id: String::new(),
                 container_id: None,
                 done: false,
+                launch: None,
             })
             .collect();
         let mut clock = ConditionClock::default();
@@ -402,6 +405,7 @@ impl PodWorker {
         c.next_readiness = Instant::now() + delay(spec.readiness_probe.as_ref());
         c.next_liveness = Instant::now() + delay(spec.liveness_probe.as_ref());
         c.proc = Some(proc);
+        c.launch = Some(launch);
         Ok(())
     }
 
@@ -409,13 +413,11 @@ impl PodWorker {
     /// failureThreshold failures; it restarts per restartPolicy).
     async fn probe(&mut self, i: usize) {
         let ip: IpAddr = self.ip.unwrap_or(self.shared.cfg.node_ip()).into();
-        let netns_inode = self.netns_inode;
-        let c = &mut self.ctrs[i];
-        let Some(pid) = c.proc.as_ref().map(|p| p.pid) else {
+        let Some(pid) = self.ctrs[i].proc.as_ref().map(|p| p.pid) else {
             return;
         };
         let now = Instant::now();
-        let period = |p: &k8s_openapi::api::core::v1::Probe| {
+        let period = |p: &Probe| {
             Duration::from_secs(
                 p.period_seconds
                     .and_then(|s| u64::try_from(s).ok())
@@ -423,10 +425,11 @@ impl PodWorker {
                     .max(1),
             )
         };
-        match c.spec.readiness_probe.clone() {
+        match self.ctrs[i].spec.readiness_probe.clone() {
             Some(p) => {
-                if now >= c.next_readiness {
-                    let ok = probe::check(&p, &c.spec, ip).await;
+                if now >= self.ctrs[i].next_readiness {
+                    let ok = self.run_probe(i, &p, ip).await;
+                    let c = &mut self.ctrs[i];
                     c.readiness.record(&p, ok);
                     c.ready = c.readiness.passing;
                     // Until first ready, probe every second so pods become ready promptly.
@@ -434,19 +437,21 @@ impl PodWorker {
                 }
             }
             None => {
+                let c = &mut self.ctrs[i];
                 let port = c.spec.ports.iter().flatten().next().and_then(|p| {
                     Some((
                         u16::try_from(p.container_port).ok()?,
                         p.protocol.as_deref() == Some("UDP"),
                     ))
                 });
-                c.ready = probe::listening(pid, netns_inode, port);
+                c.ready = probe::listening(pid, self.netns_inode, port);
             }
         }
-        if let Some(p) = c.spec.liveness_probe.clone()
-            && now >= c.next_liveness
+        if let Some(p) = self.ctrs[i].spec.liveness_probe.clone()
+            && now >= self.ctrs[i].next_liveness
         {
-            let ok = probe::check(&p, &c.spec, ip).await;
+            let ok = self.run_probe(i, &p, ip).await;
+            let c = &mut self.ctrs[i];
             c.liveness.record(&p, ok);
             c.next_liveness = now + period(&p);
             if c.liveness.failures >= p.failure_threshold.unwrap_or(3).max(1) {
@@ -457,6 +462,33 @@ impl PodWorker {
                 c.liveness = ProbeState::default();
             }
         }
+    }
+
+    /// One probe run: exec in the container's namespaces, the others over the network.
+    async fn run_probe(&self, i: usize, p: &Probe, ip: IpAddr) -> bool {
+        let Some(exec) = &p.exec else {
+            return probe::check(p, &self.ctrs[i].spec, ip).await;
+        };
+        let c = &self.ctrs[i];
+        let Some(base) = &c.launch else { return false };
+        let image = c.spec.image.clone().unwrap_or_default();
+        let command = exec.command.clone().unwrap_or_default();
+        let argv = match self.shared.images.argv(&image, &command, &[]) {
+            Ok(argv) => argv,
+            Err(e) => {
+                tracing::debug!(namespace = %self.namespace, pod = %self.name, container = %c.spec.name, error = %e, "exec probe");
+                return false;
+            }
+        };
+        let spec = LaunchSpec { argv, ..base.clone() };
+        let path = self.dir.join("containers").join(format!("{}.probe.json", c.spec.name));
+        let timeout = Duration::from_secs(
+            p.timeout_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .unwrap_or(1)
+                .max(1),
+        );
+        process::run_to_completion(&self.shared.exe, &spec, &path, timeout).await == Some(0)
     }
 
     async fn report(&mut self) {
