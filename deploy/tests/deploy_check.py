@@ -712,6 +712,26 @@ def check_image_override(kustomize: str, work: Path) -> None:
     log("kustomize turna-gateway: kustomize edit set image maps the controller image")
 
 
+def check_namespace_change(kustomize: str, work: Path) -> None:
+    """Changing `namespace:` in the base's kustomization.yaml moves everything, including the
+    ServiceAccount subjects of both configurations built on the base."""
+    copy = work / "namespace-change"
+    shutil.copytree(KUSTOMIZE, copy)
+    base = copy / "turna-gateway/kustomization.yaml"
+    text = base.read_text()
+    if "namespace: turna-system\n" not in text:
+        raise CheckFailed("deploy/kustomize/turna-gateway/kustomization.yaml sets no namespace: turna-system")
+    base.write_text(text.replace("namespace: turna-system\n", "namespace: gateways\n"))
+    for name in ("turna-gateway", "turna-gateway-gateway-namespace"):
+        docs = load_all(run([kustomize, "build", str(copy / name)]))
+        namespaces = {d["metadata"].get("namespace") for d in docs} - {None}
+        namespaces |= {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
+        namespaces |= {s.get("namespace") for d in docs for s in d.get("subjects") or []}
+        if namespaces != {"gateways"}:
+            raise CheckFailed(f"kustomize {name} with the base in namespace gateways uses namespaces {namespaces}")
+    log("kustomize: a namespace set in the base's kustomization.yaml moves every object and subject")
+
+
 def check_extra_config(helm: str, work: Path) -> None:
     """extraConfig is merged key by key over the generated configuration, and turna accepts the
     result (unknown keys would be refused)."""
@@ -763,6 +783,7 @@ def main() -> int:
             variant.rendered = load_all(text)
             log(f"{variant.name}: rendered {len(variant.rendered)} objects")
         check_image_override(kustomize, work)
+        check_namespace_change(kustomize, work)
         check_extra_config(helm, work)
         # Values product.md forbids are refused.
         for values in (["scope=namespace", "gatewayClass.create=false", "proxy.placement=gateway"],
