@@ -2,6 +2,7 @@
 # shellcheck shell=bash disable=SC2034  # variables for the scripts that source this
 
 # The e2e tools' toolchain and flags (e2e/scripts/lib.sh), so both share one Go build cache.
+# shellcheck source=e2e/scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../e2e/scripts/lib.sh"
 
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
