@@ -25,8 +25,12 @@ const STATUS_HEARTBEAT: Duration = Duration::from_secs(60);
 /// node lifecycle controller, which this cluster does not run.
 const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
+/// The conditions do not change while the agent runs: they changed when it started.
+static STARTED: std::sync::OnceLock<Time> = std::sync::OnceLock::new();
+
 fn status(cfg: &AgentConfig) -> NodeStatus {
     let now = Time(Timestamp::now());
+    let since = STARTED.get_or_init(|| now.clone()).clone();
     let q = |s: &str| Quantity(s.to_string());
     let resources: BTreeMap<String, Quantity> = [
         ("cpu".to_string(), q(&cfg.capacity_cpu)),
@@ -41,7 +45,7 @@ fn status(cfg: &AgentConfig) -> NodeStatus {
         reason: Some(reason.into()),
         message: Some(message.into()),
         last_heartbeat_time: Some(now.clone()),
-        last_transition_time: Some(now.clone()),
+        last_transition_time: Some(since.clone()),
     };
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();

@@ -363,6 +363,16 @@ impl PodWorker {
     }
 
     async fn start(&mut self, i: usize, sources: &mut Sources) -> Result<()> {
+        if self
+            .pod
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.init_containers.as_ref().is_some_and(|c| !c.is_empty()))
+        {
+            return Err(Error::PodConfig(
+                "initContainers are not supported by the e2e node agent".into(),
+            ));
+        }
         let spec = self.ctrs[i].spec.clone();
         let addrs = self.addrs();
         let env = env::resolve(&self.pod, &spec, &addrs, &self.shared.apiserver, sources).await?;
