@@ -165,7 +165,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let shared = Arc::new(Shared {
         ipam: Mutex::new(Ipam::new(cfg.pod_cidr)),
-        exe: std::env::current_exe()?,
+        // This very binary even after a rebuild replaced the file: containers must not start
+        // whatever now lies at our path (or fail while it is being written).
+        exe: PathBuf::from("/proc/self/exe"),
         cfg: cfg.clone(),
         client: client.clone(),
         images,

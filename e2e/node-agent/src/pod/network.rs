@@ -4,8 +4,9 @@
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
+use std::path::Path;
 
-use crate::cmd::ip;
+use crate::cmd::{ip, ip_batch};
 use crate::config::Ipv4Net;
 use crate::error::Result;
 
@@ -74,37 +75,58 @@ pub fn host_veth_name(netns: &str) -> String {
     format!("tv{:013x}", h & 0x000f_ffff_ffff_ffff)
 }
 
-/// Creates network namespace `netns` with `eth0` at `addr` on `bridge`.
+/// Creates network namespace `netns` with `eth0` at `addr` on `bridge` (two `ip -batch` runs).
 pub async fn create_sandbox(netns: &str, bridge: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
     let veth = host_veth_name(netns);
     // A leftover of a failed attempt would make `netns add` fail.
-    remove_sandbox(netns).await;
-    ip(&["netns", "add", netns]).await?;
-    ip(&[
-        "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", netns,
-    ])
+    if Path::new("/run/netns").join(netns).exists() || link_exists(&veth) {
+        remove_sandbox(netns).await;
+    }
+    ip_batch(
+        None,
+        &[
+            format!("netns add {netns}"),
+            format!("link add {veth} type veth peer name eth0 netns {netns}"),
+            format!("link set dev {veth} master {bridge} up"),
+        ],
+    )
     .await?;
-    ip(&["link", "set", "dev", &veth, "master", bridge, "up"]).await?;
-    let cidr = format!("{addr}/{prefix}");
-    ip(&["-n", netns, "addr", "add", &cidr, "dev", "eth0"]).await?;
-    ip(&["-n", netns, "link", "set", "dev", "eth0", "up"]).await?;
-    ip(&["-n", netns, "link", "set", "dev", "lo", "up"]).await?;
+    ip_batch(
+        Some(netns),
+        &[
+            format!("addr add {addr}/{prefix} dev eth0"),
+            "link set dev eth0 up".to_string(),
+            "link set dev lo up".to_string(),
+        ],
+    )
+    .await?;
     Ok(())
+}
+
+fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
 }
 
 /// Kills whatever still runs in `netns` and deletes it with its veth. Errors are logged: this
 /// runs on cleanup paths where the namespace may already be gone.
 pub async fn remove_sandbox(netns: &str) {
-    if let Ok(pids) = ip(&["netns", "pids", netns]).await {
-        for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+    if Path::new("/run/netns").join(netns).exists() {
+        if let Ok(pids) = ip(&["netns", "pids", netns]).await {
+            for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        match ip(&["netns", "del", netns]).await {
+            Ok(_) => tracing::debug!(netns, "network namespace deleted"),
+            Err(e) => tracing::warn!(netns, error = %e, "deleting network namespace"),
         }
     }
-    if ip(&["netns", "del", netns]).await.is_ok() {
-        tracing::debug!(netns, "network namespace deleted");
+    // Normally gone with the namespace.
+    let veth = host_veth_name(netns);
+    if link_exists(&veth) {
+        let _ = ip(&["link", "del", "dev", &veth]).await;
     }
-    let _ = ip(&["link", "del", "dev", &host_veth_name(netns)]).await;
 }
 
 /// Removes the namespaces (and their processes) and veths a previous run of this node left.
