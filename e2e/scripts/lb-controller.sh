@@ -65,7 +65,8 @@ start)
 	args=(--kubeconfig "$dir/kubeconfig" --pool "${TURNA_LB_POOL:-10.244.255.0/24}"
 		--interface "${TURNA_LB_INTERFACE:-turna0}")
 	[[ "${TURNA_LB_CREATE_INTERFACE:-0}" == 1 ]] && args+=(--create-interface)
-	nohup "$LB_BIN" "${args[@]}" "$@" >> "$dir/logs/turna-lb.log" 2>&1 < /dev/null &
+	# 8>&-: the build lock must not outlive the build in the daemon, or the next start waits for it.
+	nohup "$LB_BIN" "${args[@]}" "$@" >> "$dir/logs/turna-lb.log" 2>&1 < /dev/null 8>&- &
 	echo $! > "$dir/run/turna-lb.pid"
 	for _ in $(seq 1 300); do
 		if grep -q "caches synced" "$dir/logs/turna-lb.log" 2>/dev/null; then
