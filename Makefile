@@ -1,7 +1,8 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator deploy-tools deploy-check
+.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator \
+	bench-dataplane bench-dataplane-instructions fuzz-dataplane deploy-tools deploy-check
 
 all: build
 
@@ -51,6 +52,15 @@ bench-translator:
 ## wrk, h2load, nginx and haproxy when missing. THREADS, DURATION and ROUNDS tune it.
 bench-dataplane:
 	dataplane/bench/run.sh
+
+## bench-dataplane-instructions: instructions per proxied request (callgrind), Turna and nginx.
+bench-dataplane-instructions:
+	dataplane/bench/callgrind.sh
+
+## fuzz-dataplane: bounded cargo-fuzz runs (FUZZ_SECONDS per target, default 60) of the IR
+## validation and the ClientHello/SNI peek; needs nightly, installs cargo-fuzz when missing.
+fuzz-dataplane:
+	dataplane/fuzz/run.sh
 
 bench: bench-translator
 

@@ -132,6 +132,16 @@ proptest! {
     }
 
     #[test]
+    fn client_hellos_name_their_server_and_prefixes_are_incomplete(
+        name in "[a-z0-9-]{1,20}(\\.[a-z0-9-]{1,20}){0,3}",
+        cut in 0usize..1000,
+    ) {
+        let hello = common::stream::client_hello(&name);
+        prop_assert_eq!(sni::parse(&hello), sni::ClientHello::ServerName(Some(name.clone())));
+        prop_assert_eq!(sni::parse(&hello[..cut % hello.len()]), sni::ClientHello::Incomplete);
+    }
+
+    #[test]
     fn corrupted_client_hellos_never_panic(position in 0usize..200, value in any::<u8>(), cut in 0usize..200) {
         let mut hello = common::stream::client_hello("a.example.com");
         let len = hello.len();

@@ -277,44 +277,55 @@ fn take_parts(parts: &mut Parts) -> Parts {
     std::mem::replace(parts, Request::new(()).into_parts().0)
 }
 
+/// The hop-by-hop headers; `Connection` first.
+const HOP_BY_HOP: [header::HeaderName; 9] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::TRAILER,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::HeaderName::from_static("keep-alive"),
+    header::HeaderName::from_static("proxy-connection"),
+];
+
 /// Removes headers that describe one hop, including those named by `Connection`; `te: trailers`
 /// stays (gRPC needs it).
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
-    // One pass over the names is cheaper than a dozen hashed removals, and most messages carry
-    // none of them (or only Connection).
-    if !headers.keys().any(is_hop_by_hop) {
+    // One pass over the names finds which are there: most messages carry none of them, or only
+    // `Connection: keep-alive`, which costs one removal.
+    let mut found = 0u16;
+    for name in headers.keys() {
+        if let Some(index) = HOP_BY_HOP.iter().position(|h| h == name) {
+            found |= 1 << index;
+        }
+    }
+    if found == 0 {
         return;
     }
-    let te_trailers = headers.get(header::TE).is_some_and(|te| te == "trailers");
-    let mut doomed: Vec<header::HeaderName> = headers
-        .keys()
-        .filter(|n| is_hop_by_hop(n) && !(te_trailers && *n == header::TE))
-        .cloned()
-        .collect();
     // Names listed by Connection (usually only "keep-alive" or "close").
-    for value in headers.get_all(header::CONNECTION) {
-        let Ok(value) = value.to_str() else { continue };
-        for name in value.split(',').map(str::trim) {
-            let listed = !name.eq_ignore_ascii_case("close") && !name.eq_ignore_ascii_case("keep-alive");
-            if listed && let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {
-                doomed.push(name);
+    let mut listed = Vec::new();
+    if found & 1 != 0 {
+        for value in headers.get_all(header::CONNECTION) {
+            let Ok(value) = value.to_str() else { continue };
+            for name in value.split(',').map(str::trim) {
+                let hop = name.eq_ignore_ascii_case("close") || name.eq_ignore_ascii_case("keep-alive");
+                if !hop && let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {
+                    listed.push(name);
+                }
             }
         }
     }
-    for name in doomed {
-        headers.remove(name);
+    let te_trailers = headers.get(header::TE).is_some_and(|te| te == "trailers");
+    for (index, name) in HOP_BY_HOP.iter().enumerate() {
+        if found & (1 << index) != 0 && !(te_trailers && *name == header::TE) {
+            headers.remove(name);
+        }
     }
-}
-
-/// Whether `strip_hop_by_hop` has something to do for a header named `name`.
-fn is_hop_by_hop(name: &header::HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::TRANSFER_ENCODING
-        || name == header::UPGRADE
-        || name == header::TRAILER
-        || name == header::PROXY_AUTHENTICATE
-        || name == header::PROXY_AUTHORIZATION
-        || name == header::TE
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
+    for name in listed {
+        if !(te_trailers && name == header::TE) {
+            headers.remove(name);
+        }
+    }
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Instructions per proxied request (valgrind callgrind), Turna against nginx: the same job as
+# run.sh (one route, the nginx backend serving 1 KiB, keep-alive), counted in user space so the
+# figure does not depend on the machine's load. REQUESTS per load (default 5000), after a
+# warm-up of the same size. Loads: HTTP/1.1 with 1 and 64 connections, h2c with 16x8 streams.
+# TURNA_SERVE names a prebuilt examples/serve binary; by default it is built.
+set -euo pipefail
+
+REQUESTS=${REQUESTS:-5000}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+DIR=$(mktemp -d)
+chmod 755 "$DIR"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+for tool in valgrind callgrind_control h2load nginx; do
+  command -v "$tool" >/dev/null || { echo "needs $tool (valgrind, nghttp2-client, nginx-light)" >&2; exit 1; }
+done
+if [ -z "${TURNA_SERVE:-}" ]; then
+  cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
+  TURNA_SERVE=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/serve
+fi
+head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
+for f in backend.conf nginx.conf; do
+  sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|1|g" "$HERE/$f" > "$DIR/$f"
+done
+# nginx as one process, so callgrind sees the process that serves.
+sed -i '1i master_process off;' "$DIR/nginx.conf"
+nginx -c "$DIR/backend.conf" & PIDS+=($!)
+
+load() { # port kind
+  case $2 in
+    c1) h2load --h1 -n "$REQUESTS" -c1 "http://127.0.0.1:$1/" >/dev/null ;;
+    c64) h2load --h1 -n "$REQUESTS" -c64 "http://127.0.0.1:$1/" >/dev/null ;;
+    h2) h2load -n "$REQUESTS" -c16 -m8 "http://127.0.0.1:$1/" >/dev/null ;;
+  esac
+}
+
+measure() { # name port h2port command...
+  local name=$1 port=$2 h2port=$3
+  shift 3
+  valgrind --tool=callgrind --callgrind-out-file="$DIR/$name.%p" "$@" 2>"$DIR/$name.valgrind" & PIDS+=($!)
+  local pid=$!
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.2
+  done
+  for kind in c1 c64 h2; do
+    local p=$port
+    [ "$kind" = h2 ] && p=$h2port
+    load "$p" "$kind"
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    load "$p" "$kind"
+    callgrind_control -d "$kind" "$pid" >/dev/null 2>&1
+    local file
+    file=$(ls -t "$DIR/$name.$pid".* | head -1)
+    local ir
+    ir=$(awk '/^summary:/ {print $2}' "$file")
+    printf '%-8s %-4s %10d instructions/request\n' "$name" "$kind" $((ir / REQUESTS))
+    rm -f "$file"
+  done
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+TOKIO_WORKER_THREADS=1 measure turna 8083 8083 "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0
+measure nginx 8081 8091 nginx -c "$DIR/nginx.conf"
