@@ -292,9 +292,13 @@ impl<'a> Backends<'a> {
                 format!("Service {ns}/{} has no port {port}", r.name),
             ));
         }
+        let app_protocol = service_port.and_then(|p| p.app_protocol.as_deref());
+        // `https` (the IANA service name) is HTTP over TLS: like kubernetes.io/wss, the TLS
+        // settings come only from a BackendTLSPolicy.
+        let https = kind == RouteKind::Http && matches!(app_protocol, Some("https") | Some("HTTPS"));
         let protocol = match kind {
-            RouteKind::Http => match service_port.and_then(|p| p.app_protocol.as_deref()) {
-                None | Some("http") | Some("HTTP") => AppProtocol::Http,
+            RouteKind::Http => match app_protocol {
+                None | Some("http") | Some("HTTP") | Some("https") | Some("HTTPS") => AppProtocol::Http,
                 Some("kubernetes.io/h2c") => AppProtocol::H2c,
                 Some("kubernetes.io/ws") => AppProtocol::Ws,
                 Some("kubernetes.io/wss") => AppProtocol::Wss,
@@ -330,13 +334,14 @@ impl<'a> Backends<'a> {
         };
         let port_name = service_port.and_then(|p| p.name.as_deref());
         let (mut backend, policy) = self.finish(kind, ns, r.name, port, port_name, endpoints, tls, client_certificate);
-        if protocol == AppProtocol::Wss && backend.tls.is_none() {
+        if (protocol == AppProtocol::Wss || https) && backend.tls.is_none() {
             // TLS to the backend is configured only by a BackendTLSPolicy; without one the
             // port cannot be reached as it declares, and plain text must not be sent instead.
             return Err(Problem::new(
                 reason::UNSUPPORTED_PROTOCOL,
                 format!(
-                    "appProtocol kubernetes.io/wss of Service {ns}/{} port {port} needs a BackendTLSPolicy for its TLS settings",
+                    "appProtocol {} of Service {ns}/{} port {port} needs a BackendTLSPolicy for its TLS settings",
+                    app_protocol.unwrap_or_default(),
                     r.name
                 ),
             ));
