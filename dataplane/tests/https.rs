@@ -253,9 +253,43 @@ async fn allow_valid_only_requires_a_client_certificate_from_the_ca() {
     }
 }
 
+/// Presents `identity` when the server asks for a client certificate and records that it asked
+/// (as the conformance suite's GetClientCertificate hook does).
+#[derive(Debug)]
+struct RecordingClientCert {
+    key: Arc<rustls::sign::CertifiedKey>,
+    asked: std::sync::atomic::AtomicBool,
+}
+
+impl RecordingClientCert {
+    fn new((chain, key): Identity) -> Arc<Self> {
+        let provider = rustls::crypto::ring::default_provider();
+        let key = rustls::sign::CertifiedKey::from_der(chain, key, &provider).unwrap();
+        Arc::new(Self {
+            key: Arc::new(key),
+            asked: Default::default(),
+        })
+    }
+
+    fn asked(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl rustls::client::ResolvesClientCert for RecordingClientCert {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.asked.store(true, std::sync::atomic::Ordering::SeqCst);
+        Some(self.key.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 #[tokio::test]
-async fn allow_insecure_fallback_accepts_every_client() {
-    let (ca_pem, _, _) = client_ca();
+async fn allow_insecure_fallback_asks_for_a_certificate_and_accepts_every_client() {
+    let (ca_pem, valid, self_signed_identity) = client_ca();
     let mut material = Material::default();
     material.ca_bundles.insert("test/client-ca".into(), ca_pem);
     let validation = ir::FrontendValidation {
@@ -268,6 +302,26 @@ async fn allow_insecure_fallback_accepts_every_client() {
         .await
         .unwrap();
     assert_eq!(reply.status, StatusCode::OK);
+
+    // Clients with a certificate are asked for it and served whether or not the CA signed it.
+    for identity in [valid, self_signed_identity] {
+        let resolver = RecordingClientCert::new(identity);
+        let mut store = RootCertStore::empty();
+        store.add(f.exact_root.clone()).unwrap();
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(store)
+                .with_client_cert_resolver(resolver.clone());
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let client = TlsConnector::from(Arc::new(config));
+        let reply = https_get(f.addr, &client, "a.example.com", "a.example.com", "/")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+        assert!(resolver.asked(), "the server asked for a client certificate");
+    }
 }
 
 #[tokio::test]

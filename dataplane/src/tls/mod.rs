@@ -1,6 +1,7 @@
 //! TLS termination: certificates from the proxy's bundle, chosen by SNI, and client-certificate
 //! validation per port.
 
+mod insecure_fallback;
 mod material;
 
 pub use material::{Material, TlsCertificate};
@@ -15,6 +16,7 @@ use translator::ir;
 
 use crate::error::ValidationError;
 use crate::http::host::HostPattern;
+use insecure_fallback::InsecureFallbackVerifier;
 
 /// ALPN protocols offered on HTTPS listeners.
 const HTTPS_ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -79,7 +81,7 @@ pub fn server_config(port: &ir::Port, material: &Material, alpn: Alpn) -> Result
         .with_safe_default_protocol_versions()
         .map_err(|e| ValidationError::Tls(e.to_string()))?;
     let builder = match &port.frontend_validation {
-        Some(v) if v.mode == ir::FrontendValidationMode::AllowValidOnly => {
+        Some(v) => {
             let mut roots = RootCertStore::empty();
             for name in &v.ca_certificates {
                 for cert in material.ca_bundle(name, port.port)? {
@@ -88,13 +90,21 @@ pub fn server_config(port: &ir::Port, material: &Material, alpn: Alpn) -> Result
                         .map_err(|e| ValidationError::Tls(format!("CA bundle {name}: {e}")))?;
                 }
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .map_err(|e| ValidationError::Tls(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            match v.mode {
+                ir::FrontendValidationMode::AllowValidOnly => builder
+                    .with_client_cert_verifier(verifier.build().map_err(|e| ValidationError::Tls(e.to_string()))?),
+                // The certificate is asked for but neither required nor required to be valid.
+                ir::FrontendValidationMode::AllowInsecureFallback => {
+                    let inner = verifier
+                        .allow_unauthenticated()
+                        .build()
+                        .map_err(|e| ValidationError::Tls(e.to_string()))?;
+                    builder.with_client_cert_verifier(Arc::new(InsecureFallbackVerifier::new(inner)))
+                }
+            }
         }
-        // AllowInsecureFallback accepts every client, so no certificate is asked for.
-        _ => builder.with_no_client_auth(),
+        None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(Arc::new(SniResolver { listeners }));
     if alpn == Alpn::Http {
