@@ -58,6 +58,22 @@ step "build"
 "$ROOT/e2e/scripts/lb-controller.sh" build
 "$HERE/run.sh" build
 
+# The node name prefixes the pods' network namespaces, and `cluster.sh down` of any cluster with
+# the same node name removes them: a name of its own keeps a development cluster's teardown
+# from pulling this run's namespaces away.
+export TURNA_NODE_NAME="${TURNA_NODE_NAME:-turna-conformance}"
+# Turna's image is the binary built above, not whichever of target/release and target/debug
+# e2e/cluster/images.yaml finds first (a stale release build would otherwise run).
+mkdir -p "$CLUSTER_DIR"
+export TURNA_IMAGE_MAP="${TURNA_IMAGE_MAP:-$CLUSTER_DIR/images.yaml}"
+if [[ $TURNA_IMAGE_MAP == "$CLUSTER_DIR/images.yaml" ]]; then
+	awk -v root="$ROOT" '
+		/^base:/ { print "base: " root; next }
+		$1 == "ghcr.io/rakunlabs/turna:" { print "  ghcr.io/rakunlabs/turna: target/debug/turna"; next }
+		{ print }' "$ROOT/e2e/cluster/images.yaml" > "$TURNA_IMAGE_MAP"
+	grep -q "ghcr.io/rakunlabs/turna: target/debug/turna" "$TURNA_IMAGE_MAP" || die "no turna entry in e2e/cluster/images.yaml"
+fi
+
 has_make_target cluster-up || die "make cluster-up does not exist yet (the local cluster, e2e/README.md)"
 step "cluster up"
 cleanup() {

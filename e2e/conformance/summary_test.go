@@ -15,6 +15,10 @@ func TestWriteSummaryListsEveryProfileWithCountsAndFailures(t *testing.T) {
 		GatewayAPIChannel: "experimental",
 		ProfileReports: []confv1.ProfileReport{
 			{
+				Name: "GATEWAY-UDP",
+				Core: confv1.Status{Result: confv1.Success, Statistics: confv1.Statistics{Passed: 21}},
+			},
+			{
 				Name: "GATEWAY-HTTP",
 				Core: confv1.Status{Result: confv1.Failure, Statistics: confv1.Statistics{Passed: 36, Failed: 2},
 					FailedTests: []string{"HTTPRouteSimpleSameNamespace", "HTTPRouteWeight"}},
@@ -22,10 +26,6 @@ func TestWriteSummaryListsEveryProfileWithCountsAndFailures(t *testing.T) {
 					Status:              confv1.Status{Result: confv1.Success, Statistics: confv1.Statistics{Passed: 50, Skipped: 3}},
 					UnsupportedFeatures: []string{"HTTPRouteCORS"},
 				},
-			},
-			{
-				Name: "GATEWAY-UDP",
-				Core: confv1.Status{Result: confv1.Success, Statistics: confv1.Statistics{Passed: 21}},
 			},
 		},
 		SucceededProvisionalTests: []string{"UDPRouteTest"},
@@ -35,10 +35,13 @@ func TestWriteSummaryListsEveryProfileWithCountsAndFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := out.String()
+	if strings.Index(got, "| GATEWAY-HTTP") > strings.Index(got, "| GATEWAY-UDP") {
+		t.Errorf("profiles out of order:\n%s", got)
+	}
 	for _, want := range []string{
 		"# turna v0.1.0 conformance: mode gateway-namespace",
-		"| GATEWAY-HTTP | failure | 36 | 2 | 0 | 50 | 0 | 3 | HTTPRouteSimpleSameNamespace, HTTPRouteWeight |",
-		"| GATEWAY-UDP | success | 21 | 0 | 0 | 0 | 0 | 0 | none |",
+		"| GATEWAY-HTTP | failure | 36 | 2 | 0 | success | 50 | 0 | 3 | HTTPRouteSimpleSameNamespace, HTTPRouteWeight |",
+		"| GATEWAY-UDP | success | 21 | 0 | 0 | - | 0 | 0 | 0 | none |",
 		"GATEWAY-HTTP extended features not claimed: HTTPRouteCORS.",
 		"Provisional tests that passed: UDPRouteTest.",
 	} {
