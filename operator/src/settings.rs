@@ -233,6 +233,7 @@ impl Kubernetes {
             },
             status_addresses: self.status.addresses.clone(),
             namespace_scoped: self.namespace_scoped,
+            gateway_namespace: self.proxy.gateway_namespace,
         }
     }
 }

@@ -30,6 +30,10 @@ pub struct Config {
     pub status_addresses: Vec<String>,
     /// Namespace-scoped installs cannot write GatewayClass status.
     pub namespace_scoped: bool,
+    /// Controller mode with `proxy.gateway_namespace`: each proxy's Service, pods and
+    /// ServiceAccount live in its Gateway's namespace, where the Gateway's infrastructure
+    /// labels and annotations can then be seen (the GatewayInfrastructure feature).
+    pub gateway_namespace: bool,
 }
 
 /// Controller mode: one proxy per Gateway. Standalone: one proxy serves every Gateway.
@@ -78,6 +82,7 @@ impl Default for Config {
             backend: BackendConfig::default(),
             status_addresses: Vec::new(),
             namespace_scoped: false,
+            gateway_namespace: false,
         }
     }
 }

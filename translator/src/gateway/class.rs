@@ -22,8 +22,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
-    "GatewayInfrastructurePropagation",
     "GatewayPort8080",
+    "GatewayRouteHostnameIntersectionPrecedence",
     "GatewayStaticAddresses",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
@@ -52,6 +52,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteRetry",
     "HTTPRouteRetryBackendTimeout",
+    "HTTPRouteRetryCodes",
     "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
     "ListenerSet",
@@ -62,6 +63,21 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "TLSRouteModeTerminate",
     "UDPRoute",
 ];
+
+/// Supported only when proxies live in their Gateway's namespace: the feature's test looks
+/// for the Gateway's infrastructure labels and annotations on a ServiceAccount, pod or Service
+/// there (with proxies in the controller namespace, there is none).
+pub const GATEWAY_INFRASTRUCTURE: &str = "GatewayInfrastructure";
+
+/// The features a class's status lists under `config`, sorted.
+pub fn supported_features(config: &Config) -> Vec<String> {
+    let mut features: Vec<String> = SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect();
+    if config.gateway_namespace && config.mode == crate::config::Mode::Controller {
+        features.push(GATEWAY_INFRASTRUCTURE.to_string());
+        features.sort();
+    }
+    features
+}
 
 /// A GatewayClass Turna serves, by name, with whether it is accepted.
 pub fn ours<'a>(snapshot: &'a Snapshot, config: &Config) -> BTreeMap<String, (&'a GatewayClass, bool)> {
@@ -106,7 +122,7 @@ pub fn statuses(classes: &BTreeMap<String, (&GatewayClass, bool)>, config: &Conf
                         g,
                     ),
                 ],
-                supported_features: SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect(),
+                supported_features: supported_features(config),
             }
         })
         .collect()

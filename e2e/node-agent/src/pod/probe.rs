@@ -118,6 +118,15 @@ async fn http_get(addr: SocketAddr, path: &str, headers: &[(String, String)]) ->
     (200..400).contains(&code)
 }
 
+/// The readiness of a container without a readiness probe. The kubelet marks it ready once it
+/// runs; here a listening socket stands for "started", on the first declared port
+/// (`declared`) or, failing that, on any port: a container may listen elsewhere than it
+/// declares (the conformance suite's connection-error backend declares 3000 and listens on
+/// 3333 on purpose, and must still become ready).
+pub fn started(pid: i32, netns_inode: Option<u64>, declared: Option<(u16, bool)>) -> bool {
+    listening(pid, netns_inode, declared) || (declared.is_some() && listening(pid, netns_inode, None))
+}
+
 /// Whether the process `pid` (in network namespace `netns_inode`) listens on `port`, or on any
 /// port when `port` is `None`: read from `/proc/<pid>/net/{tcp,tcp6,udp,udp6}`.
 pub fn listening(pid: i32, netns_inode: Option<u64>, port: Option<(u16, bool)>) -> bool {
@@ -165,6 +174,24 @@ mod tests {
         drop(l);
         assert!(!listening(pid, None, Some((port, false))));
         assert!(!listening(pid, Some(1), None), "wrong namespace is never ready");
+    }
+
+    #[test]
+    fn started_on_a_port_other_than_the_declared_one() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pid = i32::try_from(std::process::id()).unwrap();
+        // A port nobody listens on: bind and drop one.
+        let declared = {
+            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            free.local_addr().unwrap().port()
+        };
+        assert!(!listening(pid, None, Some((declared, false))));
+        assert!(started(pid, None, Some((declared, false))));
+        assert!(
+            !started(pid, Some(1), Some((declared, false))),
+            "wrong namespace is never started"
+        );
+        drop(l);
     }
 
     #[tokio::test]

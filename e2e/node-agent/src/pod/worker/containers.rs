@@ -158,7 +158,7 @@ impl PodWorker {
                         p.protocol.as_deref() == Some("UDP"),
                     ))
                 });
-                c.ready = probe::listening(pid, self.netns_inode, port);
+                c.ready = probe::started(pid, self.netns_inode, port);
             }
         }
         if let Some(p) = self.ctrs[i].spec.liveness_probe.clone()
