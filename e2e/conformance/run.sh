@@ -14,7 +14,8 @@
 # -summary.md next to it, and prints the summary table; the full log goes to
 # e2e/.cache/conformance/turna-<mode>.log. --smoke runs only $TURNA_CONFORMANCE_SMOKE_TESTS
 # (a handful of core tests) and writes no report. Exits non-zero when a test failed (the report
-# is written all the same). Flags after `--` go to the suite (e.g. --skip-tests=A,B, --debug).
+# is written all the same). Flags after `--` go to the suite (e.g. --run-test=A, --debug); such a
+# narrowed run writes its report next to the log, not into reports/.
 #
 # TURNA_CONFORMANCE_REPORT_DIR and TURNA_CONFORMANCE_LOG_DIR move the outputs (the kind run does).
 # GatewayStaticAddresses uses TURNA_CONFORMANCE_USABLE_ADDRESS (10.244.255.250, in turna-lb's
@@ -38,8 +39,14 @@ usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
 
 build() {
 	mkdir -p "$CACHE_DIR"
-	exec 8> "$CACHE_DIR/.lock"
-	flock 8
+	# One build at a time; the lock is held by the subshell only, not by a run that follows.
+	(
+		flock 8
+		build_locked
+	) 8> "$CACHE_DIR/.lock"
+}
+
+build_locked() {
 	local stamp_now
 	stamp_now="$(cat "$HERE"/go.mod "$HERE"/go.sum "$HERE"/*.go | sha256sum | cut -c1-16)"
 	if [[ -x "$BIN" && "$(cat "$BIN.stamp" 2>/dev/null)" == "$stamp_now" ]]; then
@@ -85,6 +92,9 @@ run_suite() {
 	*) args+=(--supported-features="$TURNA_CONFORMANCE_FEATURES" --exempt-features=Mesh) ;;
 	esac
 	local logdir="${TURNA_CONFORMANCE_LOG_DIR:-$ROOT/e2e/.cache/conformance}" report_dir="${TURNA_CONFORMANCE_REPORT_DIR:-$HERE/reports/$SUITE_VERSION}"
+	# A run narrowed by suite flags (--run-test, --skip-tests, ...) is not the published report:
+	# it goes next to the log unless a report dir is named.
+	if [[ $# -gt 0 && -z "${TURNA_CONFORMANCE_REPORT_DIR:-}" ]]; then report_dir="$logdir"; fi
 	mkdir -p "$logdir" "$report_dir"
 	local logfile="$logdir/turna-$mode.log" summary
 	if [[ $smoke == 1 ]]; then

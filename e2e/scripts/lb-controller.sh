@@ -24,8 +24,14 @@ usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
 
 build() {
 	mkdir -p "$BIN_DIR"
-	exec 8> "$BIN_DIR/.turna-lb.lock"
-	flock 8
+	# One build at a time; only the subshell holds the lock (a started turna-lb must not).
+	(
+		flock 8
+		build_locked
+	) 8> "$BIN_DIR/.turna-lb.lock"
+}
+
+build_locked() {
 	local stamp_now
 	stamp_now="$(cat "$LB_MOD_DIR"/go.mod "$LB_MOD_DIR"/go.sum "$LB_MOD_DIR"/*.go | sha256sum | cut -c1-16)"
 	if [[ -x "$LB_BIN" && "$(cat "$LB_BIN.stamp" 2>/dev/null)" == "$stamp_now" ]]; then
