@@ -285,6 +285,16 @@ mod tests {
     }
 
     #[test]
+    fn gateway_namespace_placement_reaches_the_translator() {
+        let f: File = serde_yaml::from_str(
+            "providers:\n  kubernetes:\n    proxy:\n      gateway_namespace: true\n      cluster_role: turna-proxy\n",
+        )
+        .expect("parses");
+        // The translator claims GatewayInfrastructure only with this placement.
+        assert!(f.providers.kubernetes.translator_config().gateway_namespace);
+    }
+
+    #[test]
     fn negative_shutdown_delay_disables_it() {
         let f: File =
             serde_yaml::from_str("providers:\n  kubernetes:\n    proxy:\n      shutdown_delay: -1s\n").expect("parses");

@@ -127,3 +127,30 @@ pub fn statuses(classes: &BTreeMap<String, (&GatewayClass, bool)>, config: &Conf
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mode;
+
+    fn claims_infrastructure(config: &Config) -> bool {
+        supported_features(config).iter().any(|f| f == GATEWAY_INFRASTRUCTURE)
+    }
+
+    #[test]
+    fn gateway_infrastructure_only_with_proxies_in_the_gateway_namespace() {
+        assert!(!claims_infrastructure(&Config::default()));
+        let placed = Config {
+            gateway_namespace: true,
+            ..Config::default()
+        };
+        assert!(claims_infrastructure(&placed));
+        let features = supported_features(&placed);
+        assert!(features.windows(2).all(|w| w[0] < w[1]), "sorted and unique");
+        let standalone = Config {
+            mode: Mode::Standalone,
+            ..placed
+        };
+        assert!(!claims_infrastructure(&standalone));
+    }
+}
