@@ -5,6 +5,8 @@
 
 use std::cmp::Ordering;
 
+use smallvec::SmallVec;
+
 /// Whether `host` (exact, lower-case) is matched by `pattern` (exact or wildcard).
 pub fn matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix('*') {
@@ -48,12 +50,13 @@ pub fn intersection<'s>(listener: Option<&'s str>, route: &'s str) -> Option<&'s
 }
 
 /// The hostnames a route serves on a listener: the intersections, or the listener's hostname
-/// (or `*`) when the route names none. Empty when nothing intersects.
-pub fn effective<'s>(listener: Option<&'s str>, route_hostnames: &'s [String]) -> Vec<&'s str> {
+/// (or `*`) when the route names none. Empty when nothing intersects. Routes name few
+/// hostnames: up to two are stored inline.
+pub fn effective<'s>(listener: Option<&'s str>, route_hostnames: &'s [String]) -> SmallVec<[&'s str; 2]> {
     if route_hostnames.is_empty() {
-        return vec![listener.unwrap_or("*")];
+        return smallvec::smallvec![listener.unwrap_or("*")];
     }
-    let mut out: Vec<&str> = route_hostnames
+    let mut out: SmallVec<[&str; 2]> = route_hostnames
         .iter()
         .filter_map(|h| intersection(listener, h))
         .collect();

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+pub use smol_str::SmolStr;
 
 /// Shape version of the IR. Bump on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -151,12 +152,14 @@ pub struct VirtualHost {
 #[serde(rename_all = "camelCase")]
 pub struct RouteRef {
     /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` or `UDPRoute`.
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
+    pub kind: SmolStr,
+    /// Every entry of a route repeats these: [`SmolStr`] keeps short ones inline and shares
+    /// long ones instead of allocating a copy per entry.
+    pub namespace: SmolStr,
+    pub name: SmolStr,
     pub rule: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule_name: Option<String>,
+    pub rule_name: Option<SmolStr>,
 }
 
 /// One match of one rule, with the rule's behaviour.

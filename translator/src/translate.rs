@@ -66,40 +66,45 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     let mut gateway_backends: Vec<BTreeMap<String, Rc<ir::Backend>>> =
         gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut route_statuses = Vec::new();
+    let mut route_statuses = Vec::with_capacity(routes.len());
+    let controller_name = ir::SmolStr::new(&config.controller_name);
 
-    let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &age_rank);
+    let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age);
+    // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
+    // the backends and policies it uses, kept if it is accepted.
+    let mut attached: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut used_backends: Vec<(usize, Rc<ir::Backend>)> = Vec::new();
+    let mut used_policies: Vec<(String, String)> = Vec::new();
     for (ri, route) in routes.iter().enumerate() {
-        let attachments = std::mem::take(&mut all_attachments[ri]);
+        let mut attachments = std::mem::take(&mut all_attachments[ri]);
         if attachments.is_empty() {
             continue;
         }
         let mut outcome = RouteOutcome::default();
-        let mut attached: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
-        for a in attachments.iter().filter(|a| a.problem.is_none()) {
-            attached
-                .entry(a.gateway)
-                .or_default()
-                .extend(a.listeners.iter().copied());
+        attached.clear();
+        // The status needs only each attachment's parent and problem: the listeners move here.
+        for a in attachments.iter_mut().filter(|a| a.problem.is_none()) {
+            match attached.iter_mut().find(|(g, _)| *g == a.gateway) {
+                Some((_, listeners)) => listeners.append(&mut a.listeners),
+                None => attached.push((a.gateway, std::mem::take(&mut a.listeners))),
+            }
         }
-        for (gi, listeners) in &attached {
-            for li in listeners {
+        attached.sort_unstable_by_key(|(g, _)| *g);
+        for (gi, listeners) in &mut attached {
+            listeners.sort_unstable();
+            listeners.dedup();
+            for li in listeners.iter() {
                 gateways[*gi].listeners[*li].attached_routes += 1;
             }
         }
-        let certificates: Vec<Option<&str>> = attached
-            .keys()
-            .map(|gi| gateways[*gi].client_certificate.as_deref())
-            .collect();
-        // Backends and BackendTLSPolicies the route uses, per Gateway: kept if it is accepted.
-        let mut used_backends = Vec::new();
-        let mut used_policies = Vec::new();
+        used_backends.clear();
+        used_policies.clear();
         for (gi, listeners) in &attached {
             let gw = &gateways[*gi];
             let client_certificate = policy::backend_tls::route_client_certificate(
                 config.mode,
                 gw.client_certificate.as_deref(),
-                &certificates,
+                attached.iter().map(|(g, _)| gateways[*g].client_certificate.as_deref()),
             );
             let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
             let (mut rules, streams, compiled) = match route.kind {
@@ -143,17 +148,17 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 }
             }
         } else {
-            for (gi, b) in used_backends {
+            for (gi, b) in used_backends.drain(..) {
                 // Routes share resolved backends: a backend seen before has its id in the map.
                 if seen_backends[gi].insert(Rc::as_ptr(&b)) && !gateway_backends[gi].contains_key(&b.id) {
                     gateway_backends[gi].insert(b.id.clone(), b);
                 }
             }
-            for (p, gw) in used_policies {
+            for (p, gw) in used_policies.drain(..) {
                 policy_usage.entry(p).or_default().insert(gw);
             }
         }
-        route_statuses.push(route::status(route, &attachments, &outcome, config));
+        route_statuses.push(route::status(route, &attachments, &outcome, &controller_name));
     }
 
     let mut statuses = Statuses {
@@ -395,51 +400,73 @@ fn virtual_hosts(
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
-    // Entries by effective hostname, with the route's own hostname that produced it.
+    // The entries stay with their contribution until their virtual host takes them; hosts
+    // list (contribution, the route's own hostname that produced the effective one).
     // Unordered: the virtual hosts are sorted by specificity, a total order, at the end.
-    let mut hosts: HashMap<&str, Vec<(usize, &str, ir::HttpRule)>> = HashMap::new();
-    for mut c in contributions {
+    let mut hosts: HashMap<&str, Vec<(usize, &str)>> = HashMap::new();
+    let mut owners = Vec::with_capacity(contributions.len());
+    // Hosts still to serve each contribution's entries: the last one takes them, the others
+    // copy them.
+    let mut uses = Vec::with_capacity(contributions.len());
+    let mut entries: Vec<Vec<Option<ir::HttpRule>>> = Vec::with_capacity(contributions.len());
+    for (ci, c) in contributions.into_iter().enumerate() {
         let route_hostnames = routes[c.route].hostnames;
         let effective = hostname::effective(listener_hostname, route_hostnames);
-        let last = effective.len().saturating_sub(1);
-        for (k, h) in effective.into_iter().enumerate() {
+        uses.push(effective.len());
+        for h in effective {
             let original = route::http::original_hostname(listener_hostname, route_hostnames, h);
-            // The last hostname takes the entries, the others a copy.
-            let rules = if k == last {
-                std::mem::take(&mut c.rules)
-            } else {
-                c.rules.clone()
-            };
-            let entry = hosts.entry(h).or_default();
-            entry.reserve(rules.len());
-            entry.extend(rules.into_iter().map(|r| (c.route, original, r)));
+            hosts.entry(h).or_default().push((ci, original));
         }
+        owners.push(c.route);
+        // Same layout: collected in place.
+        entries.push(c.rules.into_iter().map(Some).collect());
     }
     let mut out: Vec<VirtualHost> = hosts
         .into_iter()
-        .map(|(hostname, mut rules)| {
+        .map(|(hostname, mut served)| {
             // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
-            let oldest_kind = rules
+            let oldest_kind = served
                 .iter()
-                .min_by_key(|(r, _, _)| age_rank[*r])
-                .map(|(r, _, _)| routes[*r].kind);
-            if let Some(kind) = oldest_kind {
-                rules.retain(|(r, _, _)| routes[*r].kind == kind);
-            }
-            // The route's own hostname first (exact over wildcard, longer first), then matches.
-            // Sorting positions moves less than sorting the entries.
-            let mut order: Vec<usize> = (0..rules.len()).collect();
-            order.sort_by(|&i, &j| {
-                let ((ra, oa, a), (rb, ob, b)) = (&rules[i], &rules[j]);
-                hostname::by_specificity(oa, ob)
-                    .then_with(|| route::http::precedence(a, b, |_| 0))
-                    .then_with(|| age_rank[*ra].cmp(&age_rank[*rb]))
-                    .then_with(|| a.route.rule.cmp(&b.route.rule))
+                .min_by_key(|(ci, _)| age_rank[owners[*ci]])
+                .map(|(ci, _)| routes[owners[*ci]].kind);
+            served.retain(|(ci, _)| {
+                let keep = Some(routes[owners[*ci]].kind) == oldest_kind;
+                if !keep {
+                    uses[*ci] -= 1;
+                }
+                keep
             });
-            let mut slots: Vec<Option<ir::HttpRule>> = rules.into_iter().map(|(_, _, r)| Some(r)).collect();
+            // The route's own hostname first (exact over wildcard, longer first), then matches.
+            // Positions are sorted (stable: a rule's matches keep their order).
+            let mut order: Vec<(usize, usize, &str)> = served
+                .iter()
+                .flat_map(|&(ci, original)| (0..entries[ci].len()).map(move |k| (ci, k, original)))
+                .collect();
+            let rule = |ci: usize, k: usize| entries[ci][k].as_ref();
+            order.sort_by(|&(ci, ki, oa), &(cj, kj, ob)| {
+                hostname::by_specificity(oa, ob).then_with(|| match (rule(ci, ki), rule(cj, kj)) {
+                    (Some(a), Some(b)) => route::http::precedence(a, b, |_| 0)
+                        .then_with(|| age_rank[owners[ci]].cmp(&age_rank[owners[cj]]))
+                        .then_with(|| a.route.rule.cmp(&b.route.rule)),
+                    _ => std::cmp::Ordering::Equal,
+                })
+            });
+            for (ci, _) in &served {
+                uses[*ci] -= 1;
+            }
+            let rules = order
+                .into_iter()
+                .filter_map(|(ci, k, _)| {
+                    if uses[ci] == 0 {
+                        entries[ci][k].take()
+                    } else {
+                        entries[ci][k].clone()
+                    }
+                })
+                .collect();
             VirtualHost {
                 hostname: hostname.to_string(),
-                rules: order.into_iter().filter_map(|i| slots[i].take()).collect(),
+                rules,
             }
         })
         .collect();

@@ -120,7 +120,7 @@ proptest! {
                     let found = status.is_some_and(|s| s.parents.iter().any(|sp| {
                         sp.parent_ref.kind == "Gateway"
                             && sp.parent_ref.namespace == p_ns
-                            && sp.parent_ref.name == p["name"]
+                            && sp.parent_ref.name.as_str() == p["name"]
                             && sp.parent_ref.section_name.as_deref() == p["sectionName"].as_str()
                             && sp.parent_ref.port.map(i64::from) == p["port"].as_i64()
                             && !sp.conditions.is_empty()
@@ -182,7 +182,7 @@ proptest! {
             for vh in &listener.virtual_hosts {
                 prop_assert!(covers(lh, &vh.hostname), "virtual host {} on listener {} ({lh})", vh.hostname, listener.name);
                 for rule in &vh.rules {
-                    let key = (rule.route.kind.clone(), rule.route.namespace.clone(), rule.route.name.clone());
+                    let key = (rule.route.kind.to_string(), rule.route.namespace.to_string(), rule.route.name.to_string());
                     let hosts = route_hosts.get(&key).cloned().unwrap_or_default();
                     // A route without hostnames serves every host of the listener (its rules
                     // may also back more specific virtual hosts); otherwise one of its

@@ -89,7 +89,7 @@ mod tests {
             route: ir::RouteRef {
                 kind: "HTTPRoute".into(),
                 namespace: "ns".into(),
-                name: format!("r{position}"),
+                name: format!("r{position}").into(),
                 rule: position,
                 rule_name: None,
             },

@@ -263,9 +263,13 @@ fn validate(policy: &BackendTlsPolicy, snapshot: &Snapshot) -> (BackendTls, Opti
 /// The client certificate a route presents to TLS backends through one Gateway (`own`). In
 /// standalone mode one proxy serves all the Gateways of the route (`all`): when their
 /// certificates differ it presents none rather than picking one.
-pub fn route_client_certificate<'c>(mode: Mode, own: Option<&'c str>, all: &[Option<&'c str>]) -> Option<&'c str> {
+pub fn route_client_certificate<'c>(
+    mode: Mode,
+    own: Option<&'c str>,
+    all: impl IntoIterator<Item = Option<&'c str>>,
+) -> Option<&'c str> {
     match mode {
-        Mode::Standalone if all.iter().any(|c| *c != own) => None,
+        Mode::Standalone if all.into_iter().any(|c| c != own) => None,
         _ => own,
     }
 }
@@ -277,14 +281,14 @@ mod tests {
     #[test]
     fn standalone_route_with_differing_client_certificates_presents_none() {
         let all = [Some("ns/a"), Some("ns/b")];
-        assert_eq!(route_client_certificate(Mode::Standalone, Some("ns/a"), &all), None);
+        assert_eq!(route_client_certificate(Mode::Standalone, Some("ns/a"), all), None);
         assert_eq!(
-            route_client_certificate(Mode::Controller, Some("ns/a"), &all),
+            route_client_certificate(Mode::Controller, Some("ns/a"), all),
             Some("ns/a")
         );
         let same = [Some("ns/a"), Some("ns/a")];
         assert_eq!(
-            route_client_certificate(Mode::Standalone, Some("ns/a"), &same),
+            route_client_certificate(Mode::Standalone, Some("ns/a"), same),
             Some("ns/a")
         );
     }

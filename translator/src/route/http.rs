@@ -4,6 +4,9 @@
 use std::borrow::Cow;
 use std::rc::Rc;
 
+use smallvec::SmallVec;
+use smol_str::SmolStr;
+
 use crate::api::grpc::{GrpcRouteRules, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType};
 use crate::api::http::{
     HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
@@ -49,13 +52,19 @@ pub fn compile(
     };
     let mut dropped: Vec<(String, Problem)> = Vec::new();
     let mut session_persistence = false;
+    // Made once: every entry of the route shares them.
+    let (kind, namespace, name) = (
+        SmolStr::new_static(route.kind.name()),
+        SmolStr::new(route.namespace),
+        SmolStr::new(route.name),
+    );
     for (index, rule) in route.rules.iter().enumerate() {
         let route_ref = RouteRef {
-            kind: route.kind.name().into(),
-            namespace: route.namespace.to_string(),
-            name: route.name.to_string(),
+            kind: kind.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
             rule: index,
-            rule_name: rule.name.map(str::to_string),
+            rule_name: rule.name.map(SmolStr::new),
         };
         let parts = match rule.spec {
             RuleSpec::Http(r) => http_parts(r),
@@ -220,7 +229,8 @@ fn parts_replace_prefix(filters: &[HttpRouteRulesFilters]) -> bool {
 }
 
 struct Parts<'r> {
-    matches: Vec<HttpMatch>,
+    /// Usually one: stored inline.
+    matches: SmallVec<[HttpMatch; 1]>,
     /// The rule's own filters (HTTPRoute), or converted to their shape (GRPCRoute).
     filters: Cow<'r, [HttpRouteRulesFilters]>,
     timeouts: Timeouts,
@@ -265,7 +275,7 @@ fn value_match(name: &str, value: &str, regex: bool, lower: bool) -> Result<Valu
 }
 
 fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
-    let mut matches = Vec::with_capacity(rule.matches.as_ref().map_or(1, Vec::len));
+    let mut matches = SmallVec::new();
     for m in rule.matches.iter().flatten() {
         let path = match &m.path {
             None => PathMatch::Prefix("/".into()),
@@ -413,7 +423,7 @@ fn method_name(m: &HttpMethod) -> &'static str {
 }
 
 fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts<'static>, Problem> {
-    let mut matches = Vec::new();
+    let mut matches = SmallVec::new();
     for m in rule.matches.iter().flatten() {
         let path = match &m.method {
             None => PathMatch::Prefix("/".into()),

@@ -17,7 +17,8 @@ pub mod stream;
 
 use std::collections::BTreeMap;
 
-use crate::config::Config;
+use smol_str::SmolStr;
+
 use crate::gateway::{GatewayModel, ListenerModel, Owner, Problem};
 use crate::hostname;
 use crate::object::GROUP;
@@ -135,20 +136,24 @@ pub fn attach(
 }
 
 /// Attaches every route, oldest first, and rejects the newer of an HTTPRoute and a GRPCRoute
-/// whose hostnames intersect on a shared listener. `age_rank[i]` orders `routes[i]` by age.
+/// whose hostnames intersect on a shared listener. `by_age` lists the indices of `routes`
+/// oldest first.
 pub fn attach_all(
     routes: &[RouteModel<'_>],
     gateways: &[GatewayModel<'_>],
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
-    age_rank: &[usize],
+    by_age: &[usize],
 ) -> Vec<Vec<Attachment>> {
     let mut out: Vec<Vec<Attachment>> = routes.iter().map(|r| attach(r, gateways, namespace_labels)).collect();
-    let mut by_age: Vec<usize> = (0..routes.len()).collect();
-    by_age.sort_by_key(|i| age_rank.get(*i).copied().unwrap_or(usize::MAX));
+    // Conflicts need routes of both kinds.
+    let has = |kind: RouteKind| routes.iter().any(|r| r.kind == kind);
+    if !(has(RouteKind::Http) && has(RouteKind::Grpc)) {
+        return out;
+    }
     // Hostnames served so far, by (gateway, listener, kind): a route only looks at the other
     // kind's, so many routes of one kind stay linear.
     let mut served: BTreeMap<(usize, usize, RouteKind), Vec<&str>> = BTreeMap::new();
-    for ri in by_age {
+    for &ri in by_age {
         let route = &routes[ri];
         let other = match route.kind {
             RouteKind::Http => RouteKind::Grpc,
@@ -196,12 +201,13 @@ pub struct RouteOutcome {
     pub partially_invalid: Option<Problem>,
 }
 
-/// The route's status entry: one parent per attachment.
+/// The route's status entry: one parent per attachment. `controller_name` is the config's,
+/// made once and shared by every parent.
 pub fn status(
     route: &RouteModel<'_>,
     attachments: &[Attachment],
     outcome: &RouteOutcome,
-    config: &Config,
+    controller_name: &SmolStr,
 ) -> RouteStatus {
     let g = route.generation;
     let parents = attachments
@@ -235,15 +241,15 @@ pub fn status(
             }
             RouteParentStatus {
                 parent_ref: route.parent_refs[a.parent].to_reference(),
-                controller_name: config.controller_name.clone(),
+                controller_name: controller_name.clone(),
                 conditions,
             }
         })
         .collect();
     RouteStatus {
-        kind: route.kind.name().to_string(),
-        namespace: route.namespace.to_string(),
-        name: route.name.to_string(),
+        kind: SmolStr::new_static(route.kind.name()),
+        namespace: route.namespace.into(),
+        name: route.name.into(),
         parents,
     }
 }

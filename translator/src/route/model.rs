@@ -1,6 +1,8 @@
 //! One shape for the routes of every kind, so attachment and backends are written once.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use smallvec::SmallVec;
+use smol_str::SmolStr;
 
 use crate::api::{GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute, grpc, http};
 use crate::object::{GROUP, Meta};
@@ -59,7 +61,8 @@ pub enum RuleSpec<'a> {
 #[derive(Clone, Debug)]
 pub struct RuleModel<'a> {
     pub name: Option<&'a str>,
-    pub backend_refs: Vec<BackendRef<'a>>,
+    /// Usually one: stored inline.
+    pub backend_refs: SmallVec<[BackendRef<'a>; 1]>,
     pub spec: RuleSpec<'a>,
 }
 
@@ -82,7 +85,7 @@ impl ParentRef<'_> {
             kind: self.kind.into(),
             namespace: self.namespace.into(),
             name: self.name.into(),
-            section_name: self.section_name.map(str::to_string),
+            section_name: self.section_name.map(SmolStr::new),
             port: self.port,
         }
     }

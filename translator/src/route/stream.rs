@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::backend::Backends;
 use crate::hostname;
-use crate::ir::{Protocol, RouteRef, StreamRoute, WeightedBackend};
+use crate::ir::{Protocol, RouteRef, SmolStr, StreamRoute, WeightedBackend};
 
 use super::RouteOutcome;
 use super::http::{Compiled, resolve};
@@ -59,11 +59,11 @@ pub fn compile(
         }
         let entry = StreamRoute {
             route: RouteRef {
-                kind: route.kind.name().into(),
-                namespace: route.namespace.to_string(),
-                name: route.name.to_string(),
+                kind: SmolStr::new_static(route.kind.name()),
+                namespace: route.namespace.into(),
+                name: route.name.into(),
                 rule: 0,
-                rule_name: route.rules.first().and_then(|r| r.name.map(str::to_string)),
+                rule_name: route.rules.first().and_then(|r| r.name.map(SmolStr::new)),
             },
             hostnames: Vec::new(),
             backends: weighted,
@@ -151,7 +151,7 @@ mod tests {
     fn names(table: &[StreamRoute]) -> Vec<(String, Vec<String>)> {
         table
             .iter()
-            .map(|e| (e.route.name.clone(), e.hostnames.clone()))
+            .map(|e| (e.route.name.to_string(), e.hostnames.clone()))
             .collect()
     }
 

@@ -1,16 +1,19 @@
 //! Conditions, and their types and reasons as the Gateway API names them.
 
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 
 /// A status condition without `lastTransitionTime` (the operator sets it).
+///
+/// Every route has a few; [`SmolStr`] keeps their mostly short, repeated strings inline.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: SmolStr,
     pub status: ConditionStatus,
-    pub reason: String,
-    pub message: String,
+    pub reason: SmolStr,
+    pub message: SmolStr,
     pub observed_generation: i64,
 }
 
@@ -33,7 +36,7 @@ impl ConditionStatus {
 }
 
 impl Condition {
-    pub fn new(kind: &str, ok: bool, reason: &str, message: impl Into<String>, generation: i64) -> Self {
+    pub fn new(kind: &str, ok: bool, reason: &str, message: impl Into<SmolStr>, generation: i64) -> Self {
         Condition {
             kind: kind.into(),
             status: if ok {

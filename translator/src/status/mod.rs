@@ -7,6 +7,7 @@
 pub mod condition;
 
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 
 pub use condition::{Condition, ConditionStatus};
 
@@ -92,9 +93,9 @@ pub struct ListenerSetStatus {
 #[serde(rename_all = "camelCase")]
 pub struct RouteStatus {
     /// `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` or `UDPRoute`.
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
+    pub kind: SmolStr,
+    pub namespace: SmolStr,
+    pub name: SmolStr,
     pub parents: Vec<RouteParentStatus>,
 }
 
@@ -103,7 +104,7 @@ pub struct RouteStatus {
 #[serde(rename_all = "camelCase")]
 pub struct RouteParentStatus {
     pub parent_ref: ParentReference,
-    pub controller_name: String,
+    pub controller_name: SmolStr,
     pub conditions: Vec<Condition>,
 }
 
@@ -111,12 +112,12 @@ pub struct RouteParentStatus {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentReference {
-    pub group: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
+    pub group: SmolStr,
+    pub kind: SmolStr,
+    pub namespace: SmolStr,
+    pub name: SmolStr,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub section_name: Option<String>,
+    pub section_name: Option<SmolStr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
 }
