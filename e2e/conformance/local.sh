@@ -58,6 +58,16 @@ step "build"
 "$ROOT/e2e/scripts/lb-controller.sh" build
 "$HERE/run.sh" build
 
+# Every run starts from an empty cluster: a directory left by an interrupted run still has its
+# etcd data (Gateways, pods bound to an old node), which apiserver.sh would reuse.
+if "$ROOT/e2e/scripts/apiserver.sh" status "$CLUSTER_DIR" > /dev/null 2>&1; then
+	die "a cluster runs in $CLUSTER_DIR: make cluster-down E2E_CLUSTER_DIR=$CLUSTER_DIR, or pick another E2E_CLUSTER_DIR"
+fi
+if [[ -d $CLUSTER_DIR ]]; then
+	make -C "$ROOT" cluster-down E2E_CLUSTER_DIR="$CLUSTER_DIR" > /dev/null 2>&1 || true
+	rm -rf "$CLUSTER_DIR"
+fi
+
 # The node name prefixes the pods' network namespaces, and `cluster.sh down` of any cluster with
 # the same node name removes them: a name of its own keeps a development cluster's teardown
 # from pulling this run's namespaces away.
