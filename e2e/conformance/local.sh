@@ -3,7 +3,8 @@
 #
 #   e2e/conformance/local.sh [--smoke] [--modes default,gateway-namespace] [--keep]
 #
-# 1. builds what is missing (all cached): the turna binary (the ghcr.io/rakunlabs/turna image),
+# 1. builds what is missing (all cached): the turna binary (the ghcr.io/rakunlabs/turna image;
+#    the run uses a copy, so later builds in the same tree do not change it mid-run),
 #    the image binaries (e2e/scripts/build-images.sh), turna-lb, the conformance driver;
 # 2. `make cluster-up` (control plane, node agent, bridge; $E2E_CLUSTER_DIR, default
 #    e2e/.cache/cluster; TURNA_CLUSTER_BRIDGE and TURNA_POD_CIDR pick another bridge and pod
@@ -72,16 +73,19 @@ fi
 # the same node name removes them: a name of its own keeps a development cluster's teardown
 # from pulling this run's namespaces away.
 export TURNA_NODE_NAME="${TURNA_NODE_NAME:-turna-conformance}"
-# Turna's image is the binary built above, not whichever of target/release and target/debug
-# e2e/cluster/images.yaml finds first (a stale release build would otherwise run).
-mkdir -p "$CLUSTER_DIR"
+# Turna's image is a copy of the binary built above, taken now: not whichever of target/release
+# and target/debug e2e/cluster/images.yaml finds first (a stale release build would run), and
+# not target/debug/turna itself, which a later build rewrites while proxies are still created.
+mkdir -p "$CLUSTER_DIR/image"
+cp "$ROOT/target/debug/turna" "$CLUSTER_DIR/image/turna"
 export TURNA_IMAGE_MAP="${TURNA_IMAGE_MAP:-$CLUSTER_DIR/images.yaml}"
 if [[ $TURNA_IMAGE_MAP == "$CLUSTER_DIR/images.yaml" ]]; then
-	awk -v root="$ROOT" '
+	awk -v root="$ROOT" -v turna="$CLUSTER_DIR/image/turna" '
 		/^base:/ { print "base: " root; next }
-		$1 == "ghcr.io/rakunlabs/turna:" { print "  ghcr.io/rakunlabs/turna: target/debug/turna"; next }
-		{ print }' "$ROOT/e2e/cluster/images.yaml" > "$TURNA_IMAGE_MAP"
-	grep -q "ghcr.io/rakunlabs/turna: target/debug/turna" "$TURNA_IMAGE_MAP" || die "no turna entry in e2e/cluster/images.yaml"
+		$1 == "ghcr.io/rakunlabs/turna:" { print "  ghcr.io/rakunlabs/turna: " turna; found = 1; next }
+		{ print }
+		END { if (!found) exit 1 }' "$ROOT/e2e/cluster/images.yaml" > "$TURNA_IMAGE_MAP" ||
+		die "no ghcr.io/rakunlabs/turna entry in e2e/cluster/images.yaml"
 fi
 
 has_make_target cluster-up || die "make cluster-up does not exist yet (the local cluster, e2e/README.md)"
