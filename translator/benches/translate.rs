@@ -5,10 +5,10 @@
 //! Target (product.md): 10,000 routes in at most 100 ms on one core, and the 10k/1k time ratio at
 //! most 12 (no quadratic stage).
 //!
-//! With `TURNA_BENCH_ROUTES=<n>` the binary instead builds one snapshot of `n` routes and
-//! translates it once, for repeatable instruction counts and peak memory:
-//! `valgrind --tool=callgrind --toggle-collect='*translate_once*' <bench binary>` and
-//! `/usr/bin/time -v <bench binary>`.
+//! With `TURNA_BENCH_ROUTES=<n>[,<n>...]` the binary instead builds a snapshot of each size and
+//! translates it `TURNA_BENCH_RUNS` times (default once), printing the best time, the ratio to
+//! the first size and the peak resident memory; for repeatable instruction counts:
+//! `valgrind --tool=callgrind --toggle-collect='*translate_once*' <bench binary>`.
 
 use std::hint::black_box;
 
@@ -180,16 +180,41 @@ fn translate_once(snapshot: &Snapshot, config: &Config) -> usize {
 
 criterion_group!(benches, bench);
 
-fn main() {
-    if let Some(routes) = std::env::var("TURNA_BENCH_ROUTES").ok().and_then(|n| n.parse().ok()) {
+/// `TURNA_BENCH_ROUTES=1000,10000`: each size once under callgrind, or the best of a few runs
+/// with the growth ratio against the first size and the peak resident memory so far.
+fn once(sizes: &[usize]) {
+    let config = Config::default();
+    let runs = std::env::var("TURNA_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let mut first: Option<(usize, f64)> = None;
+    for &routes in sizes {
         let snapshot = snapshot(routes);
-        let config = Config::default();
-        let start = std::time::Instant::now();
-        let proxies = translate_once(&snapshot, &config);
-        eprintln!(
-            "translated {routes} routes into {proxies} proxies in {:?}",
-            start.elapsed()
-        );
+        let best = (0..runs.max(1))
+            .map(|_| {
+                let start = std::time::Instant::now();
+                black_box(translate_once(&snapshot, &config));
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .fold(f64::INFINITY, f64::min);
+        let ratio = first.map_or(String::new(), |(n, ms)| {
+            format!(", {routes}/{n} ratio {:.1}", best / ms)
+        });
+        first.get_or_insert((routes, best));
+        // Peak resident set of the process so far: sizes run ascending, so this one's.
+        let peak = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
+            .unwrap_or_default();
+        eprintln!("{routes} routes: best of {runs} {best:.1} ms{ratio}; {peak}");
+    }
+}
+
+fn main() {
+    if let Ok(sizes) = std::env::var("TURNA_BENCH_ROUTES") {
+        let sizes: Vec<usize> = sizes.split(',').filter_map(|n| n.trim().parse().ok()).collect();
+        once(&sizes);
         return;
     }
     benches();
