@@ -1,7 +1,7 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator \
+.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator bench-operator \
 	bench-dataplane bench-dataplane-instructions fuzz-dataplane deploy-tools deploy-check
 
 all: build
@@ -61,6 +61,12 @@ bench-dataplane-instructions:
 ## validation and the ClientHello/SNI peek; needs nightly, installs cargo-fuzz when missing.
 fuzz-dataplane:
 	dataplane/fuzz/run.sh
+
+## bench-operator: apply -> Accepted status and -> first 200 through a proxy at 1, 1k and 5k
+## routes, and the controller's memory, against the e2e kube-apiserver (operator/benches/convergence.rs).
+## TURNA_BENCH_ROUTES, TURNA_BENCH_SAMPLES and TURNA_BENCH_DEBOUNCE tune it.
+bench-operator:
+	$(CARGO) bench -p turna-operator --bench convergence
 
 bench: bench-translator
 

@@ -1,5 +1,9 @@
 //! The reconcile loop: wait for changes, debounce, snapshot, translate, write status.
 //!
+//! `debounce` bounds how long a change waits while others keep coming: a change is translated
+//! once changes pause for a tenth of it (20ms by default), and at the latest `debounce` after it,
+//! so a burst of events costs one translation per `debounce`, not one per object.
+//!
 //! Failures are retried with exponential backoff from 200ms to 30s even without a new event.
 //! Every instance watches and translates; only the leader writes (see [`crate::leader`]).
 
@@ -143,9 +147,9 @@ async fn reconcile(
     let config = settings.translator_config();
     let metrics = &options.metrics;
     let mut backoff = BACKOFF_MIN;
+    let mut unchanged = writer::Unchanged::default();
     loop {
-        changes.changed().await;
-        tokio::time::sleep(settings.debounce).await;
+        changes.settled(settings.debounce).await;
         let started = Instant::now();
         let mut snapshot = stores.snapshot();
         provisioning.observe(&mut snapshot.facts);
@@ -163,7 +167,7 @@ async fn reconcile(
         }
         let mut failed = 0;
         if !settings.status.disabled {
-            let written = writer::write(client, stores, &output, &settings.controller_name).await;
+            let written = writer::write(client, stores, &output, &settings.controller_name, &mut unchanged).await;
             tracing::debug!(
                 applied = written.applied,
                 unchanged = written.unchanged,

@@ -517,3 +517,81 @@ spec:
     );
     controller.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_route_status_is_written_at_v1_once_v1alpha2_is_no_longer_served() {
+    let cp = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
+    // A later CRD: TCPRoute served at v1 only (versions: v1, v1alpha2).
+    cp.kubectl(&[
+        "patch",
+        "crd",
+        "tcproutes.gateway.networking.k8s.io",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/spec/versions/1/name","value":"v1alpha2"},
+            {"op":"replace","path":"/spec/versions/1/served","value":false}]"#,
+    ])
+    .expect("stop serving v1alpha2");
+    within(Duration::from_secs(20), "only v1 TCPRoute served", || async {
+        (served(&cp, "v1", "tcproutes") && !served(&cp, "v1alpha2", "tcproutes")).then_some(())
+    })
+    .await;
+    let ns = cp.fresh_namespace("tcp-v1");
+    let class = format!("turna-{ns}");
+    cp.apply_yaml(&format!(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: tcp, port: 9000, protocol: TCP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {{name: db, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web, sectionName: tcp}}]
+  rules: [{{backendRefs: [{{name: missing, port: 5432}}]}}]
+"#
+    ))
+    .expect("apply");
+    let client = client(&cp.kubeconfig()).await;
+    let mut settings = operator::settings::Kubernetes {
+        gateway_class: class.clone(),
+        debounce: Duration::from_millis(50),
+        ..Default::default()
+    };
+    settings.status.leader_election.disabled = true;
+    let controller = tokio::spawn(reconcile::run_with(
+        client.clone(),
+        settings,
+        Options {
+            discovery_interval: Duration::from_secs(1),
+            ..Options::default()
+        },
+        std::future::pending(),
+    ));
+    let routes = api(&client, &ns, "v1", "TCPRoute", "tcproutes");
+    let route = within(Duration::from_secs(30), "TCPRoute status at v1", || async {
+        let r = json(&routes, "db").await;
+        r["status"]["parents"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+            .then_some(r)
+    })
+    .await;
+    let parent = &route["status"]["parents"][0];
+    assert_eq!(parent["controllerName"], "rakunlabs.com/turna", "{route:#}");
+    assert_eq!(
+        condition(&parent["conditions"], "Accepted").expect("Accepted")["status"],
+        "True",
+        "{route:#}"
+    );
+    controller.abort();
+}

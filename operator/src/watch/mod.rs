@@ -11,6 +11,7 @@ pub mod discovery;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -46,6 +47,21 @@ impl Changes {
 
     pub async fn changed(&self) {
         self.0.notified().await;
+    }
+
+    /// Waits for a change, then until changes pause for a moment (a tenth of `debounce`) or
+    /// `debounce` has passed since the first one: an isolated change is translated almost at
+    /// once, a burst (an apply of many objects, a resync) in one pass per `debounce`.
+    pub async fn settled(&self, debounce: Duration) {
+        self.changed().await;
+        let deadline = Instant::now() + debounce;
+        let quiet = debounce / 10;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(quiet.min(left), self.changed()).await.is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -404,6 +420,16 @@ impl Stores {
             .collect()
     }
 
+    /// The served version `kind` is watched at when it is not the typed struct's (for example
+    /// TCPRoute at v1 when v1alpha2 is no longer served): status is written at that version too.
+    pub fn served_resource(&self, kind: &str) -> Option<kube::api::ApiResource> {
+        let feed = self.feeds.get(kind)?;
+        match &*feed.source.borrow() {
+            Some(Source::Dynamic(resource)) => Some(resource.clone()),
+            Some(Source::Typed) | None => None,
+        }
+    }
+
     /// Starts, switches or stops the watch of `kind` (a no-op when the source is unchanged).
     pub fn set_source(&self, kind: &str, source: Option<Source>) {
         if let Some(feed) = self.feeds.get(kind) {
@@ -555,4 +581,34 @@ pub fn address_services(api: Api<Service>, config: watcher::Config, changes: Cha
         }
     });
     store
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_lone_change_settles_at_once_and_a_stream_of_changes_after_debounce() {
+        let changes = Changes::default();
+        changes.notify();
+        let start = Instant::now();
+        changes.settled(Duration::from_secs(1)).await;
+        assert!(start.elapsed() < Duration::from_millis(600), "{:?}", start.elapsed());
+
+        let feeder = changes.clone();
+        let feeder = tokio::spawn(async move {
+            loop {
+                feeder.notify();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let start = Instant::now();
+        changes.settled(Duration::from_secs(1)).await;
+        let took = start.elapsed();
+        feeder.abort();
+        assert!(
+            took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+    }
 }

@@ -1,0 +1,414 @@
+//! Convergence benchmark (`make bench-operator`): with 1, 1,000 and 5,000 existing HTTPRoutes on
+//! one Gateway, the time from creating one more HTTPRoute to its Accepted status, and to the first
+//! 200 through the Gateway's proxy; and the controller's memory.
+//!
+//! Everything is real: a kube-apiserver from `e2e/scripts` with the Gateway API CRDs, the `turna
+//! controller` binary as a child process (its RSS is the controller's memory), and `turna proxy`
+//! in this process, pushed its IR by the controller. The controller's `debounce` is the default
+//! (200ms) unless `TURNA_BENCH_DEBOUNCE` (e.g. `20ms`) says otherwise.
+//!
+//! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) and `TURNA_BENCH_SAMPLES` (default 15) tune it.
+//! Targets (issue 4): at 5,000 routes, median under 100 ms to status and under 300 ms to traffic,
+//! controller under 150 MiB.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "../../e2e/rust/control_plane.rs"]
+mod control_plane;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::runtime::watcher;
+use operator::modes::proxy;
+use operator::provision::Names;
+use operator::push::client;
+use operator::settings::Kubernetes;
+use serde_json::json;
+
+const CONTROLLER_NAME: &str = "rakunlabs.com/turna";
+
+fn http_routes() -> ApiResource {
+    ApiResource {
+        group: translator::GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{}/v1", translator::GROUP),
+        kind: "HTTPRoute".into(),
+        plural: "httproutes".into(),
+    }
+}
+
+fn route(name: &str, path: &str, backend_port: u16) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1", translator::GROUP),
+        "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {
+            "parentRefs": [{"name": "web"}],
+            "rules": [{
+                "matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                "backendRefs": [{"name": "app", "port": backend_port}],
+            }],
+        },
+    }))
+    .expect("route")
+}
+
+/// Whether `route` has Accepted=True from Turna for its parent.
+fn accepted(route: &DynamicObject) -> bool {
+    route.data["status"]["parents"].as_array().is_some_and(|parents| {
+        parents.iter().any(|p| {
+            p["controllerName"] == CONTROLLER_NAME
+                && p["conditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Accepted" && c["status"] == "True"))
+        })
+    })
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values[index]
+}
+
+/// `VmRSS` and `VmHWM` of process `pid`, MiB.
+fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sum` and `count` of histogram `name` on the controller's `/metrics`.
+async fn histogram(health: SocketAddr, name: &str) -> (f64, f64) {
+    let text = common::get(health, "metrics", "/metrics")
+        .await
+        .map(|r| r.1)
+        .unwrap_or_default();
+    let value = |suffix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_{suffix} ")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (value("sum"), value("count"))
+}
+
+struct Result {
+    routes: usize,
+    /// Mean snapshot + translation, and mean whole reconcile pass, during the samples (ms).
+    translate_ms: f64,
+    pass_ms: f64,
+    status_ms: Vec<f64>,
+    traffic_ms: Vec<f64>,
+    rss: f64,
+    hwm: f64,
+    initial: Duration,
+}
+
+async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize, debounce: &str) -> Result {
+    let admin = common::client(&plane.kubeconfig()).await;
+    let ns = plane.fresh_namespace("bench");
+    let home = plane.fresh_namespace("bench-home");
+    let class = format!("turna-{ns}");
+    let backend = common::backend("app").await;
+    let port = common::free_port().await;
+    plane
+        .apply_yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: {CONTROLLER_NAME}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  type: ExternalName
+  externalName: localhost
+  ports: [{{name: http, protocol: TCP, port: {}}}]
+",
+            backend.port()
+        ))
+        .expect("apply Gateway");
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &http_routes());
+    futures::stream::iter(0..routes)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(
+                    &PostParams::default(),
+                    &route(&format!("r{i}"), &format!("/r{i}"), backend.port()),
+                )
+                .await
+                .map(|_| ())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await
+        .expect("create the existing routes");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let push_port = common::free_port().await;
+    let health_port = common::free_port().await;
+    let controller_id = format!("bench/{class}");
+    let config = dir.path().join("turna.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "providers:
+  kubernetes:
+    gateway_class: {class}
+    controller_id: {controller_id}
+    port_offset: 0
+    health_address: 127.0.0.1:{health_port}
+    debounce: {debounce}
+    backend: {{allow_external_name: true}}
+    status: {{leader_election: {{namespace: {home}}}}}
+    proxy: {{namespace: {home}, image: turna:bench, cluster_role: turna-bench-reader}}
+"
+        ),
+    )
+    .expect("write config");
+    let started = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_turna"))
+        .args(["controller", "--config"])
+        .arg(&config)
+        .args(["--push-address", &format!("127.0.0.1:{push_port}")])
+        .args(["--push-url", &format!("https://127.0.0.1:{push_port}")])
+        .args(["--push-name", "127.0.0.1"])
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("POD_NAMESPACE", &home)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start turna controller");
+    let controller = Controller(child);
+
+    let settings = Kubernetes {
+        controller_id: controller_id.clone(),
+        ..Kubernetes::default()
+    };
+    let names = Names::new(&ns, "web", &operator::provision::controller_id(&settings));
+    let config_maps = Api::<ConfigMap>::namespaced(admin.clone(), &home);
+    let ca = common::within(Duration::from_secs(120), "the proxy ConfigMap", || async {
+        config_maps
+            .get_opt(&names.proxy)
+            .await
+            .ok()??
+            .data?
+            .get("push-ca.crt")
+            .cloned()
+    })
+    .await;
+    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), &home);
+    common::within(Duration::from_secs(60), "the proxy ServiceAccount", || async {
+        accounts.get_opt(&names.proxy).await.ok()?
+    })
+    .await;
+    let token = common::service_account_token(&admin, &home, &names.proxy, None).await;
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token).expect("write token");
+    let running = proxy::start(
+        admin.clone(),
+        proxy::Options {
+            settings: Kubernetes {
+                certificate_secret: format!("{home}/{}", names.bundle),
+                health_address: "127.0.0.1:0".into(),
+                address: "127.0.0.1".into(),
+                ..Kubernetes::default()
+            },
+            push: client::Options {
+                url: format!("https://127.0.0.1:{push_port}").parse().expect("url"),
+                ca_pem: ca,
+                token_file,
+                endpoints: None,
+            },
+        },
+    )
+    .await
+    .expect("proxy starts");
+    let gateway = SocketAddr::new(common::LOOPBACK, port);
+    let last = format!("/r{}", routes.saturating_sub(1));
+    common::within(Duration::from_secs(120), "the existing routes served", || async {
+        running.dataplane().local_addr(port).await?;
+        common::get(gateway, "bench.test", &last).await.filter(|r| r.0 == 200)
+    })
+    .await;
+    if routes > 0 {
+        let last = format!("r{}", routes - 1);
+        common::within(Duration::from_secs(120), "the existing routes accepted", || async {
+            api.get(&last).await.ok().filter(accepted)
+        })
+        .await;
+    }
+    let initial = started.elapsed();
+    // Let the initial status writes of every route finish.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let health = SocketAddr::new(common::LOOPBACK, health_port);
+    let translate_before = histogram(health, "turna_operator_translate_duration_seconds").await;
+    let pass_before = histogram(health, "turna_operator_reconcile_duration_seconds").await;
+    let mut status_ms = Vec::new();
+    let mut traffic_ms = Vec::new();
+    for k in 0..samples {
+        let name = format!("m{k}");
+        let path = format!("/m{k}");
+        let mut events = Box::pin(watcher::watcher(
+            api.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        ));
+        // The watch is established once its (empty) initial list is done.
+        loop {
+            match events.next().await {
+                Some(Ok(watcher::Event::InitDone)) => break,
+                Some(_) => {}
+                None => panic!("watch ended"),
+            }
+        }
+        let start = Instant::now();
+        api.create(&PostParams::default(), &route(&name, &path, backend.port()))
+            .await
+            .expect("create the measured route");
+        let status = async {
+            while let Some(event) = events.next().await {
+                if let Ok(watcher::Event::Apply(route)) = event
+                    && accepted(&route)
+                {
+                    return start.elapsed();
+                }
+            }
+            panic!("watch ended before Accepted");
+        };
+        let traffic = async {
+            loop {
+                if let Some((200, _)) = common::get(gateway, "bench.test", &path).await {
+                    return start.elapsed();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        let (status, traffic) = tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(status, traffic) })
+            .await
+            .expect("converges within a minute");
+        status_ms.push(status.as_secs_f64() * 1000.0);
+        traffic_ms.push(traffic.as_secs_f64() * 1000.0);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let translate_after = histogram(health, "turna_operator_translate_duration_seconds").await;
+    let pass_after = histogram(health, "turna_operator_reconcile_duration_seconds").await;
+    let mean = |before: (f64, f64), after: (f64, f64)| 1000.0 * (after.0 - before.0) / (after.1 - before.1).max(1.0);
+    let (rss, hwm) = memory(controller.0.id());
+    drop(controller);
+    running.serve(async {}).await;
+    Result {
+        routes,
+        translate_ms: mean(translate_before, translate_after),
+        pass_ms: mean(pass_before, pass_after),
+        status_ms,
+        traffic_ms,
+        rss,
+        hwm,
+        initial,
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; this harness takes no arguments.
+    let routes: Vec<usize> = std::env::var("TURNA_BENCH_ROUTES")
+        .unwrap_or_else(|_| "1,1000,5000".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    let samples: usize = std::env::var("TURNA_BENCH_SAMPLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(15);
+    let debounce = std::env::var("TURNA_BENCH_DEBOUNCE").unwrap_or_else(|_| "200ms".into());
+    let plane = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!("debounce {debounce}, {samples} samples per size");
+    println!(
+        "{:>6}  {:>13} {:>13}  {:>14} {:>14}  {:>12} {:>12}  {:>10}  {:>12} {:>12}",
+        "routes",
+        "status p50",
+        "status p90",
+        "traffic p50",
+        "traffic p90",
+        "ctrl RSS",
+        "ctrl peak",
+        "first sync",
+        "translate",
+        "pass"
+    );
+    let mut last = None;
+    for n in routes {
+        let mut r = runtime.block_on(run(&plane, n, samples, &debounce));
+        println!(
+            "{:>6}  {:>10.1} ms {:>10.1} ms  {:>11.1} ms {:>11.1} ms  {:>8.1} MiB {:>8.1} MiB  {:>8.1} s  {:>9.1} ms {:>9.1} ms",
+            r.routes,
+            median(&mut r.status_ms),
+            percentile(&mut r.status_ms, 0.9),
+            median(&mut r.traffic_ms),
+            percentile(&mut r.traffic_ms, 0.9),
+            r.rss,
+            r.hwm,
+            r.initial.as_secs_f64(),
+            r.translate_ms,
+            r.pass_ms
+        );
+        last = Some(r);
+    }
+    if let Some(mut r) = last.filter(|r| r.routes >= 5000) {
+        let status = median(&mut r.status_ms);
+        let traffic = median(&mut r.traffic_ms);
+        let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+        println!(
+            "targets at {} routes: status {:.1} ms < 100 ms {}; traffic {:.1} ms < 300 ms {}; controller {:.1} MiB < 150 MiB {}",
+            r.routes,
+            status,
+            verdict(status < 100.0),
+            traffic,
+            verdict(traffic < 300.0),
+            r.hwm,
+            verdict(r.hwm < 150.0)
+        );
+    }
+}
