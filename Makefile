@@ -120,7 +120,7 @@ cluster-status:
 	e2e/scripts/cluster.sh status $(CLUSTER_DIR)
 
 # ---- conformance: the Gateway API suite against Turna (e2e/conformance/README.md) ----
-.PHONY: images lb-controller-test conformance-build conformance-local conformance-smoke conformance
+.PHONY: images lb-controller-test conformance-build conformance-local conformance-smoke conformance deploy
 
 ## images: the binaries standing in for the suite's container images (echo-basic) into
 ## ~/.cache/turna/images/<version> (cached; a no-op when built).
@@ -146,6 +146,11 @@ conformance-local:
 ## conformance-smoke: the same with a handful of core tests, default placement only, no report.
 conformance-smoke:
 	e2e/conformance/local.sh --smoke
+
+## deploy: a kind cluster with LoadBalancer support, the Gateway API CRDs and Turna built from
+## ./Dockerfile and installed with the Kustomize base, for machines with Docker (deploy/conformance).
+deploy:
+	deploy/conformance/kind.sh deploy
 
 ## conformance: the suite against a kind cluster, for machines with Docker (deploy/conformance).
 conformance:
