@@ -66,25 +66,8 @@ spec:
       hostname: secure.test
       tls: {{mode: Terminate, certificateRefs: [{{name: secure}}]}}
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  parentRefs: [{{name: web}}]
-  rules:
-    - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
-      backendRefs: [{{name: app, port: {backend_port}}}]
----
-apiVersion: v1
-kind: Service
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  type: ExternalName
-  externalName: localhost
-  ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
 ",
-        backend_port = backend.port(),
-    )
+    ) + &common::route_to_loopback(ns, Some(path), backend)
 }
 
 /// A CA and a `kubernetes.io/tls` Secret `secure` in `ns` for `secure.test` signed by it; the CA PEM.

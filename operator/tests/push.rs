@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use operator::modes::proxy;
@@ -55,14 +54,7 @@ async fn token_file(client: &kube::Client, ns: &str, name: &str, dir: &Path) -> 
         .create(&PostParams::default(), &account)
         .await
         .expect("create ServiceAccount");
-    let token = accounts
-        .create_token_request(name, &PostParams::default(), &TokenRequest::default())
-        .await
-        .expect("TokenRequest")
-        .status
-        .expect("token status")
-        .token
-        .expect("token");
+    let token = common::service_account_token(client, ns, name, None).await;
     let path = dir.join(name);
     std::fs::write(&path, token).expect("write token");
     path
@@ -83,25 +75,8 @@ spec:
   listeners:
     - {{name: http, port: {port}, protocol: HTTP}}
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  parentRefs: [{{name: web}}]
-  rules:
-    - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
-      backendRefs: [{{name: app, port: {backend_port}}}]
----
-apiVersion: v1
-kind: Service
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  type: ExternalName
-  externalName: localhost
-  ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
 ",
-        backend_port = backend.port(),
-    )
+    ) + &common::route_to_loopback(ns, Some(path), backend)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -35,24 +35,8 @@ spec:
   listeners:
     - {{name: http, port: {port}, protocol: HTTP, hostname: {host}}}
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  parentRefs: [{{name: web}}]
-  rules:
-    - backendRefs: [{{name: app, port: {backend_port}}}]
----
-apiVersion: v1
-kind: Service
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  type: ExternalName
-  externalName: localhost
-  ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
 ",
-        backend_port = backend.port(),
-    )
+    ) + &common::route_to_loopback(ns, None, backend)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -159,3 +159,33 @@ pub async fn get_tls(addr: SocketAddr, ca_pem: &str, host: &str, path: &str) -> 
         .unwrap_or_default();
     Some((code, body))
 }
+
+/// HTTPRoute `app` on Gateway `web` in `ns` (matching `path` as a prefix, or everything) to
+/// Service `app`: an ExternalName Service for `localhost` on the loopback `backend`'s port, since
+/// the API server refuses loopback EndpointSlice addresses (needs `backend.allow_external_name`).
+pub fn route_to_loopback(ns: &str, path: Option<&str>, backend: SocketAddr) -> String {
+    let backend_port = backend.port();
+    let backend_refs = format!("backendRefs: [{{name: app, port: {backend_port}}}]");
+    let rule = match path {
+        Some(path) => format!("- matches: [{{path: {{type: PathPrefix, value: {path}}}}}]\n      {backend_refs}"),
+        None => format!("- {backend_refs}"),
+    };
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules:
+    {rule}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  type: ExternalName
+  externalName: localhost
+  ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
+"
+    )
+}
