@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod leader;
 pub mod local;
+pub mod material;
 pub mod metrics;
 pub mod modes;
 pub mod provision;

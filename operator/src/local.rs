@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use dataplane::{Material, TlsCertificate};
+use dataplane::Material;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde::Deserialize;
 use translator::Snapshot;
+
+use crate::material;
 use translator::snapshot::{Facts, SnapshotError};
 
 /// Why local input could not be read.
@@ -148,24 +150,14 @@ fn add_material(material: &mut Material, value: serde_json::Value) -> Result<(),
     match (core, kind) {
         (true, "Secret") => {
             let secret: Secret = serde_json::from_value(value)?;
-            let text = |k: &str| {
-                secret
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(k))
-                    .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-                    .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(k)).cloned())
-            };
-            if let (Some(chain_pem), Some(key_pem)) = (text("tls.crt"), text("tls.key")) {
-                material
-                    .certificates
-                    .insert(key(&secret.metadata), TlsCertificate { chain_pem, key_pem });
+            if let Some(certificate) = material::tls_certificate(&secret) {
+                material.certificates.insert(key(&secret.metadata), certificate);
             }
         }
         (true, "ConfigMap") => {
             let config_map: ConfigMap = serde_json::from_value(value)?;
-            if let Some(ca) = config_map.data.as_ref().and_then(|d| d.get("ca.crt")) {
-                material.ca_bundles.insert(key(&config_map.metadata), ca.clone());
+            if let Some(ca) = material::ca_bundle(&config_map) {
+                material.ca_bundles.insert(key(&config_map.metadata), ca);
             }
         }
         _ => {}

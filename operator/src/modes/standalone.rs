@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use dataplane::{ApplyError, Dataplane, Material, TlsCertificate};
+use dataplane::{ApplyError, Dataplane, Material};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use translator::{Bundle, ir};
@@ -72,17 +72,8 @@ async fn material(client: &Client, proxy: &ir::Proxy) -> Material {
         };
         match Api::<Secret>::namespaced(client.clone(), namespace).get_opt(name).await {
             Ok(Some(secret)) => {
-                let text = |k: &str| {
-                    secret
-                        .data
-                        .as_ref()
-                        .and_then(|d| d.get(k))
-                        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-                };
-                if let (Some(chain_pem), Some(key_pem)) = (text("tls.crt"), text("tls.key")) {
-                    material
-                        .certificates
-                        .insert(reference.clone(), TlsCertificate { chain_pem, key_pem });
+                if let Some(certificate) = crate::material::tls_certificate(&secret) {
+                    material.certificates.insert(reference.clone(), certificate);
                 }
             }
             Ok(None) => tracing::warn!(secret = %reference, "certificate Secret not found"),
@@ -98,8 +89,8 @@ async fn material(client: &Client, proxy: &ir::Proxy) -> Material {
             .await
         {
             Ok(Some(config_map)) => {
-                if let Some(ca) = config_map.data.as_ref().and_then(|d| d.get("ca.crt")) {
-                    material.ca_bundles.insert(reference.clone(), ca.clone());
+                if let Some(ca) = crate::material::ca_bundle(&config_map) {
+                    material.ca_bundles.insert(reference.clone(), ca);
                 }
             }
             Ok(None) => tracing::warn!(config_map = %reference, "CA ConfigMap not found"),
