@@ -79,8 +79,14 @@ impl ControlPlane {
     /// stopped (and its state dir deleted) by a watchdog once this process has exited.
     /// Panics if it cannot be started: a test that needs it cannot go on.
     pub fn shared() -> &'static ControlPlane {
+        Self::shared_with(Options::all())
+    }
+
+    /// [`ControlPlane::shared`] with `opts` (the first call of the binary decides them): tests
+    /// that need only the API server and CRDs share a lighter plane.
+    pub fn shared_with(opts: Options) -> &'static ControlPlane {
         SHARED.get_or_init(|| {
-            let mut cp = Self::start_in(new_state_dir(), Options::all(), true)
+            let mut cp = Self::start_in(new_state_dir(), opts, true)
                 .unwrap_or_else(|e| panic!("starting the e2e control plane: {e}"));
             cp.owned = false;
             cp

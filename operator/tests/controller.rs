@@ -35,15 +35,7 @@ use tokio::sync::oneshot;
 const SERVICE: &str = "turna-controller";
 
 fn plane() -> &'static control_plane::ControlPlane {
-    static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
-    PLANE.get_or_init(|| {
-        control_plane::ControlPlane::start(control_plane::Options {
-            crds: true,
-            controllers: false,
-            scheduler: false,
-        })
-        .expect("control plane starts")
-    })
+    control_plane::ControlPlane::shared_with(control_plane::Options::default())
 }
 
 fn objects(ns: &str, class: &str, http: u16, https: u16, backend: SocketAddr, path: &str) -> String {

@@ -24,15 +24,7 @@ use operator::push::{client, protocol, server};
 use operator::settings::Kubernetes;
 
 fn plane() -> &'static control_plane::ControlPlane {
-    static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
-    PLANE.get_or_init(|| {
-        control_plane::ControlPlane::start(control_plane::Options {
-            crds: true,
-            controllers: false,
-            scheduler: false,
-        })
-        .expect("control plane starts")
-    })
+    control_plane::ControlPlane::shared_with(control_plane::Options::default())
 }
 
 /// `GET path` over a fresh connection: status code and body.

@@ -11,10 +11,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 fn plane() -> &'static control_plane::ControlPlane {
-    static PLANE: std::sync::OnceLock<control_plane::ControlPlane> = std::sync::OnceLock::new();
-    PLANE.get_or_init(|| {
-        control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts")
-    })
+    control_plane::ControlPlane::shared_with(control_plane::Options::default())
 }
 
 async fn client() -> kube::Client {
