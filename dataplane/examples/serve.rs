@@ -7,6 +7,10 @@ use std::net::SocketAddr;
 use dataplane::{Dataplane, Settings};
 use translator::ir;
 
+/// The allocator of the `turna` binary, so the benchmark measures what ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One worker thread (TOKIO_WORKER_THREADS=1) runs on a current-thread runtime: no work
     // stealing or cross-thread wakeups, as a single nginx or HAProxy worker.

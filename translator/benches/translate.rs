@@ -12,6 +12,10 @@
 
 use std::hint::black_box;
 
+/// The allocator of the `turna` binary, so the benchmark measures what ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use serde_json::{Value, json};
 use translator::snapshot::AssignedAddress;
