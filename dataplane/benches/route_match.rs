@@ -109,11 +109,11 @@ fn bench(c: &mut Criterion) {
             let header = ir::ValueMatch {
                 name: "x-tenant".into(),
                 kind: ir::ValueMatchKind::Exact,
-                value: format!("t{i}"),
+                value: format!("t{i}").into(),
             };
             rule(
                 &format!("r{i}"),
-                ir::PathMatch::Prefix(format!("/service-{i}/api")),
+                ir::PathMatch::Prefix(format!("/service-{i}/api").into()),
                 vec![header],
             )
         })

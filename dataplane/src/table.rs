@@ -108,12 +108,18 @@ impl Table {
         for (key, backend) in &proxy.backends {
             if *key != backend.id {
                 return Err(ValidationError::BackendId {
-                    backend: backend.id.clone(),
-                    key: key.clone(),
+                    backend: backend.id.to_string(),
+                    key: key.to_string(),
                 });
             }
-            let upstream = Upstream::build(backend, previous.upstreams.get(key), material, metrics, passive_health)?;
-            upstreams.insert(key.clone(), upstream);
+            let upstream = Upstream::build(
+                backend,
+                previous.upstreams.get(key.as_str()),
+                material,
+                metrics,
+                passive_health,
+            )?;
+            upstreams.insert(key.to_string(), upstream);
         }
         let mut http_ports = HashMap::new();
         let mut stream_ports = HashMap::new();

@@ -6,8 +6,8 @@ use common::*;
 use http::StatusCode;
 use translator::ir;
 
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+fn pairs(list: &[(&str, &str)]) -> Vec<(ir::SmolStr, ir::SmolStr)> {
+    list.iter().map(|(n, v)| ((*n).into(), (*v).into())).collect()
 }
 
 fn with_filters(mut rule: ir::HttpRule, filters: Vec<ir::Filter>) -> ir::HttpRule {
@@ -290,7 +290,7 @@ async fn cors_preflights_are_answered_and_responses_get_headers() {
 
 fn mirror(backend: Option<&str>, numerator: u32, denominator: u32) -> ir::Filter {
     ir::Filter::RequestMirror(ir::Mirror {
-        backend: backend.map(str::to_string),
+        backend: backend.map(ir::SmolStr::new),
         numerator,
         denominator,
     })

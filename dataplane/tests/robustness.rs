@@ -28,18 +28,18 @@ fn text() -> impl Strategy<Value = String> {
 
 fn path_match() -> impl Strategy<Value = ir::PathMatch> {
     prop_oneof![
-        text().prop_map(ir::PathMatch::Exact),
-        text().prop_map(ir::PathMatch::Prefix),
-        text().prop_map(ir::PathMatch::RegularExpression),
+        text().prop_map(|t| ir::PathMatch::Exact(t.into())),
+        text().prop_map(|t| ir::PathMatch::Prefix(t.into())),
+        text().prop_map(|t| ir::PathMatch::RegularExpression(t.into())),
     ]
 }
 
 fn filter() -> impl Strategy<Value = ir::Filter> {
     prop_oneof![
         (text(), text(), text()).prop_map(|(n, v, r)| ir::Filter::RequestHeaderModifier(ir::HeaderModifier {
-            set: vec![(n.clone(), v.clone())],
-            add: vec![(v, n)],
-            remove: vec![r],
+            set: vec![(n.as_str().into(), v.as_str().into())],
+            add: vec![(v.into(), n.into())],
+            remove: vec![r.into()],
         })),
         (
             proptest::option::of(text()),
@@ -83,13 +83,13 @@ prop_compose! {
         backend_ref in proptest::option::of(prop_oneof![Just("b".to_string()), text()]),
     ) -> ir::Proxy {
         let mut r = rule("r", path, "b");
-        r.matcher.method = method;
-        r.matcher.headers = vec![ir::ValueMatch { name: header.0, kind: ir::ValueMatchKind::RegularExpression, value: header.1 }];
+        r.matcher.method = method.map(Into::into);
+        r.matcher.headers = vec![ir::ValueMatch { name: header.0.into(), kind: ir::ValueMatchKind::RegularExpression, value: header.1.into() }];
         r.filters = filters;
         r.backends = vec![weighted(backend_ref.as_deref(), 1)];
         let b = backend("b", vec![ir::Endpoint { address: endpoint, port: 80 }]);
         let mut p = proxy(vec![http_port(80, vec![listener("l", listener_host.as_deref(), vec![vhost_of(&vhost, r)])])], vec![]);
-        p.backends = BTreeMap::from([("b".to_string(), b)]);
+        p.backends = BTreeMap::from([("b".into(), b)]);
         p
     }
 }

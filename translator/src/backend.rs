@@ -49,12 +49,18 @@ struct Cache {
     entries: HashMap<u64, Vec<(OwnedKey, Resolution)>, BuildHasherDefault<Prehashed>>,
 }
 
-/// FNV-1a of the Service name, port and namespace: cheap for these short keys, and a bucket
-/// compares whole keys, so collisions cost only a comparison.
-fn key_hash(name: &str, port: Option<i32>, namespace: Option<&str>) -> u64 {
+/// FNV-1a of the Service name, port and both namespaces: cheap for these short keys, and a
+/// bucket compares whole keys, so collisions cost only a comparison. The route's namespace
+/// matters: most backendRefs name no namespace, and the same Service name recurs across them.
+fn key_hash(name: &str, port: Option<i32>, route_ns: &str, namespace: Option<&str>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let port = port.map_or([0xff; 4], i32::to_le_bytes);
-    let parts = [name.as_bytes(), &port, namespace.unwrap_or_default().as_bytes()];
+    let parts = [
+        name.as_bytes(),
+        &port,
+        route_ns.as_bytes(),
+        namespace.unwrap_or_default().as_bytes(),
+    ];
     for b in parts.into_iter().flatten() {
         h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
@@ -201,8 +207,9 @@ impl<'a> Backends<'a> {
             tls,
             client_certificate,
         };
-        // The Service and port tell most resolutions apart; the bucket compares the whole key.
-        let hash = key_hash(key.name, key.port, key.namespace);
+        // The Service, port and namespaces tell most resolutions apart; the bucket compares the
+        // whole key.
+        let hash = key_hash(key.name, key.port, key.route_ns, key.namespace);
         if let Some(found) = self.cache.borrow().get(hash, key) {
             return found.clone();
         }
@@ -402,7 +409,7 @@ impl<'a> Backends<'a> {
             }
         }
         let backend = Backend {
-            id,
+            id: id.into(),
             service: object::key(ns, name),
             port: port as u16,
             protocol: AppProtocol::Http,

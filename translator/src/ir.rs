@@ -25,7 +25,7 @@ pub struct Proxy {
     /// Sockets by transport and port, ascending.
     pub ports: Vec<Port>,
     /// Backends referenced by the routes, by [`Backend::id`].
-    pub backends: BTreeMap<String, Backend>,
+    pub backends: BTreeMap<SmolStr, Backend>,
     /// Retries on another endpoint when one is unreachable, for rules without a route retry.
     pub connect_retries: u32,
     /// Controller mode: what provisioning needs from the Gateway.
@@ -190,7 +190,7 @@ pub struct HttpRule {
 pub struct HttpMatch {
     pub path: PathMatch,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub method: Option<String>,
+    pub method: Option<SmolStr>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<ValueMatch>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -201,13 +201,13 @@ pub struct HttpMatch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "value")]
 pub enum PathMatch {
-    Exact(String),
+    Exact(SmolStr),
     /// Matches whole path segments: `/foo` matches `/foo` and `/foo/bar`, not `/foobar`. The
     /// translator drops a trailing `/` (the spec ignores it), so `/` alone is the only prefix
     /// ending in one.
-    Prefix(String),
+    Prefix(SmolStr),
     /// RE2 syntax, matched against the whole path (anchored at both ends).
-    RegularExpression(String),
+    RegularExpression(SmolStr),
 }
 
 impl Default for PathMatch {
@@ -220,10 +220,10 @@ impl Default for PathMatch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValueMatch {
-    pub name: String,
+    pub name: SmolStr,
     #[serde(rename = "type")]
     pub kind: ValueMatchKind,
-    pub value: String,
+    pub value: SmolStr,
 }
 
 /// Exact or regular-expression comparison.
@@ -250,11 +250,11 @@ pub enum Filter {
 #[serde(rename_all = "camelCase")]
 pub struct HeaderModifier {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub set: Vec<(String, String)>,
+    pub set: Vec<(SmolStr, SmolStr)>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub add: Vec<(String, String)>,
+    pub add: Vec<(SmolStr, SmolStr)>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub remove: Vec<String>,
+    pub remove: Vec<SmolStr>,
 }
 
 /// Path rewrite of a redirect or URL rewrite.
@@ -297,7 +297,7 @@ pub struct UrlRewrite {
 #[serde(rename_all = "camelCase")]
 pub struct Mirror {
     /// `None` when the mirror's backendRef is invalid: nothing is mirrored.
-    pub backend: Option<String>,
+    pub backend: Option<SmolStr>,
     /// Share of requests mirrored, as numerator/denominator.
     pub numerator: u32,
     pub denominator: u32,
@@ -356,7 +356,7 @@ pub struct Retry {
 pub struct WeightedBackend {
     /// Key into [`Proxy::backends`]; `None` for an invalid backendRef, whose share fails
     /// (HTTP 500, gRPC Internal, closed connection).
-    pub backend: Option<String>,
+    pub backend: Option<SmolStr>,
     pub weight: u32,
     /// Per-backend filters, applied after the rule's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -396,7 +396,7 @@ pub enum AppProtocol {
 #[serde(rename_all = "camelCase")]
 pub struct Backend {
     /// Stable key: `namespace/service:port`, plus a suffix when TLS settings differ.
-    pub id: String,
+    pub id: SmolStr,
     /// `namespace/name` of the Service.
     pub service: String,
     pub port: u16,

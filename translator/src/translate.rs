@@ -51,7 +51,9 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     reject_listener_filters(&mut gateways, snapshot);
     let backends = Backends::new(snapshot, config);
 
-    let routes = sorted_routes(collect_routes(snapshot, config));
+    // Routes stay in the snapshot's order, which is the order of their memory: walking them so
+    // is much faster on large snapshots than in name order. Only statuses need name order.
+    let (routes, by_name) = unique_routes(collect_routes(snapshot, config));
     // Age rank of each route, oldest first: precedence between routes.
     let mut by_age: Vec<usize> = (0..routes.len()).collect();
     by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
@@ -63,10 +65,10 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut seen_backends: Vec<HashSet<*const ir::Backend>> = gateways.iter().map(|_| HashSet::new()).collect();
-    let mut gateway_backends: Vec<BTreeMap<String, Rc<ir::Backend>>> =
+    let mut gateway_backends: Vec<BTreeMap<ir::SmolStr, Rc<ir::Backend>>> =
         gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut route_statuses = Vec::with_capacity(routes.len());
+    let mut route_statuses: Vec<Option<crate::status::RouteStatus>> = (0..routes.len()).map(|_| None).collect();
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
     let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age);
@@ -158,7 +160,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 policy_usage.entry(p).or_default().insert(gw);
             }
         }
-        route_statuses.push(route::status(route, &attachments, &outcome, &controller_name));
+        route_statuses[ri] = Some(route::status(route, &attachments, &outcome, &controller_name));
     }
 
     let mut statuses = Statuses {
@@ -168,7 +170,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             .iter()
             .flat_map(|g| g.listener_sets.iter().map(move |s| listener_set::status(s, g)))
             .collect(),
-        routes: route_statuses,
+        routes: by_name.iter().filter_map(|&ri| route_statuses[ri].take()).collect(),
         backend_tls_policies: backends.policies.statuses(&policy_usage, config),
     };
     statuses
@@ -244,17 +246,45 @@ fn reject_listener_filters(gateways: &mut [GatewayModel<'_>], snapshot: &Snapsho
     }
 }
 
-/// Routes by kind, namespace and name, the first of duplicates kept. Sorts positions, which
-/// moves less than sorting the routes.
-fn sorted_routes(routes: Vec<RouteModel<'_>>) -> Vec<RouteModel<'_>> {
+/// The routes without duplicates (the first of each kind, namespace and name is kept), in
+/// their given order, and their positions in order of kind, namespace and name.
+fn unique_routes(mut routes: Vec<RouteModel<'_>>) -> (Vec<RouteModel<'_>>, Vec<usize>) {
     fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
         (r.kind, r.namespace, r.name)
     }
-    let mut order: Vec<usize> = (0..routes.len()).collect();
-    order.sort_by(|a, b| key(&routes[*a]).cmp(&key(&routes[*b])));
-    order.dedup_by(|a, b| key(&routes[*a]) == key(&routes[*b]));
-    let mut slots: Vec<Option<RouteModel<'_>>> = routes.into_iter().map(Some).collect();
-    order.into_iter().filter_map(|i| slots[i].take()).collect()
+    let mut by_name: Vec<usize> = (0..routes.len()).collect();
+    by_name.sort_by(|a, b| key(&routes[*a]).cmp(&key(&routes[*b])));
+    let duplicate: Vec<usize> = by_name
+        .windows(2)
+        .filter(|w| key(&routes[w[0]]) == key(&routes[w[1]]))
+        .map(|w| w[1])
+        .collect();
+    if duplicate.is_empty() {
+        return (routes, by_name);
+    }
+    // Rare (only hand-written snapshots repeat an object): drop the later copies and number
+    // the rest again.
+    let mut keep = vec![true; routes.len()];
+    for i in duplicate {
+        keep[i] = false;
+    }
+    let mut renumbered = Vec::with_capacity(routes.len());
+    let mut next = 0;
+    for &k in &keep {
+        renumbered.push(next);
+        next += usize::from(k);
+    }
+    let mut index = 0;
+    routes.retain(|_| {
+        index += 1;
+        keep[index - 1]
+    });
+    let by_name = by_name
+        .into_iter()
+        .filter(|&i| keep[i])
+        .map(|i| renumbered[i])
+        .collect();
+    (routes, by_name)
 }
 
 fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel<'a>> {

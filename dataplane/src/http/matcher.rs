@@ -33,7 +33,7 @@ enum ValuePredicate {
 impl ValuePredicate {
     fn compile(m: &ir::ValueMatch, context: &str) -> Result<Self, ValidationError> {
         Ok(match m.kind {
-            ir::ValueMatchKind::Exact => ValuePredicate::Exact(m.value.clone()),
+            ir::ValueMatchKind::Exact => ValuePredicate::Exact(m.value.to_string()),
             ir::ValueMatchKind::RegularExpression => ValuePredicate::Regex(full_match(&m.value, context)?),
         })
     }
@@ -69,7 +69,7 @@ impl Matcher {
             Some(name) => Some(
                 Method::from_bytes(name.as_bytes()).map_err(|_| ValidationError::Method {
                     context: context.to_string(),
-                    method: name.clone(),
+                    method: name.to_string(),
                 })?,
             ),
             None => None,
@@ -80,7 +80,7 @@ impl Matcher {
             .map(|h| {
                 let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| ValidationError::HeaderName {
                     context: context.to_string(),
-                    name: h.name.clone(),
+                    name: h.name.to_string(),
                 })?;
                 Ok((name, ValuePredicate::compile(h, context)?))
             })
@@ -88,7 +88,7 @@ impl Matcher {
         let query_params = m
             .query_params
             .iter()
-            .map(|q| Ok((q.name.clone(), ValuePredicate::compile(q, context)?)))
+            .map(|q| Ok((q.name.to_string(), ValuePredicate::compile(q, context)?)))
             .collect::<Result<_, ValidationError>>()?;
         Ok(Matcher {
             path,

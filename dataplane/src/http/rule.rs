@@ -59,29 +59,26 @@ impl Rule {
             ir::PathMatch::Prefix(p) => Some(p.as_str()),
             _ => None,
         };
-        let backends = rule
-            .backends
-            .iter()
-            .map(|b| {
-                let upstream = match &b.backend {
-                    Some(id) => Some(
-                        upstreams
-                            .get(id)
-                            .cloned()
-                            .ok_or_else(|| ValidationError::UnknownBackend {
+        let backends =
+            rule.backends
+                .iter()
+                .map(|b| {
+                    let upstream = match &b.backend {
+                        Some(id) => Some(upstreams.get(id.as_str()).cloned().ok_or_else(|| {
+                            ValidationError::UnknownBackend {
                                 context: context.clone(),
-                                backend: id.clone(),
-                            })?,
-                    ),
-                    None => None,
-                };
-                Ok(RuleBackend {
-                    upstream,
-                    weight: b.weight,
-                    filters: filters::compile(&b.filters, prefix, &context, upstreams)?,
+                                backend: id.to_string(),
+                            }
+                        })?),
+                        None => None,
+                    };
+                    Ok(RuleBackend {
+                        upstream,
+                        weight: b.weight,
+                        filters: filters::compile(&b.filters, prefix, &context, upstreams)?,
+                    })
                 })
-            })
-            .collect::<Result<_, ValidationError>>()?;
+                .collect::<Result<_, ValidationError>>()?;
         Ok(Rule {
             name: context.clone(),
             route: rule.route.clone(),

@@ -96,7 +96,7 @@ mod tests {
             grpc: false,
             matcher: ir::HttpMatch {
                 path,
-                method: method.map(str::to_string),
+                method: method.map(ir::SmolStr::new),
                 ..Default::default()
             },
             filters: vec![],
@@ -115,12 +115,12 @@ mod tests {
         for (i, path) in paths.iter().enumerate() {
             rules.push(rule(
                 rules.len(),
-                ir::PathMatch::Exact(path.to_string()),
+                ir::PathMatch::Exact((*path).into()),
                 (i % 2 == 0).then_some("POST"),
             ));
             rules.push(rule(
                 rules.len(),
-                ir::PathMatch::Prefix(path.to_string()),
+                ir::PathMatch::Prefix((*path).into()),
                 (i % 3 == 0).then_some("GET"),
             ));
         }

@@ -80,16 +80,15 @@ impl StreamPort {
                         .backends
                         .iter()
                         .map(|b| {
-                            let upstream =
-                                match &b.backend {
-                                    Some(id) => Some(upstreams.get(id).cloned().ok_or_else(|| {
-                                        ValidationError::UnknownBackend {
-                                            context: context.clone(),
-                                            backend: id.clone(),
-                                        }
-                                    })?),
-                                    None => None,
-                                };
+                            let upstream = match &b.backend {
+                                Some(id) => Some(upstreams.get(id.as_str()).cloned().ok_or_else(|| {
+                                    ValidationError::UnknownBackend {
+                                        context: context.clone(),
+                                        backend: id.to_string(),
+                                    }
+                                })?),
+                                None => None,
+                            };
                             Ok(StreamBackend {
                                 upstream,
                                 weight: b.weight,

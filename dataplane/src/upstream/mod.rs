@@ -95,7 +95,7 @@ impl Upstream {
                     format!("{}:{}", e.address, e.port)
                 };
                 let authority = host.parse::<Authority>().map_err(|_| ValidationError::Endpoint {
-                    backend: spec.id.clone(),
+                    backend: spec.id.to_string(),
                     address: e.address.clone(),
                     port: e.port,
                 })?;
@@ -113,10 +113,10 @@ impl Upstream {
             })
             .collect::<Result<Vec<_>, ValidationError>>()?;
         let labels = BackendLabels {
-            backend: spec.id.clone(),
+            backend: spec.id.to_string(),
         };
         Ok(Arc::new(Upstream {
-            id: spec.id.clone(),
+            id: spec.id.to_string(),
             spec: spec.clone(),
             endpoints,
             strategy: spec.strategy,

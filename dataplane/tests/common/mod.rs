@@ -337,7 +337,7 @@ pub fn rule(name: &str, path: ir::PathMatch, backend: &str) -> ir::HttpRule {
 
 pub fn weighted(backend: Option<&str>, weight: u32) -> ir::WeightedBackend {
     ir::WeightedBackend {
-        backend: backend.map(str::to_string),
+        backend: backend.map(ir::SmolStr::new),
         weight,
         filters: Vec::new(),
     }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use smallvec::SmallVec;
-use smol_str::SmolStr;
+use smol_str::{SmolStr, format_smolstr};
 
 use crate::api::grpc::{GrpcRouteRules, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType};
 use crate::api::http::{
@@ -196,7 +196,7 @@ pub fn resolve(
     client_certificate: Option<&str>,
     out: &mut Compiled,
     outcome: &mut RouteOutcome,
-) -> Option<String> {
+) -> Option<SmolStr> {
     let tls = matches!(route.kind, RouteKind::Http | RouteKind::Grpc);
     match backends.resolve(route.kind, route.namespace, b, tls, client_certificate) {
         Ok(resolved) => {
@@ -261,16 +261,16 @@ fn value_match(name: &str, value: &str, regex: bool, lower: bool) -> Result<Valu
     }
     Ok(ValueMatch {
         name: if lower {
-            name.to_ascii_lowercase()
+            SmolStr::from(name.to_ascii_lowercase())
         } else {
-            name.to_string()
+            SmolStr::new(name)
         },
         kind: if regex {
             ValueMatchKind::RegularExpression
         } else {
             ValueMatchKind::Exact
         },
-        value: value.to_string(),
+        value: SmolStr::new(value),
     })
 }
 
@@ -320,7 +320,7 @@ fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
                 )
             })
             .collect::<Result<_, _>>()?;
-        let method = m.method.as_ref().map(|m| method_name(m).to_string());
+        let method = m.method.as_ref().map(|m| SmolStr::new_static(method_name(m)));
         matches.push(HttpMatch {
             path,
             method,
@@ -430,10 +430,10 @@ fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts<'static>, Problem> {
             Some(method) => {
                 let regex = matches!(method.r#type, Some(GrpcRouteRulesMatchesMethodType::RegularExpression));
                 match (method.service.as_deref(), method.method.as_deref(), regex) {
-                    (Some(s), Some(me), false) => PathMatch::Exact(format!("/{s}/{me}")),
-                    (Some(s), None, false) => PathMatch::Prefix(format!("/{s}")),
+                    (Some(s), Some(me), false) => PathMatch::Exact(format_smolstr!("/{s}/{me}")),
+                    (Some(s), None, false) => PathMatch::Prefix(format_smolstr!("/{s}")),
                     (None, Some(me), false) => {
-                        PathMatch::RegularExpression(format!("/[^/]+/{}", regex_syntax::escape(me)))
+                        PathMatch::RegularExpression(format_smolstr!("/[^/]+/{}", regex_syntax::escape(me)))
                     }
                     (None, None, _) => PathMatch::Prefix("/".into()),
                     (s, me, true) => {
@@ -441,7 +441,7 @@ fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts<'static>, Problem> {
                         let me = me.unwrap_or("[^/]+");
                         check_regex(s)?;
                         check_regex(me)?;
-                        PathMatch::RegularExpression(format!("/(?:{s})/(?:{me})"))
+                        PathMatch::RegularExpression(format_smolstr!("/(?:{s})/(?:{me})"))
                     }
                 }
             }
@@ -491,8 +491,8 @@ macro_rules! pairs {
         $items
             .iter()
             .flatten()
-            .map(|h| (h.name.clone(), h.value.clone()))
-            .collect::<Vec<(String, String)>>()
+            .map(|h| (SmolStr::new(&h.name), SmolStr::new(&h.value)))
+            .collect::<Vec<(SmolStr, SmolStr)>>()
     };
 }
 
@@ -521,7 +521,7 @@ fn filter(
             Filter::RequestHeaderModifier(HeaderModifier {
                 set: pairs!(m.set),
                 add: pairs!(m.add),
-                remove: m.remove.clone().unwrap_or_default(),
+                remove: m.remove.iter().flatten().map(SmolStr::new).collect(),
             })
         }
         FilterType::ResponseHeaderModifier => {
@@ -531,7 +531,7 @@ fn filter(
             Filter::ResponseHeaderModifier(HeaderModifier {
                 set: pairs!(m.set),
                 add: pairs!(m.add),
-                remove: m.remove.clone().unwrap_or_default(),
+                remove: m.remove.iter().flatten().map(SmolStr::new).collect(),
             })
         }
         FilterType::RequestRedirect => {

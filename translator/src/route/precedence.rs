@@ -93,6 +93,7 @@ pub fn original_hostname<'r>(listener: Option<&str>, route_hostnames: &'r [Strin
 mod tests {
     use super::*;
     use crate::ir::{HttpMatch, ValueMatch, ValueMatchKind};
+    use smol_str::{SmolStr, format_smolstr};
 
     fn rule(path: PathMatch, method: Option<&str>, headers: usize, rule: usize) -> HttpRule {
         HttpRule {
@@ -106,10 +107,10 @@ mod tests {
             grpc: false,
             matcher: HttpMatch {
                 path,
-                method: method.map(str::to_string),
+                method: method.map(SmolStr::new),
                 headers: (0..headers)
                     .map(|i| ValueMatch {
-                        name: format!("h{i}"),
+                        name: format_smolstr!("h{i}"),
                         kind: ValueMatchKind::Exact,
                         value: "v".into(),
                     })

@@ -15,7 +15,7 @@ pub struct HeaderEdit {
 
 impl HeaderEdit {
     pub fn compile(m: &ir::HeaderModifier, context: &str) -> Result<Self, ValidationError> {
-        let pairs = |list: &[(String, String)]| {
+        let pairs = |list: &[(ir::SmolStr, ir::SmolStr)]| {
             list.iter()
                 .map(|(n, v)| Ok((name(n, context)?, value(n, v, context)?)))
                 .collect::<Result<Vec<_>, ValidationError>>()

@@ -26,11 +26,11 @@ impl Mirror {
         let upstream = match &m.backend {
             Some(id) => Some(
                 upstreams
-                    .get(id)
+                    .get(id.as_str())
                     .cloned()
                     .ok_or_else(|| ValidationError::UnknownBackend {
                         context: context.to_string(),
-                        backend: id.clone(),
+                        backend: id.to_string(),
                     })?,
             ),
             None => None,
