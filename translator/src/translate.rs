@@ -10,10 +10,11 @@ use crate::backend::Backends;
 use crate::bundle::Bundle;
 use crate::config::{Config, Mode};
 use crate::gateway::{self, GatewayModel, listener_set};
-use crate::hostname;
+use crate::hostname::{self, Specificity};
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
+use crate::route::http::{PrecedenceKey, precedence_key};
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
 use crate::snapshot::Snapshot;
 use crate::status::Statuses;
@@ -467,26 +468,24 @@ fn virtual_hosts(
                 keep
             });
             // The route's own hostname first (exact over wildcard, longer first), then matches.
-            // Positions are sorted (stable: a rule's matches keep their order).
-            let mut order: Vec<(usize, usize, &str)> = served
+            // Keys are computed once: the entries lie all over memory.
+            let mut order: Vec<(Specificity<'_>, PrecedenceKey, usize, usize)> = served
                 .iter()
-                .flat_map(|&(ci, original)| (0..entries[ci].len()).map(move |k| (ci, k, original)))
-                .collect();
-            let rule = |ci: usize, k: usize| entries[ci][k].as_ref();
-            order.sort_by(|&(ci, ki, oa), &(cj, kj, ob)| {
-                hostname::by_specificity(oa, ob).then_with(|| match (rule(ci, ki), rule(cj, kj)) {
-                    (Some(a), Some(b)) => route::http::precedence(a, b, |_| 0)
-                        .then_with(|| age_rank[owners[ci]].cmp(&age_rank[owners[cj]]))
-                        .then_with(|| a.route.rule.cmp(&b.route.rule)),
-                    _ => std::cmp::Ordering::Equal,
+                .flat_map(|&(ci, original)| {
+                    let age = age_rank[owners[ci]];
+                    entries[ci].iter().enumerate().filter_map(move |(k, rule)| {
+                        Some((Specificity(original), precedence_key(rule.as_ref()?, age), ci, k))
+                    })
                 })
-            });
+                .collect();
+            // Stable: a rule's matches keep their order.
+            order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
             for (ci, _) in &served {
                 uses[*ci] -= 1;
             }
             let rules = order
                 .into_iter()
-                .filter_map(|(ci, k, _)| {
+                .filter_map(|(_, _, ci, k)| {
                     if uses[ci] == 0 {
                         entries[ci][k].take()
                     } else {

@@ -26,7 +26,7 @@ use crate::status::condition::reason;
 
 use super::RouteOutcome;
 use super::model::{BackendRef, RouteKind, RouteModel, RuleSpec};
-pub use super::precedence::{inherit_less_specific, original_hostname, precedence};
+pub use super::precedence::{PrecedenceKey, inherit_less_specific, original_hostname, precedence, precedence_key};
 
 /// The compiled entries of one route for one Gateway.
 #[derive(Clone, Debug, Default)]

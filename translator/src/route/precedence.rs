@@ -2,7 +2,7 @@
 //! route hostname that ranks them, and the fall-through from a hostname to the wildcards that
 //! also cover it. The dataplane takes the first matching entry of the most specific host.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 use std::collections::BTreeMap;
 
 use crate::ir::{HttpRule, PathMatch, RouteRef, VirtualHost};
@@ -11,23 +11,42 @@ use crate::ir::{HttpRule, PathMatch, RouteRef, VirtualHost};
 /// (exact path, longest prefix, method, most headers, most query params), then the oldest route,
 /// then the rule and match order.
 pub fn precedence(a: &HttpRule, b: &HttpRule, age: impl Fn(&RouteRef) -> usize) -> Ordering {
+    precedence_key(a, age(&a.route)).cmp(&precedence_key(b, age(&b.route)))
+}
+
+/// [`precedence`] as a small sort key (first is smallest), for sorting many entries without
+/// reaching into each one per comparison. `age` ranks the entry's route, oldest first; a stable
+/// sort keeps the match order within a rule.
+pub fn precedence_key(rule: &HttpRule, age: usize) -> PrecedenceKey {
     // HTTP: exact, then regular expressions (implementation-specific), then prefixes.
     // gRPC: service and method, then service only (a prefix), then method only and regular
     // expressions, which is the spec's "most characters in the service, then the method".
-    fn path_rank(p: &PathMatch, grpc: bool) -> (u8, std::cmp::Reverse<usize>) {
-        match p {
-            PathMatch::Exact(v) => (0, std::cmp::Reverse(v.len())),
-            PathMatch::RegularExpression(v) => (if grpc { 2 } else { 1 }, std::cmp::Reverse(v.len())),
-            PathMatch::Prefix(v) => (if grpc { 1 } else { 2 }, std::cmp::Reverse(v.len())),
-        }
+    let (kind, len) = match &rule.matcher.path {
+        PathMatch::Exact(v) => (0, v.len()),
+        PathMatch::RegularExpression(v) => (if rule.grpc { 2 } else { 1 }, v.len()),
+        PathMatch::Prefix(v) => (if rule.grpc { 1 } else { 2 }, v.len()),
+    };
+    PrecedenceKey {
+        path_kind: kind,
+        path_len: Reverse(len),
+        method: Reverse(rule.matcher.method.is_some()),
+        headers: Reverse(rule.matcher.headers.len()),
+        query_params: Reverse(rule.matcher.query_params.len()),
+        age,
+        rule: rule.route.rule,
     }
-    path_rank(&a.matcher.path, a.grpc)
-        .cmp(&path_rank(&b.matcher.path, b.grpc))
-        .then_with(|| b.matcher.method.is_some().cmp(&a.matcher.method.is_some()))
-        .then_with(|| b.matcher.headers.len().cmp(&a.matcher.headers.len()))
-        .then_with(|| b.matcher.query_params.len().cmp(&a.matcher.query_params.len()))
-        .then_with(|| age(&a.route).cmp(&age(&b.route)))
-        .then_with(|| a.route.rule.cmp(&b.route.rule))
+}
+
+/// See [`precedence_key`]; fields compare in declaration order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PrecedenceKey {
+    path_kind: u8,
+    path_len: Reverse<usize>,
+    method: Reverse<bool>,
+    headers: Reverse<usize>,
+    query_params: Reverse<usize>,
+    age: usize,
+    rule: usize,
 }
 
 /// Appends to each virtual host the entries of the less specific virtual hosts that also cover

@@ -36,15 +36,22 @@ impl ConditionStatus {
 }
 
 impl Condition {
-    pub fn new(kind: &str, ok: bool, reason: &str, message: impl Into<SmolStr>, generation: i64) -> Self {
+    /// Types and reasons are the Gateway API's constants: stored without a copy.
+    pub fn new(
+        kind: &'static str,
+        ok: bool,
+        reason: &'static str,
+        message: impl Into<SmolStr>,
+        generation: i64,
+    ) -> Self {
         Condition {
-            kind: kind.into(),
+            kind: SmolStr::new_static(kind),
             status: if ok {
                 ConditionStatus::True
             } else {
                 ConditionStatus::False
             },
-            reason: reason.into(),
+            reason: SmolStr::new_static(reason),
             message: message.into(),
             observed_generation: generation,
         }
