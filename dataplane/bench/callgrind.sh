@@ -3,7 +3,8 @@
 # run.sh (one route, the nginx backend serving 1 KiB, keep-alive), counted in user space so the
 # figure does not depend on the machine's load. REQUESTS per load (default 5000), after a
 # warm-up of the same size. Loads: HTTP/1.1 with 1 and 64 connections, h2c with 16x8 streams.
-# TURNA_SERVE names a prebuilt examples/serve binary; by default it is built.
+# TURNA_SERVE names a prebuilt examples/serve binary; by default it is built. KEEP=dir keeps
+# the callgrind profiles there (for callgrind_annotate); ONLY=turna or ONLY=nginx measures one.
 set -euo pipefail
 
 REQUESTS=${REQUESTS:-5000}
@@ -62,11 +63,11 @@ measure() { # name port h2port command...
     local ir
     ir=$(awk '/^summary:/ {print $2}' "$file")
     printf '%-8s %-4s %10d instructions/request\n' "$name" "$kind" $((ir / REQUESTS))
-    rm -f "$file"
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && mv "$file" "$KEEP/$name.$kind"; else rm -f "$file"; fi
   done
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
 
-TOKIO_WORKER_THREADS=1 measure turna 8083 8083 "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0
-measure nginx 8081 8091 nginx -c "$DIR/nginx.conf"
+if [ "${ONLY:-turna}" = turna ]; then TOKIO_WORKER_THREADS=1 measure turna 8083 8083 "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0; fi
+if [ "${ONLY:-nginx}" = nginx ]; then measure nginx 8081 8091 nginx -c "$DIR/nginx.conf"; fi

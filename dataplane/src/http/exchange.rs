@@ -70,7 +70,8 @@ impl<'a> Exchange<'a> {
         // Retries and mirrors need the body more than once; upgrades are sent once, unmirrored.
         let buffered = upgrade.is_none() && (rule.retry.is_some() || !mirrors.is_empty());
         let (retries, mut source) = if buffered {
-            match RequestBody::buffer(body, MAX_RETRY_BODY).await {
+            // Boxed, like the other rare paths below, to keep the common request's future small.
+            match Box::pin(RequestBody::buffer(body, MAX_RETRY_BODY)).await {
                 Ok(RequestBody::Buffered(buffered)) => {
                     for (copy, upstream) in mirrors {
                         mirror::send(self.mirror_slots, upstream, copy, buffered.clone());
@@ -103,10 +104,10 @@ impl<'a> Exchange<'a> {
                 take_parts(&mut parts)
             };
             let outcome = match rule.backend_timeout {
-                Some(limit) => tokio::time::timeout(
+                Some(limit) => Box::pin(tokio::time::timeout(
                     limit,
                     self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade),
-                )
+                ))
                 .await
                 .unwrap_or(Attempt::Failed(StatusCode::GATEWAY_TIMEOUT)),
                 None => {
@@ -131,7 +132,7 @@ impl<'a> Exchange<'a> {
             attempt += 1;
             self.metrics.retries.inc();
             if let Some(backoff) = rule.retry.as_ref().and_then(|p| p.backoff) {
-                tokio::time::sleep(backoff).await;
+                Box::pin(tokio::time::sleep(backoff)).await;
             }
         }
     }
@@ -277,8 +278,9 @@ fn take_parts(parts: &mut Parts) -> Parts {
     std::mem::replace(parts, Request::new(()).into_parts().0)
 }
 
-/// The hop-by-hop headers; `Connection` first.
-const HOP_BY_HOP: [header::HeaderName; 9] = [
+/// The hop-by-hop headers; `Connection` first. (A static: a const array would be built and
+/// dropped at each use.)
+static HOP_BY_HOP: [header::HeaderName; 9] = [
     header::CONNECTION,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
@@ -290,6 +292,12 @@ const HOP_BY_HOP: [header::HeaderName; 9] = [
     header::HeaderName::from_static("proxy-connection"),
 ];
 
+/// The bit of `TE` in a set of [`HOP_BY_HOP`] positions.
+const TE: u16 = 1 << 6;
+
+/// The lengths of the hop-by-hop header names, as bits.
+const HOP_BY_HOP_LENGTHS: u32 = 1 << 10 | 1 << 17 | 1 << 7 | 1 << 18 | 1 << 19 | 1 << 2 | 1 << 16;
+
 /// Removes headers that describe one hop, including those named by `Connection`; `te: trailers`
 /// stays (gRPC needs it).
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
@@ -297,7 +305,12 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
     // `Connection: keep-alive`, which costs one removal.
     let mut found = 0u16;
     for name in headers.keys() {
-        if let Some(index) = HOP_BY_HOP.iter().position(|h| h == name) {
+        // Names of other lengths are skipped with one test.
+        let len = name.as_str().len();
+        if len < 32
+            && HOP_BY_HOP_LENGTHS & (1 << len) != 0
+            && let Some(index) = HOP_BY_HOP.iter().position(|h| h == name)
+        {
             found |= 1 << index;
         }
     }
@@ -308,6 +321,10 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
     let mut listed = Vec::new();
     if found & 1 != 0 {
         for value in headers.get_all(header::CONNECTION) {
+            let bytes = value.as_bytes();
+            if bytes.eq_ignore_ascii_case(b"keep-alive") || bytes.eq_ignore_ascii_case(b"close") {
+                continue;
+            }
             let Ok(value) = value.to_str() else { continue };
             for name in value.split(',').map(str::trim) {
                 let hop = name.eq_ignore_ascii_case("close") || name.eq_ignore_ascii_case("keep-alive");
@@ -317,7 +334,8 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
             }
         }
     }
-    let te_trailers = headers.get(header::TE).is_some_and(|te| te == "trailers");
+    let te_trailers =
+        (found & TE != 0 || !listed.is_empty()) && headers.get(header::TE).is_some_and(|te| te == "trailers");
     for (index, name) in HOP_BY_HOP.iter().enumerate() {
         if found & (1 << index) != 0 && !(te_trailers && *name == header::TE) {
             headers.remove(name);
@@ -327,5 +345,41 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
         if !(te_trailers && name == header::TE) {
             headers.remove(name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn length_filter_and_te_bit_match_the_hop_by_hop_names() {
+        for name in &HOP_BY_HOP {
+            assert_ne!(HOP_BY_HOP_LENGTHS & (1 << name.as_str().len()), 0, "{name}");
+        }
+        assert_eq!(HOP_BY_HOP[TE.trailing_zeros() as usize], header::TE);
+    }
+
+    #[test]
+    fn strips_hop_by_hop_headers_and_those_connection_names() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(header::CONNECTION, "keep-alive, x-hop, te".parse().unwrap());
+        headers.insert("x-hop", "1".parse().unwrap());
+        headers.insert("keep-alive", "timeout=5".parse().unwrap());
+        headers.insert(header::TE, "trailers".parse().unwrap());
+        headers.insert(header::HOST, "a".parse().unwrap());
+        strip_hop_by_hop(&mut headers);
+        let mut names: Vec<_> = headers.keys().map(|n| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["host", "te"]);
+
+        let mut headers = http::HeaderMap::new();
+        headers.insert(header::CONNECTION, "Keep-Alive".parse().unwrap());
+        headers.insert(header::TE, "gzip".parse().unwrap());
+        headers.insert(header::UPGRADE, "websocket".parse().unwrap());
+        headers.insert(header::CONTENT_LENGTH, "1".parse().unwrap());
+        strip_hop_by_hop(&mut headers);
+        let names: Vec<_> = headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["content-length"]);
     }
 }

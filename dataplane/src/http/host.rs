@@ -1,6 +1,8 @@
 //! Hostname patterns of listeners and virtual hosts, and the request's host.
 
-use http::Request;
+use std::borrow::Cow;
+
+use http::{HeaderMap, Uri};
 
 /// An exact name, a `*.` wildcard (one or more labels), or any host.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,15 +48,19 @@ impl HostPattern {
 }
 
 /// The host a request is for, lowercase and without port: the Host header, else the URI authority
-/// (HTTP/2 `:authority`).
-pub fn request_host<B>(req: &Request<B>) -> String {
-    let raw = req
-        .headers()
+/// (HTTP/2 `:authority`). Borrowed when already lowercase, as it nearly always is.
+pub fn request_host<'r>(headers: &'r HeaderMap, uri: &'r Uri) -> Cow<'r, str> {
+    let raw = headers
         .get(http::header::HOST)
         .and_then(|v| v.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .or_else(|| uri.authority().map(|a| a.as_str()))
         .unwrap_or_default();
-    strip_port(raw).to_ascii_lowercase()
+    let host = strip_port(raw);
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
 }
 
 /// `host:port` → `host`; bracketed IPv6 literals keep their brackets.

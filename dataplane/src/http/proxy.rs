@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
 use super::exchange::Exchange;
+use super::filters::Filter;
 use super::host::request_host;
 use super::response::{self, ProxyBody};
 use super::router::RequestView;
@@ -42,14 +43,20 @@ pub struct ListenerContext {
     pub access_log: bool,
 }
 
-/// The hyper service of one connection.
+/// The hyper service of one connection. Cloned per request: one reference count.
 #[derive(Debug, Clone)]
 pub struct HttpService {
-    pub context: Arc<ListenerContext>,
+    connection: Arc<Connection>,
+}
+
+/// What the requests of one connection share.
+#[derive(Debug)]
+struct Connection {
+    context: Arc<ListenerContext>,
     /// The client's address.
-    pub peer: SocketAddr,
+    peer: SocketAddr,
     /// The TLS server name (SNI) of an HTTPS connection.
-    pub server_name: Option<Arc<str>>,
+    server_name: Option<Arc<str>>,
     /// The client's address as an X-Forwarded-For element.
     forwarded_for: Option<HeaderValue>,
 }
@@ -60,8 +67,8 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
     type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let service = self.clone();
-        Box::pin(async move { Ok(service.handle(req).await) })
+        let connection = self.connection.clone();
+        Box::pin(async move { Ok(connection.handle(req).await) })
     }
 }
 
@@ -79,13 +86,22 @@ impl HttpService {
         // Formatted once per connection, not per request.
         let forwarded_for = HeaderValue::from_str(&peer.ip().to_string()).ok();
         HttpService {
-            context,
-            peer,
-            server_name,
-            forwarded_for,
+            connection: Arc::new(Connection {
+                context,
+                peer,
+                server_name,
+                forwarded_for,
+            }),
         }
     }
 
+    /// The client's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.connection.peer
+    }
+}
+
+impl Connection {
     async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
         let logged = self
             .context
@@ -134,11 +150,12 @@ impl HttpService {
         served: &mut Served<'t>,
     ) -> Response<ProxyBody> {
         let context = &self.context;
-        let grpc = is_grpc(&req);
+        let (mut parts, body) = req.into_parts();
+        let grpc = is_grpc(&parts.headers);
         let Some(routes) = table.http_port(context.port) else {
             return response::local(StatusCode::NOT_FOUND, grpc);
         };
-        let host = request_host(&req);
+        let host = request_host(&parts.headers, &parts.uri);
         let listener = routes.listener(&host);
         // A connection is bound to the listener its server name selected; a request for another
         // listener's host (a reused HTTP/2 connection, say) must be sent on its own connection.
@@ -150,7 +167,6 @@ impl HttpService {
         if let Some(listener) = listener {
             *served = Served::Listener(&listener.name);
         }
-        let (mut parts, body) = req.into_parts();
         let routed = routes.route(&RequestView {
             host: &host,
             method: &parts.method,
@@ -163,6 +179,12 @@ impl HttpService {
         };
         let rule = routed.rule;
         *served = Served::Rule(rule);
+        // Only redirects need the host once the headers change.
+        let host = if redirects(rule) {
+            host.into_owned()
+        } else {
+            String::new()
+        };
         self.forwarding_headers(&mut parts.headers, &parts.uri);
         let exchange = Exchange {
             rule,
@@ -174,7 +196,8 @@ impl HttpService {
             metrics: &context.metrics,
         };
         match rule.request_timeout {
-            Some(limit) => match tokio::time::timeout(limit, exchange.run(parts, body)).await {
+            // Boxed: the timer would make every request's future larger.
+            Some(limit) => match Box::pin(tokio::time::timeout(limit, exchange.run(parts, body))).await {
                 Ok(response) => response,
                 Err(_) => response::local(StatusCode::GATEWAY_TIMEOUT, rule.grpc),
             },
@@ -184,26 +207,38 @@ impl HttpService {
 
     /// Host (HTTP/2 carries it in the URI only), X-Forwarded-For and X-Forwarded-Proto.
     fn forwarding_headers(&self, headers: &mut http::HeaderMap, uri: &http::Uri) {
-        if !headers.contains_key(header::HOST)
+        if let header::Entry::Vacant(host) = headers.entry(header::HOST)
             && let Some(authority) = uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         {
-            headers.insert(header::HOST, authority);
+            host.insert(authority);
         }
-        let Some(peer) = &self.forwarded_for else {
-            return;
-        };
-        let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(previous) => {
-                let peer = peer.to_str().unwrap_or_default();
-                HeaderValue::from_str(&format!("{previous}, {peer}")).ok()
+        if let Some(peer) = &self.forwarded_for {
+            match headers.entry(X_FORWARDED_FOR) {
+                header::Entry::Vacant(entry) => {
+                    entry.insert(peer.clone());
+                }
+                header::Entry::Occupied(mut entry) => {
+                    let value = match entry.get().to_str() {
+                        Ok(previous) => {
+                            let peer = peer.to_str().unwrap_or_default();
+                            HeaderValue::from_str(&format!("{previous}, {peer}")).ok()
+                        }
+                        Err(_) => Some(peer.clone()),
+                    };
+                    if let Some(value) = value {
+                        entry.insert(value);
+                    }
+                }
             }
-            None => Some(peer.clone()),
-        };
-        if let Some(value) = value {
-            headers.insert(X_FORWARDED_FOR, value);
         }
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.context.scheme));
     }
+}
+
+/// Whether a redirect filter of `rule` (or of one of its backends) may answer.
+fn redirects(rule: &Rule) -> bool {
+    let redirect = |f: &Filter| matches!(f, Filter::Redirect(_));
+    rule.filters.iter().any(redirect) || rule.backends.iter().any(|b| b.filters.iter().any(redirect))
 }
 
 fn count_unrouted(family: &Family<RequestLabels, Counter>, listener: &str, code: u16) {
@@ -216,8 +251,8 @@ fn count_unrouted(family: &Family<RequestLabels, Counter>, listener: &str, code:
 }
 
 /// gRPC clients get gateway errors as gRPC statuses even before a rule is known.
-fn is_grpc<B>(req: &Request<B>) -> bool {
-    req.headers()
+fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"))

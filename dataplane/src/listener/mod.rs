@@ -1,5 +1,6 @@
 //! The sockets the proxy accepts on, reconciled with each applied table.
 
+mod drain;
 mod http;
 mod tcp;
 mod udp;

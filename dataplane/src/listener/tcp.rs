@@ -11,12 +11,11 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use translator::ir::Transport;
 
-use super::http::serve;
+use super::drain::{Drain, Watch};
+use super::http::{Builders, alpn_protocol, serve};
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::rt::TokioIo;
 use tokio_rustls::TlsAcceptor;
 
 use crate::http::{HttpService, ListenerContext};
@@ -59,7 +58,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
             metrics: shared.metrics.clone(),
             access_log: shared.access_log,
         }),
-        builder: Arc::new(auto::Builder::new(TokioExecutor::new())),
+        builders: Arc::new(Builders::default()),
     };
     Ok((
         local_addr,
@@ -71,7 +70,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
 #[derive(Clone)]
 struct Https {
     context: Arc<ListenerContext>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<Builders>,
 }
 
 async fn accept(
@@ -81,7 +80,7 @@ async fn accept(
     mut stopped: watch::Receiver<bool>,
     release: Release,
 ) {
-    let graceful = GracefulShutdown::new();
+    let drain = Drain::default();
     loop {
         tokio::select! {
             biased;
@@ -94,11 +93,11 @@ async fn accept(
                     let stopped = stopped.clone();
                     let open = https.context.metrics.connection();
                     let https = https.clone();
-                    let watcher = graceful.watcher();
+                    let watch = drain.watch();
                     tokio::spawn(async move {
                         let _open = open;
                         tokio::select! {
-                            _ = forward(stream, peer, &table, socket, https, watcher) => {}
+                            _ = forward(stream, peer, &table, socket, https, watch) => {}
                             _ = drained(stopped) => tracing::debug!(%peer, "connection closed after the drain timeout"),
                         }
                     });
@@ -113,7 +112,7 @@ async fn accept(
     drop(listener);
     drop(release);
     // HTTPS connections finish their requests; stream connections end with the drain timer.
-    let _ = tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await;
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain.shutdown()).await;
 }
 
 /// Completes a drain timeout after the listener stopped.
@@ -123,14 +122,7 @@ async fn drained(stopped: watch::Receiver<bool>) {
 }
 
 /// Joins `client` to a backend endpoint (or serves it as HTTPS); returning closes it.
-async fn forward(
-    mut client: TcpStream,
-    peer: SocketAddr,
-    table: &Table,
-    socket: Socket,
-    https: Https,
-    watcher: Watcher,
-) {
+async fn forward(mut client: TcpStream, peer: SocketAddr, table: &Table, socket: Socket, https: Https, watch: Watch) {
     let Some(port) = table.stream_port(Transport::Tcp, socket.port) else {
         return;
     };
@@ -155,12 +147,13 @@ async fn forward(
             let Ok(Ok(tls)) = accepted else {
                 return;
             };
+            let protocol = alpn_protocol(tls.get_ref().1.alpn_protocol());
             let service = HttpService::new(
                 https.context,
                 peer,
                 server_name.filter(|n| !n.is_empty()).map(Arc::from),
             );
-            return serve(TokioIo::new(tls), service, &https.builder, watcher).await;
+            return serve(TokioIo::new(tls), protocol, service, &https.builders, watch).await;
         }
         None => {
             tracing::debug!(port = socket.port, ?server_name, "no route for connection");

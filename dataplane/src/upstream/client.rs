@@ -11,9 +11,11 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 
+use hyper::client::conn::TrySendError;
+
 use super::pool::{Checkin, Pool, Sender};
 use super::tls::BackendTls;
-use super::{RequestBody, Upstream};
+use super::{Endpoint, RequestBody, Upstream};
 
 /// How long connecting to one endpoint may take before the next is tried.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -88,21 +90,64 @@ impl Upstream {
         if matches!(self.tls, BackendTls::Invalid) {
             return Err(ForwardError::InvalidTls(self.id.clone()));
         }
+        let index = self
+            .pick_endpoint(&[])
+            .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
+        // A kept-alive connection is taken without waiting. Opening one is rare and its future
+        // large: boxed, so that every request's future stays small.
+        let (endpoint, mut sender, reused) = match self.endpoints[index].pool.ready() {
+            Some(sender) => (&self.endpoints[index], sender, true),
+            None => Box::pin(self.open(index, connect_retries)).await?,
+        };
+        let request = origin_request(parts, body, &sender, endpoint.pool.authority());
+        let guard = ActiveGuard::new(&endpoint.active);
+        let started = std::time::Instant::now();
+        let sent = match &mut sender {
+            Sender::Http1(http1) => http1.try_send_request(request).await,
+            Sender::Http2(http2) => http2.try_send_request(request).await,
+        };
+        let sent = match sent {
+            Ok(response) => Ok(response),
+            // A kept-alive connection the endpoint closed meanwhile: the request was not
+            // written, so it goes on a new connection.
+            Err(error) if reused && error.message().is_some() => {
+                Box::pin(self.resend(endpoint, error, &mut sender)).await
+            }
+            Err(error) => Err(ForwardError::Upstream {
+                backend: self.id.clone(),
+                source: error.into_error(),
+            }),
+        };
+        let response = sent?;
+        self.latency.observe(started.elapsed().as_secs_f64());
+        endpoint.health.connected();
+        // An upgraded connection belongs to the upgrade now.
+        let checkin = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            None
+        } else {
+            Pool::checkin(&endpoint.pool, sender)
+        };
+        Ok(Forwarded {
+            response,
+            guard,
+            checkin,
+        })
+    }
+
+    /// A connection from endpoint `first` or, when it cannot be reached, from up to
+    /// `connect_retries` others.
+    async fn open(&self, first: usize, connect_retries: u32) -> Result<(&Endpoint, Sender, bool), ForwardError> {
         let mut tried = Vec::new();
-        let (endpoint, mut sender, reused) = loop {
-            let index = self
-                .pick_endpoint(&tried)
-                .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
+        let mut index = first;
+        loop {
             let endpoint = &self.endpoints[index];
             match endpoint.pool.checkout().await {
-                Ok((sender, reused)) => break (endpoint, sender, reused),
+                Ok((sender, reused)) => return Ok((endpoint, sender, reused)),
                 Err(source) => {
                     if endpoint.health.failed(self.passive_health) {
                         self.ejections.inc();
                         tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");
                     }
-                    // (`tried` holds only failed endpoints: a first connection that opens
-                    // allocates nothing.)
                     tried.push(index);
                     if tried.len() > connect_retries as usize || tried.len() >= self.endpoints.len() {
                         return Err(ForwardError::Connect {
@@ -113,52 +158,38 @@ impl Upstream {
                     tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), error = %source, "endpoint unreachable, trying another");
                 }
             }
-        };
-        let request = origin_request(parts, body, &sender, endpoint.pool.authority());
-        let guard = ActiveGuard::new(&endpoint.active);
-        let started = std::time::Instant::now();
-        let sent = match sender.send(request).await {
-            // A kept-alive connection the endpoint closed meanwhile: the request was not
-            // written, so it goes on a new connection.
-            Err(mut error) if reused && error.message().is_some() => {
-                let request = error.take_message();
-                match (request, endpoint.pool.fresh().await) {
-                    (Some(request), Ok(fresh)) => {
-                        sender = fresh;
-                        sender.send(request).await
-                    }
-                    (_, Err(source)) => {
-                        return Err(ForwardError::Connect {
-                            backend: self.id.clone(),
-                            source,
-                        });
-                    }
-                    (None, Ok(_)) => Err(error),
-                }
-            }
-            sent => sent,
-        };
-        match sent {
-            Ok(response) => {
-                self.latency.observe(started.elapsed().as_secs_f64());
-                endpoint.health.connected();
-                // An upgraded connection belongs to the upgrade now.
-                let checkin = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-                    None
-                } else {
-                    Pool::checkin(&endpoint.pool, sender)
-                };
-                Ok(Forwarded {
-                    response,
-                    guard,
-                    checkin,
-                })
-            }
-            Err(error) => Err(ForwardError::Upstream {
-                backend: self.id.clone(),
-                source: error.into_error(),
-            }),
+            index = self
+                .pick_endpoint(&tried)
+                .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
         }
+    }
+
+    /// Sends the request `error` gave back on a new connection to `endpoint`, which replaces
+    /// `sender`.
+    async fn resend(
+        &self,
+        endpoint: &Endpoint,
+        mut error: TrySendError<Request<RequestBody>>,
+        sender: &mut Sender,
+    ) -> Result<Response<Incoming>, ForwardError> {
+        let request = error.take_message();
+        let sent = match (request, endpoint.pool.fresh().await) {
+            (Some(request), Ok(fresh)) => {
+                *sender = fresh;
+                sender.send(request).await
+            }
+            (_, Err(source)) => {
+                return Err(ForwardError::Connect {
+                    backend: self.id.clone(),
+                    source,
+                });
+            }
+            (None, Ok(_)) => Err(error),
+        };
+        sent.map_err(|error| ForwardError::Upstream {
+            backend: self.id.clone(),
+            source: error.into_error(),
+        })
     }
 }
 

@@ -111,7 +111,18 @@ impl Pool {
         if let Some(sender) = self.take_idle() {
             return Ok((Sender::Http1(sender), true));
         }
-        Ok((Sender::Http1(self.connect_http1().await?), false))
+        // Boxed: connecting is rare and its future is large.
+        Ok((Sender::Http1(Box::pin(self.connect_http1()).await?), false))
+    }
+
+    /// An open connection ready for a request, without waiting: an idle HTTP/1.1 one or the
+    /// shared HTTP/2 one.
+    pub fn ready(&self) -> Option<Sender> {
+        if self.http2 {
+            self.open_http2().map(Sender::Http2)
+        } else {
+            self.take_idle().map(Sender::Http1)
+        }
     }
 
     /// A new connection, for a request a reused one could not take.
@@ -184,7 +195,7 @@ impl Pool {
         if let Some(sender) = self.open_http2() {
             return Ok((Sender::Http2(sender), true));
         }
-        let sender = self.connect_http2().await?;
+        let sender = Box::pin(self.connect_http2()).await?;
         *lock(&self.shared) = Some(sender.clone());
         Ok((Sender::Http2(sender), false))
     }
