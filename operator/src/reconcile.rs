@@ -1,8 +1,8 @@
 //! The reconcile loop: wait for changes, debounce, snapshot, translate, write status.
 //!
 //! `debounce` bounds how long a change waits while others keep coming: a change is translated
-//! once changes pause for a tenth of it (20ms by default), and at the latest `debounce` after it,
-//! so a burst of events costs one translation per `debounce`, not one per object.
+//! once changes pause for a fortieth of it (5ms by default), and at the latest `debounce` after
+//! it, so a burst of events costs one translation per `debounce`, not one per object.
 //!
 //! Failures are retried with exponential backoff from 200ms to 30s even without a new event.
 //! Every instance watches and translates; only the leader writes (see [`crate::leader`]).
@@ -20,7 +20,7 @@ use crate::provision::Provisioning;
 use crate::settings::Kubernetes;
 use crate::status::writer;
 use crate::watch::discovery::{self, Discovery};
-use crate::watch::{Changes, Scope, Stores};
+use crate::watch::{Changes, Scope, Snapshots, Stores};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -148,12 +148,13 @@ async fn reconcile(
     let metrics = &options.metrics;
     let mut backoff = BACKOFF_MIN;
     let mut unchanged = writer::Unchanged::default();
+    let mut snapshots = Snapshots::new(stores);
     loop {
         changes.settled(settings.debounce).await;
         let started = Instant::now();
-        let mut snapshot = stores.snapshot();
+        let snapshot = snapshots.refresh();
         provisioning.observe(&mut snapshot.facts);
-        let output = translator::translate(&snapshot, &config);
+        let output = translator::translate(snapshot, &config);
         metrics.translated(started.elapsed());
         // Every instance serves proxies the IR it translated, leader or not.
         if let Some(hub) = &options.push {
@@ -166,8 +167,18 @@ async fn reconcile(
             continue;
         }
         let mut failed = 0;
+        // What changed since the last status pass (standby passes leave it to the next one).
+        let changed = snapshots.take_changed();
         if !settings.status.disabled {
-            let written = writer::write(client, stores, &output, &settings.controller_name, &mut unchanged).await;
+            let written = writer::write(
+                client,
+                stores,
+                &output,
+                &settings.controller_name,
+                &changed,
+                &mut unchanged,
+            )
+            .await;
             tracing::debug!(
                 applied = written.applied,
                 unchanged = written.unchanged,

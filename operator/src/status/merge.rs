@@ -205,7 +205,7 @@ pub fn policy(current: &Value, desired: &status::PolicyStatus, controller: &str,
 mod tests {
     use super::*;
 
-    fn cond(kind: &str, ok: bool) -> Condition {
+    fn cond(kind: &'static str, ok: bool) -> Condition {
         Condition::new(kind, ok, "R", "m", 2)
     }
 

@@ -4,16 +4,20 @@
 //! it ([`super::merge`]) and applied only when the result differs. The applied object carries its
 //! `resourceVersion`, so a concurrent change fails the write and the next reconcile retries.
 //!
-//! An object found unchanged is remembered with its `resourceVersion` and desired status
-//! ([`Unchanged`]); while both stay the same it is skipped without serializing and merging it
-//! again, so a pass over thousands of routes costs only for the ones that changed.
+//! An object found unchanged is remembered with the desired status it was compared with
+//! ([`Unchanged`]); while the object is not copied anew into the snapshot ([`Changed`]) and its
+//! desired status stays the same, it is skipped without reading, serializing and merging it
+//! again, so a pass over thousands of routes costs only for the ones that changed. The writes a
+//! pass needs are found first and then sent [`WRITES_IN_FLIGHT`] at a time, so a new route's
+//! status does not wait behind its Gateway's (whose attached route count changed with it).
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use std::fmt::Debug;
 
+use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -23,11 +27,15 @@ use serde_json::{Value, json};
 use translator::Output;
 
 use crate::watch::Stores;
+use crate::watch::snapshot::Changed;
 
 use super::merge;
 
 /// The field manager of Turna's status writes.
 pub const FIELD_MANAGER: &str = "turna-gateway";
+
+/// Status writes of one pass sent at once; the rest wait for one of them to finish.
+pub const WRITES_IN_FLIGHT: usize = 16;
 
 /// Result of one status pass.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -39,21 +47,61 @@ pub struct Written {
     pub conflicts: usize,
 }
 
-type Key = (std::any::TypeId, String, String);
-type Seen = HashMap<Key, (String, Arc<dyn Any + Send + Sync>)>;
+/// What a pass found for one object whose status was up to date.
+struct Seen {
+    /// The desired status it was compared with.
+    desired: Arc<dyn Any + Send + Sync>,
+    /// The last pass that found it so.
+    pass: u64,
+}
 
-/// Objects whose status was found up to date: by kind, namespace and name, the
-/// `resourceVersion` seen and the desired status it was compared with. Only the objects of the
-/// last pass are kept.
+/// Objects whose status was found up to date, by kind, namespace and name, with the desired
+/// status each was compared with. Only the objects found so by the last pass are kept.
 #[derive(Default)]
 pub struct Unchanged {
-    last: Seen,
-    this: Seen,
+    objects: HashMap<TypeId, HashMap<String, HashMap<String, Seen>>>,
+    pass: u64,
+}
+
+impl Unchanged {
+    fn get_mut<K: 'static>(&mut self, namespace: &str, name: &str) -> Option<&mut Seen> {
+        self.objects
+            .get_mut(&TypeId::of::<K>())?
+            .get_mut(namespace)?
+            .get_mut(name)
+    }
+
+    fn insert<K: 'static>(&mut self, namespace: &str, name: &str, desired: Arc<dyn Any + Send + Sync>) {
+        let pass = self.pass;
+        self.objects
+            .entry(TypeId::of::<K>())
+            .or_default()
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(name.to_string(), Seen { desired, pass });
+    }
+
+    /// Forgets the objects this pass did not find up to date, and starts the next pass.
+    fn finish_pass(&mut self) {
+        let pass = self.pass;
+        for namespaces in self.objects.values_mut() {
+            for names in namespaces.values_mut() {
+                names.retain(|_, seen| seen.pass == pass);
+            }
+            namespaces.retain(|_, names| !names.is_empty());
+        }
+        self.objects.retain(|_, namespaces| !namespaces.is_empty());
+        self.pass += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.objects.values().flat_map(HashMap::values).map(HashMap::len).sum()
+    }
 }
 
 impl std::fmt::Debug for Unchanged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Unchanged").field("objects", &self.last.len()).finish()
+        f.debug_struct("Unchanged").field("objects", &self.len()).finish()
     }
 }
 
@@ -64,225 +112,171 @@ pub fn now() -> String {
         .to_string()
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn apply<K, D>(
-    client: &Client,
-    stores: &Stores,
-    store: &Store<K>,
-    namespace: Option<&str>,
-    name: &str,
-    desired_status: &D,
-    merge_status: impl FnOnce(&Value) -> Value,
-    seen: &mut Unchanged,
-    written: &mut Written,
-) where
-    D: PartialEq + Clone + Send + Sync + 'static,
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-    K: Resource<DynamicType = ()>,
-{
-    let mut reference = ObjectRef::<K>::new(name);
-    if let Some(ns) = namespace {
-        reference = reference.within(ns);
-    }
-    let Some(current) = store.get(&reference) else {
-        return;
-    };
-    let key = (
-        std::any::TypeId::of::<K>(),
-        namespace.unwrap_or_default().to_string(),
-        name.to_string(),
-    );
-    let version = current.resource_version().unwrap_or_default();
-    if let Some((seen_version, seen_desired)) = seen.last.remove(&key)
-        && seen_version == version
-        && seen_desired.downcast_ref::<D>() == Some(desired_status)
+/// A status write a pass found needed.
+struct Pending {
+    api: Api<DynamicObject>,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+    body: Value,
+}
+
+/// The status writes of one pass, found before any is sent.
+struct Plan<'a> {
+    client: &'a Client,
+    stores: &'a Stores,
+    changed: &'a Changed,
+    seen: &'a mut Unchanged,
+    written: Written,
+    pending: Vec<Pending>,
+}
+
+impl Plan<'_> {
+    /// Adds the write of `desired_status` to object `namespace/name` of `store`, unless the
+    /// object is gone or its status already is what merging gives.
+    fn add<K, D>(
+        &mut self,
+        store: &Store<K>,
+        namespace: Option<&str>,
+        name: &str,
+        desired_status: &D,
+        merge_status: impl FnOnce(&Value) -> Value,
+    ) where
+        D: PartialEq + Clone + Send + Sync + 'static,
+        K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+        K: Resource<DynamicType = ()>,
     {
-        written.unchanged += 1;
-        seen.this.insert(key, (seen_version, seen_desired));
-        return;
-    }
-    let current_json = serde_json::to_value(&*current).unwrap_or(Value::Null);
-    let current_status = current_json.get("status").cloned().unwrap_or_else(|| json!({}));
-    let desired = merge_status(&current_status);
-    if desired == current_status {
-        written.unchanged += 1;
-        seen.this.insert(key, (version, Arc::new(desired_status.clone())));
-        return;
-    }
-    // The version the kind is watched at: the typed struct's, or another served one.
-    let resource = stores
-        .served_resource(&K::kind(&()))
-        .unwrap_or_else(|| ApiResource::erase::<K>(&()));
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let body = json!({
-        "apiVersion": resource.api_version,
-        "kind": K::kind(&()),
-        "metadata": {"name": name, "resourceVersion": current.resource_version()},
-        "status": desired,
-    });
-    match api
-        .patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
-        .await
-    {
-        Ok(_) => written.applied += 1,
-        Err(error) => {
-            written.failed += 1;
-            if matches!(&error, kube::Error::Api(status) if status.code == 409) {
-                written.conflicts += 1;
-            }
-            tracing::warn!(kind = %K::kind(&()), namespace, name, %error, "status write failed; will retry");
+        let ns = namespace.unwrap_or_default();
+        let pass = self.seen.pass;
+        if !self.changed.contains::<K>(ns, name)
+            && let Some(seen) = self.seen.get_mut::<K>(ns, name)
+            && seen.desired.downcast_ref::<D>() == Some(desired_status)
+        {
+            seen.pass = pass;
+            self.written.unchanged += 1;
+            return;
         }
+        let mut reference = ObjectRef::<K>::new(name);
+        if let Some(ns) = namespace {
+            reference = reference.within(ns);
+        }
+        let Some(current) = store.get(&reference) else {
+            return;
+        };
+        let current_json = serde_json::to_value(&*current).unwrap_or(Value::Null);
+        let current_status = current_json.get("status").cloned().unwrap_or_else(|| json!({}));
+        let desired = merge_status(&current_status);
+        if desired == current_status {
+            self.written.unchanged += 1;
+            self.seen.insert::<K>(ns, name, Arc::new(desired_status.clone()));
+            return;
+        }
+        // The version the kind is watched at: the typed struct's, or another served one.
+        let resource = self
+            .stores
+            .served_resource(&K::kind(&()))
+            .unwrap_or_else(|| ApiResource::erase::<K>(&()));
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let body = json!({
+            "apiVersion": resource.api_version,
+            "kind": K::kind(&()),
+            "metadata": {"name": name, "resourceVersion": current.resource_version()},
+            "status": desired,
+        });
+        self.pending.push(Pending {
+            api,
+            kind: K::kind(&()).into_owned(),
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+            body,
+        });
+    }
+
+    /// Sends the pending writes, [`WRITES_IN_FLIGHT`] at a time.
+    async fn send(self) -> Written {
+        let mut written = self.written;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let mut results = futures::stream::iter(self.pending)
+            .map(|p| {
+                let params = &params;
+                async move {
+                    let result = p.api.patch_status(&p.name, params, &Patch::Apply(&p.body)).await;
+                    (p, result)
+                }
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT);
+        while let Some((p, result)) = results.next().await {
+            match result {
+                Ok(_) => written.applied += 1,
+                Err(error) => {
+                    written.failed += 1;
+                    if matches!(&error, kube::Error::Api(status) if status.code == 409) {
+                        written.conflicts += 1;
+                    }
+                    tracing::warn!(kind = %p.kind, namespace = p.namespace, name = p.name, %error, "status write failed; will retry");
+                }
+            }
+        }
+        written
     }
 }
 
-/// Writes every status of `output` that changed.
+/// Writes every status of `output` that changed; `changed` are the objects copied anew into the
+/// snapshot since the last status pass.
 pub async fn write(
     client: &Client,
     stores: &Stores,
     output: &Output,
     controller: &str,
+    changed: &Changed,
     seen: &mut Unchanged,
 ) -> Written {
-    let mut written = Written::default();
+    let mut plan = Plan {
+        client,
+        stores,
+        changed,
+        seen,
+        written: Written::default(),
+        pending: Vec::new(),
+    };
     let now = now();
     let s = &output.statuses;
     for c in &s.gateway_classes {
-        apply(
-            client,
-            stores,
-            &stores.gateway_classes,
-            None,
-            &c.name,
-            c,
-            |cur| merge::gateway_class(cur, c, &now),
-            seen,
-            &mut written,
-        )
-        .await;
+        plan.add(&stores.gateway_classes, None, &c.name, c, |cur| {
+            merge::gateway_class(cur, c, &now)
+        });
     }
     for g in &s.gateways {
-        apply(
-            client,
-            stores,
-            &stores.gateways,
-            Some(&g.namespace),
-            &g.name,
-            g,
-            |cur| merge::gateway(cur, g, &now),
-            seen,
-            &mut written,
-        )
-        .await;
+        plan.add(&stores.gateways, Some(&g.namespace), &g.name, g, |cur| {
+            merge::gateway(cur, g, &now)
+        });
     }
     for l in &s.listener_sets {
-        apply(
-            client,
-            stores,
-            &stores.listener_sets,
-            Some(&l.namespace),
-            &l.name,
-            l,
-            |cur| merge::listener_set(cur, l, &now),
-            seen,
-            &mut written,
-        )
-        .await;
+        plan.add(&stores.listener_sets, Some(&l.namespace), &l.name, l, |cur| {
+            merge::listener_set(cur, l, &now)
+        });
     }
     for r in &s.routes {
         let m = |cur: &Value| merge::route(cur, r, controller, &now);
         let ns = Some(r.namespace.as_str());
         match r.kind.as_str() {
-            "HTTPRoute" => {
-                apply(
-                    client,
-                    stores,
-                    &stores.http_routes,
-                    ns,
-                    &r.name,
-                    r,
-                    m,
-                    seen,
-                    &mut written,
-                )
-                .await
-            }
-            "GRPCRoute" => {
-                apply(
-                    client,
-                    stores,
-                    &stores.grpc_routes,
-                    ns,
-                    &r.name,
-                    r,
-                    m,
-                    seen,
-                    &mut written,
-                )
-                .await
-            }
-            "TLSRoute" => {
-                apply(
-                    client,
-                    stores,
-                    &stores.tls_routes,
-                    ns,
-                    &r.name,
-                    r,
-                    m,
-                    seen,
-                    &mut written,
-                )
-                .await
-            }
-            "TCPRoute" => {
-                apply(
-                    client,
-                    stores,
-                    &stores.tcp_routes,
-                    ns,
-                    &r.name,
-                    r,
-                    m,
-                    seen,
-                    &mut written,
-                )
-                .await
-            }
-            "UDPRoute" => {
-                apply(
-                    client,
-                    stores,
-                    &stores.udp_routes,
-                    ns,
-                    &r.name,
-                    r,
-                    m,
-                    seen,
-                    &mut written,
-                )
-                .await
-            }
+            "HTTPRoute" => plan.add(&stores.http_routes, ns, &r.name, r, m),
+            "GRPCRoute" => plan.add(&stores.grpc_routes, ns, &r.name, r, m),
+            "TLSRoute" => plan.add(&stores.tls_routes, ns, &r.name, r, m),
+            "TCPRoute" => plan.add(&stores.tcp_routes, ns, &r.name, r, m),
+            "UDPRoute" => plan.add(&stores.udp_routes, ns, &r.name, r, m),
             _ => {}
         }
     }
     for p in &s.backend_tls_policies {
-        apply(
-            client,
-            stores,
-            &stores.backend_tls_policies,
-            Some(&p.namespace),
-            &p.name,
-            p,
-            |cur| merge::policy(cur, p, controller, &now),
-            seen,
-            &mut written,
-        )
-        .await;
+        plan.add(&stores.backend_tls_policies, Some(&p.namespace), &p.name, p, |cur| {
+            merge::policy(cur, p, controller, &now)
+        });
     }
-    seen.last = std::mem::take(&mut seen.this);
-    written
+    plan.seen.finish_pass();
+    plan.send().await
 }

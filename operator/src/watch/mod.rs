@@ -1,12 +1,15 @@
 //! Watching the cluster: one reflector per kind feeding one snapshot builder.
 //!
-//! Every event wakes the reconcile loop through [`Changes`]; the loop debounces and builds one
-//! [`Snapshot`] from all stores, so a burst of changes costs one translation. Gateway API kinds
-//! are watched only while [`discovery`] finds their CRD (and, for some, permission): each has a
-//! feed task that owns its store's writer and starts, switches (another served version) or stops
-//! its watch when discovery says so, keeping the same [`Store`] for readers.
+//! Every event wakes the reconcile loop through [`Changes`]; the loop debounces and refreshes one
+//! snapshot from all stores ([`Snapshots`]), so a burst of changes costs one translation. Gateway
+//! API kinds are watched only while [`discovery`] finds their CRD (and, for some, permission): each
+//! has a feed task that owns its store's writer and starts, switches (another served version) or
+//! stops its watch when discovery says so, keeping the same [`Store`] for readers.
 
 pub mod discovery;
+pub mod snapshot;
+
+pub use snapshot::Snapshots;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -23,7 +26,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
-use translator::Snapshot;
 use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
     UdpRoute,
@@ -49,13 +51,14 @@ impl Changes {
         self.0.notified().await;
     }
 
-    /// Waits for a change, then until changes pause for a moment (a tenth of `debounce`) or
+    /// Waits for a change, then until changes pause for a moment (a fortieth of `debounce`) or
     /// `debounce` has passed since the first one: an isolated change is translated almost at
-    /// once, a burst (an apply of many objects, a resync) in one pass per `debounce`.
+    /// once (its wait is part of every status and route update), a burst (an apply of many
+    /// objects, a resync) in one pass per `debounce`.
     pub async fn settled(&self, debounce: Duration) {
         self.changed().await;
         let deadline = Instant::now() + debounce;
-        let quiet = debounce / 10;
+        let quiet = debounce / 40;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(quiet.min(left), self.changed()).await.is_err() {
@@ -130,7 +133,12 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(forget_managed_fields),
+    );
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
@@ -144,6 +152,13 @@ where
         }
     });
     store
+}
+
+/// Drops `metadata.managedFields` of a watched object: neither translation nor the status writer
+/// (server-side apply with its own field manager) reads them, and they are often most of an
+/// object's size, in memory and in every copy a translation makes.
+fn forget_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 /// Completes once `store` listed its objects.
@@ -241,7 +256,12 @@ where
                     }
                     let source = source_rx.borrow_and_update().clone();
                     stream = match source {
-                        Some(Source::Typed) => Some(watcher(typed(&ctx), config.clone()).default_backoff().boxed()),
+                        Some(Source::Typed) => Some(
+                            watcher(typed(&ctx), config.clone())
+                                .default_backoff()
+                                .modify(forget_managed_fields)
+                                .boxed(),
+                        ),
                         Some(Source::Dynamic(resource)) => {
                             let api: Api<DynamicObject> = match &ctx.namespace {
                                 Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
@@ -250,6 +270,7 @@ where
                             Some(
                                 watcher(api, config.clone())
                                     .default_backoff()
+                                    .modify(forget_managed_fields)
                                     .filter_map(|e| std::future::ready(e.map(convert_event::<K>).transpose()))
                                     .boxed(),
                             )
@@ -462,38 +483,6 @@ impl Stores {
                 "not every watch has listed its objects; translating with what is listed"
             );
         }
-    }
-
-    /// One snapshot of everything watched; `installed_kinds` are the Gateway API kinds whose
-    /// watch listed its objects.
-    pub fn snapshot(&self) -> Snapshot {
-        fn all<K>(store: &Store<K>) -> Vec<K>
-        where
-            K: Resource + Clone + 'static,
-            K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-        {
-            store.state().iter().map(|o| (**o).clone()).collect()
-        }
-        let mut snapshot = Snapshot {
-            gateway_classes: all(&self.gateway_classes),
-            gateways: all(&self.gateways),
-            listener_sets: all(&self.listener_sets),
-            http_routes: all(&self.http_routes),
-            grpc_routes: all(&self.grpc_routes),
-            tls_routes: all(&self.tls_routes),
-            tcp_routes: all(&self.tcp_routes),
-            udp_routes: all(&self.udp_routes),
-            reference_grants: all(&self.reference_grants),
-            backend_tls_policies: all(&self.backend_tls_policies),
-            services: all(&self.services),
-            endpoint_slices: all(&self.endpoint_slices),
-            namespaces: all(&self.namespaces),
-            secrets: lock(&self.secrets).values().cloned().collect(),
-            config_maps: lock(&self.config_maps).values().cloned().collect(),
-            ..Snapshot::default()
-        };
-        snapshot.facts.installed_kinds = Some(lock(&self.watching).clone());
-        snapshot
     }
 }
 

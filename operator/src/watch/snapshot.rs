@@ -1,0 +1,268 @@
+//! The snapshot the reconcile loop translates, kept from one pass to the next.
+//!
+//! The translator takes owned objects, so a snapshot built afresh deep-copies every stored object
+//! on every pass (at 5,000 routes that was a large part of a pass). Instead each kind keeps a
+//! [`Mirror`] of its store: a store replaces an object's `Arc` whenever the object changes, so a
+//! pass copies only the objects whose `Arc` it has not seen, drops the ones gone, and keeps the
+//! rest where they are.
+
+use std::any::TypeId;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::runtime::reflector::Store;
+use translator::Snapshot;
+use translator::snapshot::Facts;
+
+use super::{Stores, lock};
+
+/// Objects copied anew (changed, added or relisted) since [`Snapshots::take_changed`], by kind,
+/// namespace (empty for cluster-scoped kinds) and name: the status writer compares only these
+/// with the store, and trusts what it found before for the rest.
+#[derive(Debug, Default)]
+pub struct Changed(HashMap<TypeId, HashMap<String, HashSet<String>>>);
+
+impl Changed {
+    /// Whether object `namespace/name` of kind `K` was copied anew.
+    pub fn contains<K: 'static>(&self, namespace: &str, name: &str) -> bool {
+        self.0
+            .get(&TypeId::of::<K>())
+            .and_then(|names| names.get(namespace))
+            .is_some_and(|names| names.contains(name))
+    }
+
+    fn insert<K: Resource + 'static>(&mut self, object: &K) {
+        let meta = object.meta();
+        self.0
+            .entry(TypeId::of::<K>())
+            .or_default()
+            .entry(meta.namespace.clone().unwrap_or_default())
+            .or_default()
+            .insert(meta.name.clone().unwrap_or_default());
+    }
+}
+
+/// Identity of a stored object: the address of its `Arc`, unique while the mirror holds it.
+fn address<K>(object: &Arc<K>) -> usize {
+    Arc::as_ptr(object) as usize
+}
+
+/// One kind's copies in a [`Snapshot`] vector, in step with its reflector store.
+struct Mirror<K> {
+    /// The stored object each copy was made from, at the copy's position.
+    sources: Vec<Arc<K>>,
+    /// Position of each source, by [`address`].
+    positions: HashMap<usize, usize>,
+}
+
+impl<K> Default for Mirror<K> {
+    fn default() -> Self {
+        Mirror {
+            sources: Vec::new(),
+            positions: HashMap::new(),
+        }
+    }
+}
+
+impl<K> Mirror<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    /// Brings `copies` (the snapshot's vector this mirror keeps) in step with `store`: copies of
+    /// objects the store no longer holds are removed, objects it holds anew are copied, and
+    /// unchanged ones are not touched; objects copied are added to `changed`. The order of
+    /// `copies` carries no meaning.
+    fn refresh(&mut self, store: &Store<K>, copies: &mut Vec<K>, changed: &mut Changed) {
+        debug_assert_eq!(self.sources.len(), copies.len());
+        let current = store.state();
+        let mut kept = vec![false; self.sources.len()];
+        let mut added = Vec::new();
+        for object in current {
+            match self.positions.get(&address(&object)) {
+                Some(&position) => kept[position] = true,
+                None => added.push(object),
+            }
+        }
+        // From the end, so swap_remove only moves an entry already looked at (and kept).
+        for position in (0..kept.len()).rev() {
+            if kept[position] {
+                continue;
+            }
+            self.positions.remove(&address(&self.sources[position]));
+            self.sources.swap_remove(position);
+            copies.swap_remove(position);
+            if let Some(moved) = self.sources.get(position) {
+                self.positions.insert(address(moved), position);
+            }
+        }
+        for object in added {
+            changed.insert(&*object);
+            self.positions.insert(address(&object), self.sources.len());
+            copies.push((*object).clone());
+            self.sources.push(object);
+        }
+    }
+}
+
+/// The reconcile loop's [`Snapshot`] of [`Stores`], refreshed before each translation.
+pub struct Snapshots {
+    stores: Stores,
+    snapshot: Snapshot,
+    mirrors: Mirrors,
+    changed: Changed,
+}
+
+macro_rules! mirrors {
+    ($($field:ident: $kind:ty),* $(,)?) => {
+        #[derive(Default)]
+        struct Mirrors {
+            $($field: Mirror<$kind>,)*
+        }
+
+        impl Snapshots {
+            fn refresh_objects(&mut self) {
+                $(self.mirrors.$field.refresh(&self.stores.$field, &mut self.snapshot.$field, &mut self.changed);)*
+            }
+        }
+    };
+}
+
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use translator::api::{
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
+    UdpRoute,
+};
+
+mirrors! {
+    gateway_classes: GatewayClass,
+    gateways: Gateway,
+    listener_sets: ListenerSet,
+    http_routes: HttpRoute,
+    grpc_routes: GrpcRoute,
+    tls_routes: TlsRoute,
+    tcp_routes: TcpRoute,
+    udp_routes: UdpRoute,
+    reference_grants: ReferenceGrant,
+    backend_tls_policies: BackendTlsPolicy,
+    services: Service,
+    endpoint_slices: EndpointSlice,
+    namespaces: Namespace,
+}
+
+impl Snapshots {
+    pub fn new(stores: &Stores) -> Snapshots {
+        Snapshots {
+            stores: stores.clone(),
+            snapshot: Snapshot::default(),
+            mirrors: Mirrors::default(),
+            changed: Changed::default(),
+        }
+    }
+
+    /// The objects copied anew since the last call; the next call starts from none.
+    pub fn take_changed(&mut self) -> Changed {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// The snapshot of everything watched now; `installed_kinds` are the Gateway API kinds whose
+    /// watch listed its objects, and other facts are empty for the caller to fill.
+    pub fn refresh(&mut self) -> &mut Snapshot {
+        self.refresh_objects();
+        self.snapshot.secrets = lock(&self.stores.secrets).values().cloned().collect();
+        self.snapshot.config_maps = lock(&self.stores.config_maps).values().cloned().collect();
+        self.snapshot.facts = Facts {
+            installed_kinds: Some(lock(&self.stores.watching).clone()),
+            ..Facts::default()
+        };
+        &mut self.snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    fn service(name: &str, port: i32) -> Service {
+        let mut s = Service::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("ns".into());
+        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn ports(copies: &[Service]) -> Vec<(String, i32)> {
+        let mut v: Vec<(String, i32)> = copies
+            .iter()
+            .map(|s| {
+                (
+                    s.metadata.name.clone().unwrap(),
+                    s.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port,
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn copies_follow_the_store_through_adds_changes_and_deletes() {
+        let (store, mut writer) = reflector::store::<Service>();
+        writer.apply_watcher_event(&Event::Init);
+        for (name, port) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
+            writer.apply_watcher_event(&Event::InitApply(service(name, port)));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        let mut mirror = Mirror::default();
+        let mut copies = Vec::new();
+        let mut changed = Changed::default();
+        mirror.refresh(&store, &mut copies, &mut changed);
+        assert!(changed.contains::<Service>("ns", "a") && changed.contains::<Service>("ns", "d"));
+        let mut changed = Changed::default();
+        assert_eq!(
+            ports(&copies),
+            [("a".into(), 1), ("b".into(), 2), ("c".into(), 3), ("d".into(), 4)]
+        );
+
+        writer.apply_watcher_event(&Event::Apply(service("b", 20)));
+        writer.apply_watcher_event(&Event::Delete(service("a", 1)));
+        writer.apply_watcher_event(&Event::Delete(service("c", 3)));
+        writer.apply_watcher_event(&Event::Apply(service("e", 5)));
+        // Marks the copy of d: an unchanged object is not copied again, so the mark stays.
+        let d = copies
+            .iter()
+            .position(|s| s.metadata.name.as_deref() == Some("d"))
+            .unwrap();
+        copies[d].metadata.uid = Some("kept".into());
+        mirror.refresh(&store, &mut copies, &mut changed);
+        assert!(changed.contains::<Service>("ns", "b") && changed.contains::<Service>("ns", "e"));
+        assert!(!changed.contains::<Service>("ns", "d") && !changed.contains::<Namespace>("ns", "b"));
+        assert_eq!(ports(&copies), [("b".into(), 20), ("d".into(), 4), ("e".into(), 5)]);
+        let d = copies.iter().find(|s| s.metadata.name.as_deref() == Some("d")).unwrap();
+        assert_eq!(d.metadata.uid.as_deref(), Some("kept"));
+        assert_eq!(copies.len(), mirror.positions.len());
+        for (position, source) in mirror.sources.iter().enumerate() {
+            assert_eq!(mirror.positions[&address(source)], position);
+            assert_eq!(source.metadata.name, copies[position].metadata.name);
+        }
+
+        // A relist replaces every stored object: every copy is made again.
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(service("z", 9)));
+        writer.apply_watcher_event(&Event::InitDone);
+        mirror.refresh(&store, &mut copies, &mut changed);
+        assert_eq!(ports(&copies), [("z".into(), 9)]);
+        mirror.refresh(&store, &mut copies, &mut changed);
+        assert_eq!(ports(&copies), [("z".into(), 9)]);
+    }
+}
