@@ -10,7 +10,7 @@ use crate::backend::Backends;
 use crate::bundle::Bundle;
 use crate::config::{Config, Mode};
 use crate::gateway::{self, GatewayModel, listener_set};
-use crate::hostname::{self, Specificity};
+use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
@@ -468,14 +468,22 @@ fn virtual_hosts(
                 keep
             });
             // The route's own hostname first (exact over wildcard, longer first), then matches.
-            // Keys are computed once: the entries lie all over memory.
-            let mut order: Vec<(Specificity<'_>, PrecedenceKey, usize, usize)> = served
+            // Keys are computed once: the entries lie all over memory. The few distinct route
+            // hostnames are ranked first, so the sort compares numbers only.
+            let mut originals: Vec<&str> = served.iter().map(|(_, original)| *original).collect();
+            originals.sort_unstable_by(|a, b| hostname::by_specificity(a, b));
+            originals.dedup();
+            let mut order: Vec<(usize, PrecedenceKey, usize, usize)> = served
                 .iter()
                 .flat_map(|&(ci, original)| {
+                    let host_rank = originals
+                        .binary_search_by(|o| hostname::by_specificity(o, original))
+                        .unwrap_or_default();
                     let age = age_rank[owners[ci]];
-                    entries[ci].iter().enumerate().filter_map(move |(k, rule)| {
-                        Some((Specificity(original), precedence_key(rule.as_ref()?, age), ci, k))
-                    })
+                    entries[ci]
+                        .iter()
+                        .enumerate()
+                        .filter_map(move |(k, rule)| Some((host_rank, precedence_key(rule.as_ref()?, age), ci, k)))
                 })
                 .collect();
             // Stable: a rule's matches keep their order.
