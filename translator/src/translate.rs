@@ -487,7 +487,7 @@ fn virtual_hosts(
                 })
                 .collect();
             // Stable: a rule's matches keep their order.
-            order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            order.sort_by_key(|&(host_rank, key, _, _)| (host_rank, key));
             for (ci, _) in &served {
                 uses[*ci] -= 1;
             }
