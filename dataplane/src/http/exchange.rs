@@ -301,43 +301,31 @@ const HOP_BY_HOP_LENGTHS: u32 = 1 << 10 | 1 << 17 | 1 << 7 | 1 << 18 | 1 << 19 |
 /// Removes headers that describe one hop, including those named by `Connection`; `te: trailers`
 /// stays (gRPC needs it).
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
-    // One pass over the names finds which are there: most messages carry none of them, or only
-    // `Connection: keep-alive`, which costs one removal.
+    // One pass over the headers finds which are there and reads Connection and TE on the way:
+    // most messages carry none of them, or only `Connection: keep-alive`, which costs one
+    // removal.
     let mut found = 0u16;
-    for name in headers.keys() {
-        // Names of other lengths are skipped with one test.
-        let len = name.as_str().len();
-        if len < 32
-            && HOP_BY_HOP_LENGTHS & (1 << len) != 0
-            && let Some(index) = HOP_BY_HOP.iter().position(|h| h == name)
-        {
-            found |= 1 << index;
+    // Names listed by Connection (usually only "keep-alive" or "close").
+    let mut listed = Vec::new();
+    // Whether the first TE value is "trailers".
+    let mut te_trailers = None;
+    for (name, value) in headers.iter() {
+        let Some(index) = hop_by_hop_index(name.as_str()) else {
+            continue;
+        };
+        found |= 1 << index;
+        if index == 0 {
+            connection_names(value, &mut listed);
+        } else if 1 << index == TE {
+            te_trailers.get_or_insert(value == "trailers");
         }
     }
     if found == 0 {
         return;
     }
-    // Names listed by Connection (usually only "keep-alive" or "close").
-    let mut listed = Vec::new();
-    if found & 1 != 0 {
-        for value in headers.get_all(header::CONNECTION) {
-            let bytes = value.as_bytes();
-            if bytes.eq_ignore_ascii_case(b"keep-alive") || bytes.eq_ignore_ascii_case(b"close") {
-                continue;
-            }
-            let Ok(value) = value.to_str() else { continue };
-            for name in value.split(',').map(str::trim) {
-                let hop = name.eq_ignore_ascii_case("close") || name.eq_ignore_ascii_case("keep-alive");
-                if !hop && let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {
-                    listed.push(name);
-                }
-            }
-        }
-    }
-    let te_trailers =
-        (found & TE != 0 || !listed.is_empty()) && headers.get(header::TE).is_some_and(|te| te == "trailers");
+    let te_trailers = te_trailers.unwrap_or(false);
     for (index, name) in HOP_BY_HOP.iter().enumerate() {
-        if found & (1 << index) != 0 && !(te_trailers && *name == header::TE) {
+        if found & (1 << index) != 0 && !(te_trailers && 1 << index == TE) {
             headers.remove(name);
         }
     }
@@ -348,14 +336,55 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
     }
 }
 
+/// The position of `name` in [`HOP_BY_HOP`]. (Matching strings, with names of other lengths
+/// skipped by one test, costs a fraction of comparing with each [`header::HeaderName`].)
+fn hop_by_hop_index(name: &str) -> Option<usize> {
+    let len = name.len();
+    if len >= 32 || HOP_BY_HOP_LENGTHS & (1 << len) == 0 {
+        return None;
+    }
+    match name {
+        "connection" => Some(0),
+        "transfer-encoding" => Some(1),
+        "upgrade" => Some(2),
+        "trailer" => Some(3),
+        "proxy-authenticate" => Some(4),
+        "proxy-authorization" => Some(5),
+        "te" => Some(6),
+        "keep-alive" => Some(7),
+        "proxy-connection" => Some(8),
+        _ => None,
+    }
+}
+
+/// Adds the header names a Connection header `value` lists, other than "close" and
+/// "keep-alive", to `listed`.
+fn connection_names(value: &header::HeaderValue, listed: &mut Vec<header::HeaderName>) {
+    let bytes = value.as_bytes();
+    let only_hop = |token: &[u8]| bytes == token || bytes.eq_ignore_ascii_case(token);
+    if only_hop(b"keep-alive") || only_hop(b"close") {
+        return;
+    }
+    let Ok(value) = value.to_str() else { return };
+    for name in value.split(',').map(str::trim) {
+        let hop = name.eq_ignore_ascii_case("close") || name.eq_ignore_ascii_case("keep-alive");
+        if !hop && let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {
+            listed.push(name);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn length_filter_and_te_bit_match_the_hop_by_hop_names() {
-        for name in &HOP_BY_HOP {
-            assert_ne!(HOP_BY_HOP_LENGTHS & (1 << name.as_str().len()), 0, "{name}");
+        for (index, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name.as_str()), Some(index), "{name}");
+        }
+        for name in ["host", "user-agent", "content-length", "x-forwarded-proto", "tE"] {
+            assert_eq!(hop_by_hop_index(name), None, "{name}");
         }
         assert_eq!(HOP_BY_HOP[TE.trailing_zeros() as usize], header::TE);
     }

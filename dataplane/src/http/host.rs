@@ -91,6 +91,25 @@ mod tests {
     }
 
     #[test]
+    fn request_host_is_lowercase_without_port() {
+        let uri: Uri = "http://Auth.Example:81/".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        assert_eq!(request_host(&headers, &uri), "auth.example");
+        for (host, expected) in [
+            ("a.com:8080", "a.com"),
+            ("A.Com", "a.com"),
+            ("[::1]:80", "[::1]"),
+            ("[::1]", "[::1]"),
+            ("a.com:", "a.com"),
+            ("a.com:x1", "a.com:x1"),
+        ] {
+            headers.insert(http::header::HOST, host.parse().unwrap());
+            assert_eq!(request_host(&headers, &uri), expected, "{host}");
+        }
+        assert!(matches!(request_host(&headers, &uri), Cow::Borrowed(_)));
+    }
+
+    #[test]
     fn strips_ports() {
         assert_eq!(strip_port("a.com:8080"), "a.com");
         assert_eq!(strip_port("[::1]:80"), "[::1]");

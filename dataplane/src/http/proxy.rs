@@ -207,8 +207,10 @@ impl Connection {
 
     /// Host (HTTP/2 carries it in the URI only), X-Forwarded-For and X-Forwarded-Proto.
     fn forwarding_headers(&self, headers: &mut http::HeaderMap, uri: &http::Uri) {
-        if let header::Entry::Vacant(host) = headers.entry(header::HOST)
-            && let Some(authority) = uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        // An origin-form request (HTTP/1.1) has no authority to look the Host header up for.
+        if let Some(authority) = uri.authority()
+            && let header::Entry::Vacant(host) = headers.entry(header::HOST)
+            && let Ok(authority) = HeaderValue::from_str(authority.as_str())
         {
             host.insert(authority);
         }

@@ -201,30 +201,34 @@ fn origin_request(
     sender: &Sender,
     authority: &http::uri::Authority,
 ) -> Request<RequestBody> {
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let mut request = Request::new(body);
-    *request.method_mut() = parts.method;
+    // The client connection's extensions (an upgrade, say) are not the backend's.
+    parts.extensions.clear();
     if sender.is_http2() {
         let mut uri = http::uri::Parts::default();
         uri.scheme = Some(http::uri::Scheme::HTTP);
         uri.authority = Some(authority.clone());
-        uri.path_and_query = Some(path);
+        uri.path_and_query = Some(path_and_query(&parts.uri));
         // Scheme, authority and path are already valid.
-        *request.uri_mut() = Uri::from_parts(uri).unwrap_or_default();
-        *request.version_mut() = Version::HTTP_2;
+        parts.uri = Uri::from_parts(uri).unwrap_or_default();
+        parts.version = Version::HTTP_2;
     } else {
-        *request.uri_mut() = Uri::from(path);
-        *request.version_mut() = Version::HTTP_11;
+        // A request from an HTTP/1.1 client usually is in origin form already.
+        let origin_form = parts.uri.scheme().is_none() && parts.uri.authority().is_none();
+        if !origin_form || parts.uri.path_and_query().is_none() {
+            parts.uri = Uri::from(path_and_query(&parts.uri));
+        }
+        parts.version = Version::HTTP_11;
         if !parts.headers.contains_key(header::HOST)
             && let Ok(host) = HeaderValue::from_str(authority.as_str())
         {
             parts.headers.insert(header::HOST, host);
         }
     }
-    *request.headers_mut() = parts.headers;
-    request
+    Request::from_parts(parts, body)
+}
+
+fn path_and_query(uri: &Uri) -> PathAndQuery {
+    uri.path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"))
 }

@@ -44,7 +44,9 @@ fn now_ms() -> u64 {
 impl Health {
     /// Whether the endpoint is left out of balancing now.
     pub fn ejected(&self) -> bool {
-        self.ejected_until.load(Ordering::Relaxed) > now_ms()
+        // Never ejected (the common case): no clock read.
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        until != 0 && until > now_ms()
     }
 
     /// Records a connection; the failure count starts over.
