@@ -84,22 +84,6 @@ pub fn by_specificity(a: &str, b: &str) -> Ordering {
         .then_with(|| a.cmp(b))
 }
 
-/// A hostname ordered by [`by_specificity`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Specificity<'a>(pub &'a str);
-
-impl Ord for Specificity<'_> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        by_specificity(self.0, other.0)
-    }
-}
-
-impl PartialOrd for Specificity<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
 /// Orders optional listener hostnames most specific first (`None` last).
 pub fn by_listener_specificity(a: Option<&str>, b: Option<&str>) -> Ordering {
     by_specificity(a.unwrap_or("*"), b.unwrap_or("*"))
