@@ -57,7 +57,9 @@ impl BodySource {
 }
 
 impl<'a> Exchange<'a> {
-    pub async fn run(&self, mut parts: Parts, body: Incoming) -> Response<ProxyBody> {
+    /// Serves the request with head `parts` (boxed: moved through every await, it stays a
+    /// pointer) and `body`.
+    pub async fn run(&self, mut parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
         let rule: &'a Rule = self.rule;
         let mut response_edits = Vec::new();
         let mut mirrors = Vec::new();
@@ -93,15 +95,21 @@ impl<'a> Exchange<'a> {
         } else {
             (0, BodySource::Once(Some(RequestBody::streaming(body))))
         };
+        // Copied for each attempt but the last, which takes it.
+        let mut head = Some(parts);
         let mut attempt = 0;
         loop {
             let Some(body) = source.next() else {
                 return response::local(StatusCode::INTERNAL_SERVER_ERROR, rule.grpc);
             };
-            let parts = if attempt < retries {
-                copy_parts(&parts)
-            } else {
-                take_parts(&mut parts)
+            let parts = match head.take() {
+                Some(parts) if attempt < retries => {
+                    let copy = Box::new(copy_parts(&parts));
+                    head = Some(parts);
+                    copy
+                }
+                Some(parts) => parts,
+                None => return response::local(StatusCode::INTERNAL_SERVER_ERROR, rule.grpc),
             };
             let outcome = match rule.backend_timeout {
                 Some(limit) => Box::pin(tokio::time::timeout(
@@ -140,7 +148,7 @@ impl<'a> Exchange<'a> {
     /// Picks a backend, applies its filters and forwards the request to it.
     async fn attempt(
         &self,
-        mut parts: Parts,
+        mut parts: Box<Parts>,
         body: RequestBody,
         connect_retries: u32,
         rule_edits: &[ResponseEdit<'a>],
@@ -271,11 +279,6 @@ fn copy_parts(parts: &Parts) -> Parts {
     *request.version_mut() = parts.version;
     *request.headers_mut() = parts.headers.clone();
     request.into_parts().0
-}
-
-/// The request head for the last attempt, without copying.
-fn take_parts(parts: &mut Parts) -> Parts {
-    std::mem::replace(parts, Request::new(()).into_parts().0)
 }
 
 /// The hop-by-hop headers; `Connection` first. (A static: a const array would be built and

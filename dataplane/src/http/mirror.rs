@@ -20,7 +20,7 @@ pub fn send(slots: &Arc<Semaphore>, upstream: Arc<Upstream>, parts: Parts, body:
     };
     tokio::spawn(async move {
         let _permit = permit;
-        match upstream.forward(parts, RequestBody::Buffered(body), 0).await {
+        match upstream.forward(Box::new(parts), RequestBody::Buffered(body), 0).await {
             Ok(forwarded) => {
                 // Read the answer to the end so the connection returns to the pool.
                 let _ = forwarded.response.into_body().collect().await;

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use http::header::{self, HeaderName, HeaderValue};
+use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::sync::Semaphore;
@@ -68,7 +69,10 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let connection = self.connection.clone();
-        Box::pin(async move { Ok(connection.handle(req).await) })
+        // The head is boxed once here: moved through every await below, it stays a pointer.
+        let (parts, body) = req.into_parts();
+        let parts = Box::new(parts);
+        Box::pin(async move { Ok(connection.handle(parts, body).await) })
     }
 }
 
@@ -102,15 +106,15 @@ impl HttpService {
 }
 
 impl Connection {
-    async fn handle(&self, req: Request<Incoming>) -> Response<ProxyBody> {
+    async fn handle(&self, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
         let logged = self
             .context
             .access_log
-            .then(|| (Instant::now(), req.method().clone(), req.uri().path().to_string()));
+            .then(|| (Instant::now(), parts.method.clone(), parts.uri.path().to_string()));
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
-        let response = self.route(&table, req, &mut served).await;
+        let response = self.route(&table, parts, body, &mut served).await;
         let code = response.status().as_u16();
         let requests = &self.context.metrics.requests;
         let (listener, route) = match served {
@@ -146,11 +150,11 @@ impl Connection {
     async fn route<'t>(
         &self,
         table: &'t Table,
-        req: Request<Incoming>,
+        mut parts: Box<Parts>,
+        body: Incoming,
         served: &mut Served<'t>,
     ) -> Response<ProxyBody> {
         let context = &self.context;
-        let (mut parts, body) = req.into_parts();
         let grpc = is_grpc(&parts.headers);
         let Some(routes) = table.http_port(context.port) else {
             return response::local(StatusCode::NOT_FOUND, grpc);

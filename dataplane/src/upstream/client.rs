@@ -83,7 +83,7 @@ impl Upstream {
     /// other endpoints are tried (the body is read only once a connection is open).
     pub async fn forward(
         &self,
-        parts: Parts,
+        parts: Box<Parts>,
         body: RequestBody,
         connect_retries: u32,
     ) -> Result<Forwarded, ForwardError> {
@@ -196,11 +196,12 @@ impl Upstream {
 /// The request for an endpoint: origin-form and a Host header over HTTP/1.1, the endpoint as
 /// authority over HTTP/2.
 fn origin_request(
-    mut parts: Parts,
+    parts: Box<Parts>,
     body: RequestBody,
     sender: &Sender,
     authority: &http::uri::Authority,
 ) -> Request<RequestBody> {
+    let mut parts = *parts;
     // The client connection's extensions (an upgrade, say) are not the backend's.
     parts.extensions.clear();
     if sender.is_http2() {
