@@ -155,9 +155,8 @@ impl Connection {
         served: &mut Served<'t>,
     ) -> Response<ProxyBody> {
         let context = &self.context;
-        let grpc = is_grpc(&parts.headers);
         let Some(routes) = table.http_port(context.port) else {
-            return response::local(StatusCode::NOT_FOUND, grpc);
+            return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
         };
         let host = request_host(&parts.headers, &parts.uri);
         let listener = routes.listener(&host);
@@ -166,7 +165,7 @@ impl Connection {
         if let Some(server_name) = &self.server_name
             && routes.listener(server_name).map(|l| &l.name) != listener.map(|l| &l.name)
         {
-            return response::local(StatusCode::MISDIRECTED_REQUEST, grpc);
+            return response::local(StatusCode::MISDIRECTED_REQUEST, is_grpc(&parts.headers));
         }
         if let Some(listener) = listener {
             *served = Served::Listener(&listener.name);
@@ -179,7 +178,7 @@ impl Connection {
             headers: &parts.headers,
         });
         let Some(routed) = routed else {
-            return response::local(StatusCode::NOT_FOUND, grpc);
+            return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
         };
         let rule = routed.rule;
         *served = Served::Rule(rule);
@@ -256,7 +255,8 @@ fn count_unrouted(family: &Family<RequestLabels, Counter>, listener: &str, code:
     family.get_or_create(&labels).inc();
 }
 
-/// gRPC clients get gateway errors as gRPC statuses even before a rule is known.
+/// gRPC clients get gateway errors as gRPC statuses even before a rule is known. (Looked up
+/// only when the proxy answers itself.)
 fn is_grpc(headers: &http::HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)

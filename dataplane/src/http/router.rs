@@ -124,12 +124,18 @@ impl ListenerRoutes {
 
     /// Rules of the virtual host for `host`: exact name, longest wildcard suffix, then `*`.
     fn virtual_host(&self, host: &str) -> Option<&Rules> {
-        let index = self.exact.get(host).copied().or_else(|| {
+        // Empty maps are skipped: hashing the host (once per suffix) costs more than the lookup.
+        let exact = (!self.exact.is_empty())
+            .then(|| self.exact.get(host).copied())
+            .flatten();
+        let index = exact.or_else(|| {
             // Suffixes from the longest: each dot after the first label starts one.
-            host.char_indices()
-                .filter(|(i, c)| *c == '.' && *i > 0)
-                .find_map(|(i, _)| self.wildcards.get(&host[i..]).copied())
-                .or(self.any)
+            let wildcard = (!self.wildcards.is_empty()).then(|| {
+                host.char_indices()
+                    .filter(|(i, c)| *c == '.' && *i > 0)
+                    .find_map(|(i, _)| self.wildcards.get(&host[i..]).copied())
+            });
+            wildcard.flatten().or(self.any)
         })?;
         self.virtual_hosts.get(index)
     }

@@ -23,7 +23,8 @@ pub enum RequestBody {
 #[derive(Debug, Clone, Default)]
 pub struct BufferedBody {
     data: Bytes,
-    trailers: Option<HeaderMap>,
+    /// Boxed: rare, and every request body would otherwise carry a header map's size.
+    trailers: Option<Box<HeaderMap>>,
 }
 
 impl RequestBody {
@@ -54,7 +55,7 @@ impl RequestBody {
                     }
                 }
                 Err(frame) => {
-                    trailers = frame.into_trailers().ok();
+                    trailers = frame.into_trailers().ok().map(Box::new);
                     break;
                 }
             }
@@ -85,7 +86,7 @@ impl Body for RequestBody {
                     let data = std::mem::take(&mut buffered.data);
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Poll::Ready(buffered.trailers.take().map(|t| Ok(Frame::trailers(t))))
+                Poll::Ready(buffered.trailers.take().map(|t| Ok(Frame::trailers(*t))))
             }
         }
     }
