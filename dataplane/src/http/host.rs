@@ -71,8 +71,11 @@ pub fn strip_port(authority: &str) -> &str {
             None => authority,
         };
     }
-    match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+    // The port is the digits after the last colon: read from the end, it is found without a
+    // search through the host.
+    let digits = authority.bytes().rev().take_while(u8::is_ascii_digit).count();
+    match authority.len().checked_sub(digits + 1) {
+        Some(colon) if authority.as_bytes()[colon] == b':' => &authority[..colon],
         _ => authority,
     }
 }
@@ -114,5 +117,11 @@ mod tests {
         assert_eq!(strip_port("a.com:8080"), "a.com");
         assert_eq!(strip_port("[::1]:80"), "[::1]");
         assert_eq!(strip_port("a.com"), "a.com");
+        assert_eq!(strip_port("a.com:"), "a.com");
+        assert_eq!(strip_port("a.com:8x"), "a.com:8x");
+        assert_eq!(strip_port("a:b:80"), "a:b");
+        assert_eq!(strip_port("8080"), "8080");
+        assert_eq!(strip_port(":80"), "");
+        assert_eq!(strip_port(""), "");
     }
 }
