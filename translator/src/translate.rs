@@ -291,7 +291,14 @@ fn unique_routes(mut routes: Vec<RouteModel<'_>>) -> (Vec<RouteModel<'_>>, Vec<u
 fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel<'a>> {
     let installed = |k: RouteKind| snapshot.facts.installed(k.name());
     let watched = |ns: &str| config.watches_namespace(ns);
-    let mut routes = Vec::new();
+    // Sized once: regrowing a list of thousands of routes copies it into fresh memory.
+    let mut routes = Vec::with_capacity(
+        snapshot.http_routes.len()
+            + snapshot.grpc_routes.len()
+            + snapshot.tls_routes.len()
+            + snapshot.tcp_routes.len()
+            + snapshot.udp_routes.len(),
+    );
     if installed(RouteKind::Http) {
         routes.extend(
             snapshot
@@ -434,7 +441,7 @@ fn virtual_hosts(
     // The entries stay with their contribution until their virtual host takes them; hosts
     // list (contribution, the route's own hostname that produced the effective one).
     // Unordered: the virtual hosts are sorted by specificity, a total order, at the end.
-    let mut hosts: HashMap<&str, Vec<(usize, &str)>> = HashMap::new();
+    let mut hosts: HashMap<&str, Vec<(usize, &str)>> = HashMap::with_capacity(contributions.len());
     let mut owners = Vec::with_capacity(contributions.len());
     // Hosts still to serve each contribution's entries: the last one takes them, the others
     // copy them.
