@@ -30,7 +30,7 @@ use operator::push::client;
 use operator::settings::Kubernetes;
 use serde_json::json;
 
-const CONTROLLER_NAME: &str = "rakunlabs.com/turna";
+use common::CONTROLLER_NAME;
 
 fn http_routes() -> ApiResource {
     ApiResource {
@@ -138,21 +138,15 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
     let class = format!("turna-{ns}");
     let backend = common::backend("app").await;
     let port = common::free_port().await;
+    let gateway = common::class_and_gateway(
+        &class,
+        CONTROLLER_NAME,
+        &ns,
+        &format!("[{{name: http, port: {port}, protocol: HTTP}}]"),
+    );
     plane
         .apply_yaml(&format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: {CONTROLLER_NAME}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
----
-apiVersion: v1
+            "{gateway}apiVersion: v1
 kind: Service
 metadata: {{name: app, namespace: {ns}}}
 spec:

@@ -39,27 +39,12 @@ fn plane() -> &'static control_plane::ControlPlane {
 }
 
 fn objects(ns: &str, class: &str, http: u16, https: u16, backend: SocketAddr, path: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: {http}, protocol: HTTP}}
-    - name: https
-      port: {https}
-      protocol: HTTPS
-      hostname: secure.test
-      tls: {{mode: Terminate, certificateRefs: [{{name: secure}}]}}
----
-",
-    ) + &common::route_to_loopback(ns, Some(path), backend)
+    let listeners = format!(
+        "[{{name: http, port: {http}, protocol: HTTP}}, {{name: https, port: {https}, protocol: HTTPS, \
+         hostname: secure.test, tls: {{mode: Terminate, certificateRefs: [{{name: secure}}]}}}}]"
+    );
+    common::class_and_gateway(class, common::CONTROLLER_NAME, ns, &listeners)
+        + &common::route_to_loopback(ns, Some(path), backend)
 }
 
 /// A CA and a `kubernetes.io/tls` Secret `secure` in `ns` for `secure.test` signed by it; the CA PEM.

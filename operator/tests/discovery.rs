@@ -97,22 +97,11 @@ async fn crd_installed_later_is_watched_without_restart_and_health_endpoints_fol
     .await;
     let ns = cp.fresh_namespace("later");
     let class = format!("turna-{ns}");
-    cp.apply_yaml(&format!(
-        r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: 80, protocol: HTTP}}
-    - {{name: tcp, port: 9000, protocol: TCP}}
-"#
+    cp.apply_yaml(&common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}, {name: tcp, port: 9000, protocol: TCP}]",
     ))
     .expect("apply");
 
@@ -251,21 +240,15 @@ async fn reference_grant_read_at_v1beta1_until_the_crd_serves_v1() {
     let app = cp.fresh_namespace("grant-app");
     let backend = cp.fresh_namespace("grant-backend");
     let class = format!("turna-{app}");
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &app,
+        "[{name: http, port: 80, protocol: HTTP}]",
+    );
     cp.apply_yaml(&format!(
         r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {app}}}
-spec:
-  gatewayClassName: {class}
-  listeners: [{{name: http, port: 80, protocol: HTTP}}]
----
-apiVersion: v1
+{gateway}apiVersion: v1
 kind: Service
 metadata: {{name: api, namespace: {backend}}}
 spec:
@@ -403,21 +386,15 @@ async fn backend_tls_policy_watched_once_rbac_allows_it() {
     let class = format!("turna-{ns}");
     let user = format!("turna-{ns}");
     cp.apply_yaml(&controller_role(&user, "")).expect("RBAC");
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
+    );
     cp.apply_yaml(&format!(
         r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners: [{{name: http, port: 80, protocol: HTTP}}]
----
-apiVersion: v1
+{gateway}apiVersion: v1
 kind: Service
 metadata: {{name: api, namespace: {ns}}}
 spec:
@@ -538,21 +515,15 @@ async fn tcp_route_status_is_written_at_v1_once_v1alpha2_is_no_longer_served() {
     .await;
     let ns = cp.fresh_namespace("tcp-v1");
     let class = format!("turna-{ns}");
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: tcp, port: 9000, protocol: TCP}]",
+    );
     cp.apply_yaml(&format!(
         r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners: [{{name: tcp, port: 9000, protocol: TCP}}]
----
-apiVersion: gateway.networking.k8s.io/v1
+{gateway}apiVersion: gateway.networking.k8s.io/v1
 kind: TCPRoute
 metadata: {{name: db, namespace: {ns}}}
 spec:

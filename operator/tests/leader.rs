@@ -80,20 +80,11 @@ async fn only_the_leader_writes_status_and_standbys_take_over() {
     let cp = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
     let ns = cp.fresh_namespace("leader");
     let class = format!("turna-{ns}");
-    cp.apply_yaml(&format!(
-        r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners: [{{name: http, port: 80, protocol: HTTP}}]
-"#
+    cp.apply_yaml(&common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
     ))
     .expect("apply");
     let client = client(&cp.kubeconfig()).await;
@@ -204,20 +195,11 @@ async fn disabled_election_writes_without_a_lease() {
     let cp = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
     let ns = cp.fresh_namespace("noelect");
     let class = format!("turna-{ns}");
-    cp.apply_yaml(&format!(
-        r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners: [{{name: http, port: 80, protocol: HTTP}}]
-"#
+    cp.apply_yaml(&common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
     ))
     .expect("apply");
     let client = client(&cp.kubeconfig()).await;

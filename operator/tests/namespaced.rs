@@ -94,20 +94,14 @@ subjects: [{{kind: ServiceAccount, name: turna-controller, namespace: {ns}}}]
 }
 
 fn objects(ns: &str, class: &str) -> String {
+    let gateway = common::class_and_gateway(
+        class,
+        &format!("rakunlabs.com/turna-{ns}"),
+        ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
+    );
     format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna-{ns}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners: [{{name: http, port: 80, protocol: HTTP}}]
----
-apiVersion: gateway.networking.k8s.io/v1
+        "{gateway}apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: app, namespace: {ns}}}
 spec:

@@ -53,21 +53,11 @@ async fn token_file(client: &kube::Client, ns: &str, name: &str, dir: &Path) -> 
 }
 
 fn objects(ns: &str, class: &str, port: u16, backend: SocketAddr, path: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: {port}, protocol: HTTP}}
----
-",
+    common::class_and_gateway(
+        class,
+        common::CONTROLLER_NAME,
+        ns,
+        &format!("[{{name: http, port: {port}, protocol: HTTP}}]"),
     ) + &common::route_to_loopback(ns, Some(path), backend)
 }
 

@@ -160,6 +160,29 @@ pub async fn get_tls(addr: SocketAddr, ca_pem: &str, host: &str, path: &str) -> 
     Some((code, body))
 }
 
+/// The controller name of Turna's default configuration.
+pub const CONTROLLER_NAME: &str = "rakunlabs.com/turna";
+
+/// GatewayClass `class` of `controller` and its Gateway `web` in `ns`, with `listeners` (a YAML
+/// flow list), ending in a document separator so more objects can follow.
+pub fn class_and_gateway(class: &str, controller: &str, ns: &str, listeners: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: {controller}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: {listeners}
+---
+"
+    )
+}
+
 /// HTTPRoute `app` on Gateway `web` in `ns` (matching `path` as a prefix, or everything) to
 /// Service `app`: an ExternalName Service for `localhost` on the loopback `backend`'s port, since
 /// the API server refuses loopback EndpointSlice addresses (needs `backend.allow_external_name`).
