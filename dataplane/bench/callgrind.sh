@@ -5,28 +5,13 @@
 # warm-up of the same size. Loads: HTTP/1.1 with 1 and 64 connections, h2c with 16x8 streams.
 # TURNA_SERVE names a prebuilt examples/serve binary; by default it is built. KEEP=dir keeps
 # the callgrind profiles there (for callgrind_annotate); ONLY=turna or ONLY=nginx measures one.
+# Needs valgrind, h2load (nghttp2-client) and nginx (Debian packages, installed when missing).
 set -euo pipefail
 
 REQUESTS=${REQUESTS:-5000}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-DIR=$(mktemp -d)
-chmod 755 "$DIR"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-for tool in valgrind callgrind_control h2load nginx; do
-  command -v "$tool" >/dev/null || { echo "needs $tool (valgrind, nghttp2-client, nginx-light)" >&2; exit 1; }
-done
-if [ -z "${TURNA_SERVE:-}" ]; then
-  cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
-  TURNA_SERVE=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/serve
-fi
-head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
+declare -A PACKAGE=([valgrind]=valgrind [callgrind_control]=valgrind [h2load]=nghttp2-client [nginx]=nginx-light)
+# shellcheck source=setup.sh
+source "$(dirname "$0")/setup.sh"
 for f in backend.conf nginx.conf; do
   sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|1|g" "$HERE/$f" > "$DIR/$f"
 done

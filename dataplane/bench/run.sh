@@ -9,34 +9,9 @@ set -euo pipefail
 THREADS=${THREADS:-1}
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-DIR=$(mktemp -d)
-chmod 755 "$DIR"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-# Missing tools are installed from their Debian packages.
 declare -A PACKAGE=([wrk]=wrk [h2load]=nghttp2-client [nginx]=nginx-light [haproxy]=haproxy)
-missing=()
-for tool in "${!PACKAGE[@]}"; do
-  command -v "$tool" >/dev/null || missing+=("${PACKAGE[$tool]}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
-  $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq "${missing[@]}" >&2
-fi
-
-# TURNA_SERVE names a prebuilt examples/serve binary (to compare builds); by default it is built.
-if [ -z "${TURNA_SERVE:-}" ]; then
-  cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
-  TURNA_SERVE=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/serve
-fi
-head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
+# shellcheck source=setup.sh
+source "$(dirname "$0")/setup.sh"
 for f in backend.conf nginx.conf haproxy.cfg; do
   sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|$THREADS|g" "$HERE/$f" > "$DIR/$f"
 done

@@ -1,0 +1,29 @@
+# Sourced by run.sh and callgrind.sh, after they declare PACKAGE (tool -> Debian package): a
+# scratch folder DIR removed on exit together with every process in PIDS, the missing tools
+# installed from their Debian packages, the serve example built (TURNA_SERVE names a prebuilt
+# one, to compare builds) and the 1 KiB body the backend serves.
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+DIR=$(mktemp -d)
+chmod 755 "$DIR"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+missing=()
+for tool in "${!PACKAGE[@]}"; do
+  command -v "$tool" >/dev/null || missing+=("${PACKAGE[$tool]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq "${missing[@]}" >&2
+fi
+
+if [ -z "${TURNA_SERVE:-}" ]; then
+  cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
+  TURNA_SERVE=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/serve
+fi
+head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
