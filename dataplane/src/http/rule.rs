@@ -11,7 +11,7 @@ use super::matcher::Matcher;
 use super::retry::RetryPolicy;
 use crate::error::ValidationError;
 use crate::metrics::RequestCounters;
-use crate::upstream::Upstream;
+use crate::upstream::{self, Upstream};
 
 /// A rule entry ready to serve.
 #[derive(Debug)]
@@ -59,26 +59,18 @@ impl Rule {
             ir::PathMatch::Prefix(p) => Some(p.as_str()),
             _ => None,
         };
-        let backends =
-            rule.backends
-                .iter()
-                .map(|b| {
-                    let upstream = match &b.backend {
-                        Some(id) => Some(upstreams.get(id.as_str()).cloned().ok_or_else(|| {
-                            ValidationError::UnknownBackend {
-                                context: context.clone(),
-                                backend: id.to_string(),
-                            }
-                        })?),
-                        None => None,
-                    };
-                    Ok(RuleBackend {
-                        upstream,
-                        weight: b.weight,
-                        filters: filters::compile(&b.filters, prefix, &context, upstreams)?,
-                    })
+        let backends = rule
+            .backends
+            .iter()
+            .map(|b| {
+                let upstream = upstream::find(upstreams, b.backend.as_deref(), &context)?;
+                Ok(RuleBackend {
+                    upstream,
+                    weight: b.weight,
+                    filters: filters::compile(&b.filters, prefix, &context, upstreams)?,
                 })
-                .collect::<Result<_, ValidationError>>()?;
+            })
+            .collect::<Result<_, ValidationError>>()?;
         Ok(Rule {
             name: context.clone(),
             route: rule.route.clone(),

@@ -11,7 +11,7 @@ use translator::ir;
 use crate::error::ValidationError;
 use crate::http::host::HostPattern;
 use crate::http::rule::describe;
-use crate::upstream::{Upstream, pick_weighted};
+use crate::upstream::{self, Upstream, pick_weighted};
 
 /// The stream listeners sharing one port, most specific hostname first.
 #[derive(Debug)]
@@ -80,15 +80,7 @@ impl StreamPort {
                         .backends
                         .iter()
                         .map(|b| {
-                            let upstream = match &b.backend {
-                                Some(id) => Some(upstreams.get(id.as_str()).cloned().ok_or_else(|| {
-                                    ValidationError::UnknownBackend {
-                                        context: context.clone(),
-                                        backend: id.to_string(),
-                                    }
-                                })?),
-                                None => None,
-                            };
+                            let upstream = upstream::find(upstreams, b.backend.as_deref(), &context)?;
                             Ok(StreamBackend {
                                 upstream,
                                 weight: b.weight,

@@ -15,6 +15,7 @@ pub use body::{BufferedBody, RequestBody};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
 pub use health::PassiveHealth;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
@@ -28,6 +29,25 @@ use prometheus_client::metrics::histogram::Histogram;
 use crate::error::ValidationError;
 use crate::metrics::{BackendLabels, Metrics};
 use crate::tls::Material;
+
+/// The upstream a backendRef or mirror of the IR names, `None` for an invalid backendRef; an id
+/// missing from the IR's backends is a validation error of `context`.
+pub fn find(
+    upstreams: &HashMap<String, Arc<Upstream>>,
+    id: Option<&str>,
+    context: &str,
+) -> Result<Option<Arc<Upstream>>, ValidationError> {
+    id.map(|id| {
+        upstreams
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ValidationError::UnknownBackend {
+                context: context.to_string(),
+                backend: id.to_string(),
+            })
+    })
+    .transpose()
+}
 use pool::Pool;
 use tls::BackendTls;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use translator::ir;
 
 use crate::error::ValidationError;
-use crate::upstream::Upstream;
+use crate::upstream::{self, Upstream};
 
 /// A validated mirror.
 #[derive(Debug)]
@@ -23,18 +23,7 @@ impl Mirror {
         context: &str,
         upstreams: &HashMap<String, Arc<Upstream>>,
     ) -> Result<Self, ValidationError> {
-        let upstream = match &m.backend {
-            Some(id) => Some(
-                upstreams
-                    .get(id.as_str())
-                    .cloned()
-                    .ok_or_else(|| ValidationError::UnknownBackend {
-                        context: context.to_string(),
-                        backend: id.to_string(),
-                    })?,
-            ),
-            None => None,
-        };
+        let upstream = upstream::find(upstreams, m.backend.as_deref(), context)?;
         Ok(Mirror {
             upstream,
             numerator: m.numerator,
