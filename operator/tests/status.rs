@@ -1,6 +1,7 @@
 //! The controller against a real kube-apiserver (built from Go modules by e2e/scripts): statuses
 //! of Gateways and routes, and conditions of other controllers preserved.
 
+mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
 
@@ -15,11 +16,7 @@ fn plane() -> &'static control_plane::ControlPlane {
 }
 
 async fn client() -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(plane().kubeconfig()).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("config");
-    kube::Client::try_from(config).expect("client")
+    common::client(&plane().kubeconfig()).await
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -58,23 +55,15 @@ async fn gateway_and_route_get_status_and_foreign_conditions_survive() {
     let cp = plane();
     let ns = cp.fresh_namespace("status");
     let class = format!("turna-{ns}");
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}, {name: bad, port: 1111, protocol: INVALID}]",
+    );
     cp.apply_yaml(&format!(
         r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: 80, protocol: HTTP}}
-    - {{name: bad, port: 1111, protocol: INVALID}}
----
-apiVersion: gateway.networking.k8s.io/v1
+{gateway}apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: app, namespace: {ns}}}
 spec:
