@@ -7,12 +7,11 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 
-use crate::upstream::Forwarded;
+use crate::upstream::{Forwarded, ResponseBody};
 
-/// Errors of response bodies.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::upstream::BoxError;
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -80,21 +79,20 @@ pub fn upstream(forwarded: Forwarded) -> Response<ProxyBody> {
             inner: body,
             _guard: (guard, checkin),
         }
-        .map_err(BoxError::from)
         .boxed_unsync()
     })
 }
 
 struct GuardedBody<G> {
-    inner: Incoming,
+    inner: ResponseBody,
     _guard: G,
 }
 
 impl<G: Unpin> Body for GuardedBody<G> {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         Pin::new(&mut self.inner).poll_frame(cx)
     }
 

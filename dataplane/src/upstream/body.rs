@@ -10,6 +10,11 @@ use http::HeaderMap;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use super::direct;
+
+/// Errors of response bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The body of a request to a backend.
 #[derive(Debug)]
 pub enum RequestBody {
@@ -32,6 +37,15 @@ impl RequestBody {
         RequestBody::Streaming {
             prefix: VecDeque::new(),
             rest: body,
+        }
+    }
+
+    /// The whole body when it is at hand: empty, or buffered without trailers.
+    pub fn complete(&self) -> Option<Bytes> {
+        match self {
+            RequestBody::Streaming { prefix, rest } if prefix.is_empty() && rest.is_end_stream() => Some(Bytes::new()),
+            RequestBody::Buffered(BufferedBody { data, trailers: None }) => Some(data.clone()),
+            _ => None,
         }
     }
 
@@ -111,6 +125,39 @@ impl Body for RequestBody {
                 hint
             }
             RequestBody::Buffered(b) => SizeHint::with_exact(b.data.len() as u64),
+        }
+    }
+}
+
+/// The body of a backend's response: read by hyper's client, or by the request-task path.
+#[derive(Debug)]
+pub enum ResponseBody {
+    Hyper(Incoming),
+    Direct(direct::Body),
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ResponseBody::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(BoxError::from),
+            ResponseBody::Direct(body) => Pin::new(body).poll_frame(cx).map_err(BoxError::from),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Hyper(body) => body.is_end_stream(),
+            ResponseBody::Direct(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Hyper(body) => body.size_hint(),
+            ResponseBody::Direct(body) => body.size_hint(),
         }
     }
 }

@@ -13,9 +13,9 @@ use hyper::body::Incoming;
 
 use hyper::client::conn::TrySendError;
 
-use super::pool::{Checkin, Pool, Sender};
+use super::pool::{Checkin, Checkout, Pool, Sender};
 use super::tls::BackendTls;
-use super::{Endpoint, RequestBody, Upstream};
+use super::{Endpoint, RequestBody, ResponseBody, Upstream, direct};
 
 /// How long connecting to one endpoint may take before the next is tried.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -23,7 +23,7 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A backend's response, and the endpoint's in-flight count held until the response is done.
 #[derive(Debug)]
 pub struct Forwarded {
-    pub response: Response<Incoming>,
+    pub response: Response<ResponseBody>,
     pub guard: ActiveGuard,
     /// Puts the HTTP/1.1 connection back into its pool once the response is done.
     pub checkin: Option<Checkin>,
@@ -57,6 +57,12 @@ pub enum ForwardError {
         #[source]
         source: hyper::Error,
     },
+    #[error("backend {backend}: {source}")]
+    Direct {
+        backend: String,
+        #[source]
+        source: direct::Error,
+    },
     #[error("backend {backend}: no endpoint reachable: {source}")]
     Connect {
         backend: String,
@@ -72,7 +78,7 @@ impl ForwardError {
     pub fn status(&self) -> StatusCode {
         match self {
             ForwardError::NoEndpoints(_) | ForwardError::Connect { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            ForwardError::Upstream { .. } | ForwardError::Direct { .. } => StatusCode::BAD_GATEWAY,
             ForwardError::InvalidTls(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -93,40 +99,34 @@ impl Upstream {
         let index = self
             .pick_endpoint(&[])
             .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
+        // Plain HTTP/1.1 requests with their body at hand are exchanged by this task itself.
+        let payload = if self.endpoints[index].pool.direct() {
+            direct::sendable(&parts, &body)
+        } else {
+            None
+        };
+        let direct = payload.is_some();
         // A kept-alive connection is taken without waiting. Opening one is rare and its future
         // large: boxed, so that every request's future stays small.
-        let (endpoint, mut sender, reused) = match self.endpoints[index].pool.ready() {
-            Some(sender) => (&self.endpoints[index], sender, true),
-            None => Box::pin(self.open(index, connect_retries)).await?,
+        let (endpoint, checkout, reused) = match self.endpoints[index].pool.ready(direct) {
+            Some(checkout) => (&self.endpoints[index], checkout, true),
+            None => Box::pin(self.open(index, connect_retries, direct)).await?,
         };
-        let request = origin_request(parts, body, &sender, endpoint.pool.authority());
         let guard = ActiveGuard::new(&endpoint.active);
         let started = std::time::Instant::now();
-        let sent = match &mut sender {
-            Sender::Http1(http1) => http1.try_send_request(request).await,
-            Sender::Http2(http2) => http2.try_send_request(request).await,
-        };
-        let sent = match sent {
-            Ok(response) => Ok(response),
-            // A kept-alive connection the endpoint closed meanwhile: the request was not
-            // written, so it goes on a new connection.
-            Err(error) if reused && error.message().is_some() => {
-                Box::pin(self.resend(endpoint, error, &mut sender)).await
+        let (response, checkin) = match (checkout, payload) {
+            (Checkout::Direct(connection), Some(payload)) => (
+                self.send_direct(endpoint, connection, reused, &parts, payload).await?,
+                None,
+            ),
+            (Checkout::Hyper(sender), _) => self.send_hyper(endpoint, sender, reused, parts, body).await?,
+            // Not taken: a pool hands out direct connections only when asked, with a payload.
+            (Checkout::Direct(_), None) => {
+                return Err(self.direct_error(direct::Error::Invalid("connection without a request")));
             }
-            Err(error) => Err(ForwardError::Upstream {
-                backend: self.id.clone(),
-                source: error.into_error(),
-            }),
         };
-        let response = sent?;
         self.latency.observe(started.elapsed().as_secs_f64());
         endpoint.health.connected();
-        // An upgraded connection belongs to the upgrade now.
-        let checkin = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-            None
-        } else {
-            Pool::checkin(&endpoint.pool, sender)
-        };
         Ok(Forwarded {
             response,
             guard,
@@ -134,15 +134,99 @@ impl Upstream {
         })
     }
 
+    /// Exchanges the request on `connection`, or on a new one when a reused `connection` gave
+    /// no answer and the request may be sent again.
+    async fn send_direct(
+        &self,
+        endpoint: &Endpoint,
+        mut connection: direct::Connection,
+        reused: bool,
+        parts: &Parts,
+        payload: bytes::Bytes,
+    ) -> Result<Response<ResponseBody>, ForwardError> {
+        let request = direct::Request::encode(parts, payload, endpoint.pool.authority());
+        let mut head = match connection.exchange(&request).await {
+            Err(error) if reused && error.retryable(&parts.method) => {
+                tracing::debug!(backend = %self.id, %error, "kept-alive connection gave no answer, sending on a new one");
+                connection = endpoint.pool.connect_direct().await.map_err(|source| ForwardError::Connect {
+                    backend: self.id.clone(),
+                    source,
+                })?;
+                connection.exchange(&request).await
+            }
+            exchanged => exchanged,
+        }
+        .map_err(|source| self.direct_error(source))?;
+        let (framing, keep_alive) = head
+            .framing(&parts.method)
+            .map_err(|source| self.direct_error(source))?;
+        let body = direct::Body::new(connection, framing, keep_alive, Arc::downgrade(&endpoint.pool));
+        let mut response = Response::new(ResponseBody::Direct(body));
+        *response.status_mut() = head.status;
+        *response.version_mut() = head.version;
+        *response.headers_mut() = head.headers;
+        Ok(response)
+    }
+
+    fn direct_error(&self, source: direct::Error) -> ForwardError {
+        ForwardError::Direct {
+            backend: self.id.clone(),
+            source,
+        }
+    }
+
+    /// Sends the request with hyper's client; the connection is checked in again after the
+    /// response (HTTP/1.1) or stays shared (HTTP/2).
+    async fn send_hyper(
+        &self,
+        endpoint: &Endpoint,
+        mut sender: Sender,
+        reused: bool,
+        parts: Box<Parts>,
+        body: RequestBody,
+    ) -> Result<(Response<ResponseBody>, Option<Checkin>), ForwardError> {
+        let request = origin_request(parts, body, &sender, endpoint.pool.authority());
+        let sent = match &mut sender {
+            Sender::Http1(http1) => http1.try_send_request(request).await,
+            Sender::Http2(http2) => http2.try_send_request(request).await,
+        };
+        let response = match sent {
+            Ok(response) => response,
+            // A kept-alive connection the endpoint closed meanwhile: the request was not
+            // written, so it goes on a new connection.
+            Err(error) if reused && error.message().is_some() => {
+                Box::pin(self.resend(endpoint, error, &mut sender)).await?
+            }
+            Err(error) => {
+                return Err(ForwardError::Upstream {
+                    backend: self.id.clone(),
+                    source: error.into_error(),
+                });
+            }
+        };
+        // An upgraded connection belongs to the upgrade now.
+        let checkin = if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            None
+        } else {
+            Pool::checkin(&endpoint.pool, sender)
+        };
+        Ok((response.map(ResponseBody::Hyper), checkin))
+    }
+
     /// A connection from endpoint `first` or, when it cannot be reached, from up to
     /// `connect_retries` others.
-    async fn open(&self, first: usize, connect_retries: u32) -> Result<(&Endpoint, Sender, bool), ForwardError> {
+    async fn open(
+        &self,
+        first: usize,
+        connect_retries: u32,
+        direct: bool,
+    ) -> Result<(&Endpoint, Checkout, bool), ForwardError> {
         let mut tried = Vec::new();
         let mut index = first;
         loop {
             let endpoint = &self.endpoints[index];
-            match endpoint.pool.checkout().await {
-                Ok((sender, reused)) => return Ok((endpoint, sender, reused)),
+            match endpoint.pool.checkout(direct).await {
+                Ok((checkout, reused)) => return Ok((endpoint, checkout, reused)),
                 Err(source) => {
                     if endpoint.health.failed(self.passive_health) {
                         self.ejections.inc();

@@ -29,14 +29,20 @@ pub async fn handshake(client: &TlsClient, tcp: TcpStream) -> io::Result<TlsStre
         .await
 }
 
-/// Connects to `authority` within [`CONNECT_TIMEOUT`], over TLS when `tls` is set.
-pub async fn connect(authority: &Authority, tls: Option<&TlsClient>) -> io::Result<UpstreamIo> {
+/// Connects to `authority` over TCP within [`CONNECT_TIMEOUT`].
+pub async fn connect_tcp(authority: &Authority) -> io::Result<TcpStream> {
     let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(authority.as_str())).await {
         Ok(connected) => connected?,
         Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
     };
     // Requests and responses are written whole: no reason to wait for more.
     tcp.set_nodelay(true)?;
+    Ok(tcp)
+}
+
+/// Connects to `authority` within [`CONNECT_TIMEOUT`], over TLS when `tls` is set.
+pub async fn connect(authority: &Authority, tls: Option<&TlsClient>) -> io::Result<UpstreamIo> {
+    let tcp = connect_tcp(authority).await?;
     match tls {
         None => Ok(UpstreamIo::Plain(TokioIo::new(tcp))),
         Some(client) => {

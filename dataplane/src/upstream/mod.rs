@@ -6,12 +6,13 @@ mod body;
 mod client;
 mod connect;
 mod connector;
+mod direct;
 mod health;
 mod pool;
 mod tls;
 
 pub use balancer::pick_weighted;
-pub use body::{BufferedBody, RequestBody};
+pub use body::{BoxError, BufferedBody, RequestBody, ResponseBody};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
 pub use health::PassiveHealth;
 

@@ -15,7 +15,8 @@ use hyper::client::conn::{TrySendError, http1, http2};
 use hyper_util::rt::TokioExecutor;
 
 use super::RequestBody;
-use super::connector::connect;
+use super::connector::{connect, connect_tcp};
+use super::direct;
 use super::tls::TlsClient;
 
 /// Idle connections are closed after this.
@@ -29,8 +30,11 @@ pub struct Pool {
     authority: Authority,
     http2: bool,
     tls: Option<Arc<TlsClient>>,
-    /// Idle HTTP/1.1 connections, the most recently used last.
+    /// Idle HTTP/1.1 connections of hyper's client, the most recently used last.
     idle: Mutex<Vec<Idle>>,
+    /// Idle HTTP/1.1 connections of the request-task path ([`direct`]), the most recently used
+    /// last.
+    idle_direct: Mutex<Vec<direct::Connection>>,
     /// The HTTP/2 connection of an h2c backend.
     shared: Mutex<Option<http2::SendRequest<RequestBody>>>,
     /// Held while a new HTTP/2 connection is opened, so concurrent requests share it.
@@ -67,6 +71,13 @@ impl Sender {
     }
 }
 
+/// A connection taken for one request: hyper's client, or the request-task path.
+#[derive(Debug)]
+pub enum Checkout {
+    Hyper(Sender),
+    Direct(direct::Connection),
+}
+
 /// An HTTP/1.1 connection that goes back to its pool when dropped (after the response body).
 #[derive(Debug)]
 pub struct Checkin {
@@ -93,6 +104,7 @@ impl Pool {
             http2,
             tls,
             idle: Mutex::new(Vec::new()),
+            idle_direct: Mutex::new(Vec::new()),
             shared: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
         }
@@ -102,26 +114,68 @@ impl Pool {
         &self.authority
     }
 
-    /// A connection for one request, and whether it was used before (a reused connection may
-    /// have been closed by the endpoint meanwhile).
-    pub async fn checkout(&self) -> io::Result<(Sender, bool)> {
+    /// Whether requests may take the request-task path: plain-text HTTP/1.1.
+    pub fn direct(&self) -> bool {
+        !self.http2 && self.tls.is_none()
+    }
+
+    /// A connection for one request (of the request-task path when `direct` and the pool is
+    /// [`Pool::direct`]), and whether it was used before (a reused connection may have been
+    /// closed by the endpoint meanwhile).
+    pub async fn checkout(&self, direct: bool) -> io::Result<(Checkout, bool)> {
+        if direct && self.direct() {
+            if let Some(connection) = self.take_direct() {
+                return Ok((Checkout::Direct(connection), true));
+            }
+            return Ok((Checkout::Direct(self.connect_direct().await?), false));
+        }
         if self.http2 {
-            return self.checkout_http2().await;
+            let (sender, reused) = self.checkout_http2().await?;
+            return Ok((Checkout::Hyper(sender), reused));
         }
         if let Some(sender) = self.take_idle() {
-            return Ok((Sender::Http1(sender), true));
+            return Ok((Checkout::Hyper(Sender::Http1(sender)), true));
         }
         // Boxed: connecting is rare and its future is large.
-        Ok((Sender::Http1(Box::pin(self.connect_http1()).await?), false))
+        let sender = Box::pin(self.connect_http1()).await?;
+        Ok((Checkout::Hyper(Sender::Http1(sender)), false))
     }
 
     /// An open connection ready for a request, without waiting: an idle HTTP/1.1 one or the
     /// shared HTTP/2 one.
-    pub fn ready(&self) -> Option<Sender> {
-        if self.http2 {
-            self.open_http2().map(Sender::Http2)
+    pub fn ready(&self, direct: bool) -> Option<Checkout> {
+        if direct && self.direct() {
+            self.take_direct().map(Checkout::Direct)
+        } else if self.http2 {
+            self.open_http2().map(|s| Checkout::Hyper(Sender::Http2(s)))
         } else {
-            self.take_idle().map(Sender::Http1)
+            self.take_idle().map(|s| Checkout::Hyper(Sender::Http1(s)))
+        }
+    }
+
+    /// A new connection of the request-task path.
+    pub async fn connect_direct(&self) -> io::Result<direct::Connection> {
+        Ok(direct::Connection::new(connect_tcp(&self.authority).await?))
+    }
+
+    fn take_direct(&self) -> Option<direct::Connection> {
+        let mut idle = lock(&self.idle_direct);
+        let now = Instant::now();
+        // Connections the endpoint closed, and ones idle too long, are dropped on the way.
+        while let Some(mut candidate) = idle.pop() {
+            if now.duration_since(candidate.since) < IDLE_TIMEOUT && !candidate.closed_while_idle() {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection of the request-task path for the next request.
+    pub fn put_direct(&self, mut connection: direct::Connection) {
+        let mut idle = lock(&self.idle_direct);
+        if idle.len() < MAX_IDLE {
+            connection.since = Instant::now();
+            idle.push(connection);
         }
     }
 

@@ -1,0 +1,347 @@
+//! Request heads written to backends and response heads read from them.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::uri::Authority;
+use http::{Method, StatusCode, Version};
+
+use super::Error;
+
+/// Headers read per response at most (hyper's limit too).
+const MAX_HEADERS: usize = 100;
+/// A body up to this size is written together with the head, in one write.
+const INLINE_BODY: usize = 16 * 1024;
+
+/// A request as written to the backend.
+#[derive(Debug)]
+pub struct Request {
+    pub(super) head: Vec<u8>,
+    /// The body when too large to join the head.
+    pub(super) body: Bytes,
+}
+
+impl Request {
+    /// The origin-form request for `parts` with `body`, a Host header from `authority` when
+    /// the client sent none, and the body's Content-Length (the client's framing headers are
+    /// hop-by-hop or restated).
+    pub fn encode(parts: &Parts, body: Bytes, authority: &Authority) -> Request {
+        let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let mut head = Vec::with_capacity(256 + target.len() + body.len().min(INLINE_BODY));
+        head.extend_from_slice(parts.method.as_str().as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(target.as_bytes());
+        head.extend_from_slice(b" HTTP/1.1\r\n");
+        if !parts.headers.contains_key(header::HOST) {
+            field(&mut head, b"host", authority.as_str().as_bytes());
+        }
+        let mut length = !body.is_empty() || matches!(parts.method, Method::POST | Method::PUT | Method::PATCH);
+        for (name, value) in &parts.headers {
+            if name == header::CONTENT_LENGTH {
+                length = true;
+                continue;
+            }
+            field(&mut head, name.as_str().as_bytes(), value.as_bytes());
+        }
+        if length {
+            field(&mut head, b"content-length", body.len().to_string().as_bytes());
+        }
+        head.extend_from_slice(b"\r\n");
+        let body = if body.len() <= INLINE_BODY {
+            head.extend_from_slice(&body);
+            Bytes::new()
+        } else {
+            body
+        };
+        Request { head, body }
+    }
+}
+
+fn field(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    head.extend_from_slice(name);
+    head.extend_from_slice(b": ");
+    head.extend_from_slice(value);
+    head.extend_from_slice(b"\r\n");
+}
+
+/// A response's status line and headers.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+}
+
+/// Parses a complete response head off the front of `buf`; `None` while it is incomplete.
+/// Header values share the buffer's memory.
+pub fn parse(buf: &mut BytesMut) -> Result<Option<ResponseHead>, Error> {
+    let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let len =
+        match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut response, buf, &mut slots)? {
+            httparse::Status::Complete(len) => len,
+            httparse::Status::Partial => return Ok(None),
+        };
+    let status = response
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or(Error::Invalid("status code"))?;
+    let version = if response.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let base = buf.as_ptr() as usize;
+    let mut fields = Vec::with_capacity(response.headers.len());
+    for field in response.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| Error::Invalid("header name"))?;
+        let start = field.value.as_ptr() as usize - base;
+        fields.push((name, start, field.value.len()));
+    }
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (name, start, len) in fields {
+        let value = HeaderValue::from_maybe_shared(head.slice(start..start + len))
+            .map_err(|_| Error::Invalid("header value"))?;
+        headers.append(name, value);
+    }
+    Ok(Some(ResponseHead {
+        status,
+        version,
+        headers,
+    }))
+}
+
+/// How a response body is delimited (RFC 9112, section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body: a HEAD request, 1xx, 204 or 304.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the backend closes the connection.
+    UntilClose,
+}
+
+impl ResponseHead {
+    /// How the body of this response to `method` is delimited, and whether the connection may
+    /// carry another request after it. A Content-Length beside a Transfer-Encoding is removed.
+    pub fn framing(&mut self, method: &Method) -> Result<(Framing, bool), Error> {
+        let mut keep_alive = self.keep_alive();
+        let status = self.status;
+        if *method == Method::HEAD
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+        {
+            return Ok((Framing::Empty, keep_alive));
+        }
+        if self.headers.contains_key(header::TRANSFER_ENCODING) {
+            if self.headers.remove(header::CONTENT_LENGTH).is_some() {
+                keep_alive = false;
+            }
+            let last = self.headers.get_all(header::TRANSFER_ENCODING).iter().next_back();
+            let chunked = last
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit(',').next())
+                .is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"));
+            return Ok(if chunked {
+                (Framing::Chunked, keep_alive)
+            } else {
+                (Framing::UntilClose, false)
+            });
+        }
+        let mut length = None;
+        for value in self.headers.get_all(header::CONTENT_LENGTH) {
+            let value = value.to_str().map_err(|_| Error::Invalid("content-length"))?;
+            for part in value.split(',') {
+                let part = part.trim();
+                if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(Error::Invalid("content-length"));
+                }
+                let n: u64 = part.parse().map_err(|_| Error::Invalid("content-length"))?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(Error::Invalid("content-length"));
+                }
+                length = Some(n);
+            }
+        }
+        Ok(match length {
+            Some(n) => (Framing::Length(n), keep_alive),
+            None => (Framing::UntilClose, false),
+        })
+    }
+
+    /// HTTP/1.1 keeps the connection unless it says `close`; HTTP/1.0 only when it says
+    /// `keep-alive`.
+    fn keep_alive(&self) -> bool {
+        let mut close = false;
+        let mut keep = false;
+        for value in self.headers.get_all(header::CONNECTION) {
+            for token in value.to_str().unwrap_or("").split(',') {
+                let token = token.trim();
+                close |= token.eq_ignore_ascii_case("close");
+                keep |= token.eq_ignore_ascii_case("keep-alive");
+            }
+        }
+        !close && (self.version == Version::HTTP_11 || keep)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> ResponseHead {
+        let mut buf = BytesMut::from(raw);
+        parse(&mut buf).unwrap().unwrap()
+    }
+
+    #[test]
+    fn parses_a_head_and_leaves_the_body() {
+        let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: 1\r\nx-a: 2\r\n\r\nabc");
+        let head = parse(&mut buf).unwrap().unwrap();
+        assert_eq!(head.status, StatusCode::OK);
+        assert_eq!(head.version, Version::HTTP_11);
+        let values: Vec<_> = head.headers.get_all("x-a").iter().collect();
+        assert_eq!(values, ["1", "2"]);
+        assert_eq!(&buf[..], b"abc");
+    }
+
+    #[test]
+    fn an_incomplete_head_waits_and_garbage_fails() {
+        let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Le");
+        assert!(parse(&mut buf).unwrap().is_none());
+        assert_eq!(buf.len(), 27);
+        assert!(parse(&mut BytesMut::from("HTTP/1.1 abc\r\n\r\n")).is_err());
+        assert!(parse(&mut BytesMut::from("hello world\r\n\r\n")).is_err());
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let get = Method::GET;
+        let cases = [
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+                &get,
+                Framing::Length(5),
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+                &get,
+                Framing::Length(5),
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                &get,
+                Framing::Chunked,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n",
+                &get,
+                Framing::Chunked,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+                &get,
+                Framing::Chunked,
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+                &get,
+                Framing::UntilClose,
+                false,
+            ),
+            ("HTTP/1.1 200 OK\r\n\r\n", &get, Framing::UntilClose, false),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n",
+                &get,
+                Framing::Length(5),
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n",
+                &get,
+                Framing::Length(5),
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\nContent-Length: 5\r\nConnection: Keep-Alive\r\n\r\n",
+                &get,
+                Framing::Length(5),
+                true,
+            ),
+            ("HTTP/1.1 204 No Content\r\n\r\n", &get, Framing::Empty, true),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                &get,
+                Framing::Empty,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+                &Method::HEAD,
+                Framing::Empty,
+                true,
+            ),
+        ];
+        for (raw, method, framing, keep_alive) in cases {
+            assert_eq!(head(raw).framing(method).unwrap(), (framing, keep_alive), "{raw:?}");
+        }
+        for raw in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        ] {
+            assert!(head(raw).framing(&get).is_err(), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn a_transfer_encoding_removes_the_content_length() {
+        let mut head = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n");
+        head.framing(&Method::GET).unwrap();
+        assert!(!head.headers.contains_key(header::CONTENT_LENGTH));
+    }
+
+    #[test]
+    fn requests_are_origin_form_with_host_and_restated_length() {
+        let authority: Authority = "10.0.0.1:8080".parse().unwrap();
+        let (mut parts, ()) = http::Request::get("http://example.com/a?b=1")
+            .body(())
+            .unwrap()
+            .into_parts();
+        parts.headers.insert("x-a", HeaderValue::from_static("1"));
+        let request = Request::encode(&parts, Bytes::new(), &authority);
+        assert_eq!(
+            String::from_utf8(request.head).unwrap(),
+            "GET /a?b=1 HTTP/1.1\r\nhost: 10.0.0.1:8080\r\nx-a: 1\r\n\r\n"
+        );
+
+        let (mut parts, ()) = http::Request::post("/p").body(()).unwrap().into_parts();
+        parts
+            .headers
+            .insert(header::HOST, HeaderValue::from_static("example.com"));
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        let request = Request::encode(&parts, Bytes::from_static(b"hello"), &authority);
+        assert_eq!(
+            String::from_utf8(request.head).unwrap(),
+            "POST /p HTTP/1.1\r\nhost: example.com\r\ncontent-length: 5\r\n\r\nhello"
+        );
+        let (parts, ()) = http::Request::post("/p").body(()).unwrap().into_parts();
+        let large = Bytes::from(vec![b'x'; INLINE_BODY + 1]);
+        let request = Request::encode(&parts, large.clone(), &authority);
+        assert!(request.head.ends_with(b"content-length: 16385\r\n\r\n"));
+        assert_eq!(request.body, large);
+    }
+}
