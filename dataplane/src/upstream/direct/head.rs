@@ -72,6 +72,7 @@ pub struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
     pub headers: HeaderMap,
+    delimiting: Delimiting,
 }
 
 /// Parses a complete response head off the front of `buf`; `None` while it is incomplete.
@@ -95,8 +96,14 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<ResponseHead>, Error> {
     };
     let base = buf.as_ptr() as usize;
     let mut fields = Vec::with_capacity(response.headers.len());
+    let mut delimiting = Delimiting::default();
     for field in response.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| Error::Invalid("header name"))?;
+        // What delimits the body is read here; hop-by-hop fields that name nothing else are
+        // not kept (the proxy would remove them anyway).
+        if !delimiting.read(&name, field.value) {
+            continue;
+        }
         let start = field.value.as_ptr() as usize - base;
         fields.push((name, start, field.value.len()));
     }
@@ -113,7 +120,58 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<ResponseHead>, Error> {
         status,
         version,
         headers,
+        delimiting,
     }))
+}
+
+/// The fields of a response head that say how its body ends and whether its connection stays.
+#[derive(Debug, Default)]
+struct Delimiting {
+    /// Connection lists `close`.
+    close: bool,
+    /// Connection lists `keep-alive`.
+    keep_alive: bool,
+    /// A Transfer-Encoding was sent; whether its last coding is chunked.
+    transfer: Option<bool>,
+    /// The Content-Length, when every value says the same.
+    length: Option<u64>,
+    /// A Content-Length value was not a number, or values differ.
+    bad_length: bool,
+}
+
+impl Delimiting {
+    /// Notes field `name: value`; false for the fields not to keep: Transfer-Encoding (the body
+    /// is forwarded decoded), Keep-Alive, and a Connection that lists no other field.
+    fn read(&mut self, name: &HeaderName, value: &[u8]) -> bool {
+        if *name == header::CONTENT_LENGTH {
+            for part in value.split(|&b| b == b',') {
+                match decimal(part.trim_ascii()) {
+                    Some(n) if self.length.is_none_or(|l| l == n) => self.length = Some(n),
+                    _ => self.bad_length = true,
+                }
+            }
+            true
+        } else if *name == header::TRANSFER_ENCODING {
+            let last = value.rsplit(|&b| b == b',').next().unwrap_or_default();
+            self.transfer = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            false
+        } else if *name == header::CONNECTION {
+            let mut others = false;
+            for token in value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    self.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    self.keep_alive = true;
+                } else if !token.is_empty() {
+                    others = true;
+                }
+            }
+            others
+        } else {
+            name.as_str() != "keep-alive"
+        }
+    }
 }
 
 /// How a response body is delimited (RFC 9112, section 6.3).
@@ -131,7 +189,10 @@ impl ResponseHead {
     /// How the body of this response to `method` is delimited, and whether the connection may
     /// carry another request after it. A Content-Length beside a Transfer-Encoding is removed.
     pub fn framing(&mut self, method: &Method) -> Result<(Framing, bool), Error> {
-        let mut keep_alive = self.keep_alive();
+        let delimiting = &self.delimiting;
+        // HTTP/1.1 keeps the connection unless it says `close`; HTTP/1.0 only when it says
+        // `keep-alive`.
+        let keep_alive = !delimiting.close && (self.version == Version::HTTP_11 || delimiting.keep_alive);
         let status = self.status;
         if *method == Method::HEAD
             || status.is_informational()
@@ -140,50 +201,23 @@ impl ResponseHead {
         {
             return Ok((Framing::Empty, keep_alive));
         }
-        if self.headers.contains_key(header::TRANSFER_ENCODING) {
-            if self.headers.remove(header::CONTENT_LENGTH).is_some() {
-                keep_alive = false;
-            }
-            let last = self.headers.get_all(header::TRANSFER_ENCODING).iter().next_back();
-            let chunked = last
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.rsplit(',').next())
-                .is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"));
+        if let Some(chunked) = delimiting.transfer {
+            // Both framings at once: a request smuggling attempt, or a confused backend. The
+            // chunks are read, and the connection is not used again.
+            let both = self.headers.remove(header::CONTENT_LENGTH).is_some();
             return Ok(if chunked {
-                (Framing::Chunked, keep_alive)
+                (Framing::Chunked, keep_alive && !both)
             } else {
                 (Framing::UntilClose, false)
             });
         }
-        let mut length = None;
-        for value in self.headers.get_all(header::CONTENT_LENGTH) {
-            for part in value.as_bytes().split(|&b| b == b',') {
-                let n = decimal(part.trim_ascii()).ok_or(Error::Invalid("content-length"))?;
-                if length.is_some_and(|l| l != n) {
-                    return Err(Error::Invalid("content-length"));
-                }
-                length = Some(n);
-            }
+        if delimiting.bad_length {
+            return Err(Error::Invalid("content-length"));
         }
-        Ok(match length {
+        Ok(match delimiting.length {
             Some(n) => (Framing::Length(n), keep_alive),
             None => (Framing::UntilClose, false),
         })
-    }
-
-    /// HTTP/1.1 keeps the connection unless it says `close`; HTTP/1.0 only when it says
-    /// `keep-alive`.
-    fn keep_alive(&self) -> bool {
-        let mut close = false;
-        let mut keep = false;
-        for value in self.headers.get_all(header::CONNECTION) {
-            for token in value.as_bytes().split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep |= token.eq_ignore_ascii_case(b"keep-alive");
-            }
-        }
-        !close && (self.version == Version::HTTP_11 || keep)
     }
 }
 
@@ -327,6 +361,18 @@ mod tests {
         ] {
             assert!(head(raw).framing(&get).is_err(), "{raw:?}");
         }
+    }
+
+    #[test]
+    fn hop_by_hop_fields_that_name_nothing_else_are_not_kept() {
+        let parsed = head(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n",
+        );
+        let names: Vec<_> = parsed.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-a"]);
+        let parsed = head("HTTP/1.1 200 OK\r\nConnection: close, x-hop\r\nx-hop: 1\r\n\r\n");
+        assert_eq!(parsed.headers[header::CONNECTION], "close, x-hop");
+        assert!(parsed.headers.contains_key("x-hop"));
     }
 
     #[test]
