@@ -9,9 +9,10 @@ use translator::ir;
 
 /// The allocator of the `turna` binary, so the benchmark measures what ships.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    allocator::reset_instead_of_decommit();
     // One worker thread (TOKIO_WORKER_THREADS=1) runs on a current-thread runtime: no work
     // stealing or cross-thread wakeups, as a single nginx or HAProxy worker.
     let single = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|n| n.trim() == "1");

@@ -7,20 +7,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use operator::{local, settings};
 
-/// Translation and proxying allocate many small, short-lived objects: mimalloc is 2-3x faster
-/// at that than the system allocator (translator/benches/translate.rs).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// mimalloc hands freed memory back by decommitting it, and the next translation then faults
-/// as much in again (a sixth of its time at 10,000 routes); resetting it instead leaves the
-/// kernel to reclaim it under memory pressure. Option 5 is `mi_option_purge_decommits` in
-/// mimalloc v3's `mimalloc.h`.
-fn reset_instead_of_decommit() {
-    const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = 5;
-    // SAFETY: sets an option's value; mimalloc reads its options from any thread at any time.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DECOMMITS, 0) };
-}
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 #[derive(Parser)]
 #[command(name = "turna", version, about = "Kubernetes Gateway API implementation")]
@@ -147,7 +135,7 @@ async fn shutdown() {
 }
 
 fn main() -> anyhow::Result<()> {
-    reset_instead_of_decommit();
+    allocator::reset_instead_of_decommit();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -293,16 +281,4 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod allocator_tests {
-    /// Option numbers are positions in mimalloc's `mi_option_e`: 5 must still be
-    /// `purge_decommits` (default 1) in the vendored mimalloc, next to `purge_delay` (15, 1000 ms).
-    #[test]
-    fn option_5_is_purge_decommits() {
-        // SAFETY: reads option values.
-        let (decommits, delay) = unsafe { (libmimalloc_sys::mi_option_get(5), libmimalloc_sys::mi_option_get(15)) };
-        assert_eq!((decommits, delay), (1, 1000));
-    }
 }

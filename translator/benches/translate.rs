@@ -14,14 +14,7 @@ use std::hint::black_box;
 
 /// The allocator of the `turna` binary, so the benchmark measures what ships.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// As the `turna` binary (operator/src/main.rs): freed memory is reset, not decommitted.
-fn reset_instead_of_decommit() {
-    const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = 5;
-    // SAFETY: sets an option's value; mimalloc reads its options from any thread at any time.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DECOMMITS, 0) };
-}
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use serde_json::{Value, json};
@@ -229,7 +222,7 @@ fn once(sizes: &[usize]) {
 }
 
 fn main() {
-    reset_instead_of_decommit();
+    allocator::reset_instead_of_decommit();
     if let Ok(sizes) = std::env::var("TURNA_BENCH_ROUTES") {
         let sizes: Vec<usize> = sizes.split(',').filter_map(|n| n.trim().parse().ok()).collect();
         once(&sizes);
