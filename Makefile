@@ -1,7 +1,7 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator bench-operator \
+.PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator bench-operator \
 	bench-dataplane bench-dataplane-instructions fuzz-dataplane deploy-tools deploy-check
 
 all: build
@@ -16,6 +16,11 @@ quickstart-check:
 
 build:
 	$(CARGO) build --workspace
+
+## release-pgo: the shipped `turna` binary, profile-guided as in the Dockerfile
+## (dataplane/bench/pgo.sh); prints its path.
+release-pgo:
+	dataplane/bench/pgo.sh -p turna-operator --bin turna
 
 ## test: formatting, lints, every test of the workspace, and the quick start.
 test: fmt-check clippy unit quickstart-check deploy-check
@@ -49,7 +54,8 @@ bench-translator:
 	$(CARGO) bench -p turna-translator --bench translate
 
 ## bench-dataplane: Turna's proxy against nginx and HAProxy (req/s, p99, ratios); installs
-## wrk, h2load, nginx and haproxy when missing. THREADS, DURATION and ROUNDS tune it.
+## wrk, h2load, nginx and haproxy when missing. THREADS, DURATION and ROUNDS tune it; the proxy
+## is built profile-guided like the shipped binary (PGO=0: plain release build).
 bench-dataplane:
 	dataplane/bench/run.sh
 

@@ -1,7 +1,8 @@
 # Sourced by run.sh and callgrind.sh, after they declare PACKAGE (tool -> Debian package): a
 # scratch folder DIR removed on exit together with every process in PIDS, the missing tools
-# installed from their Debian packages, the serve example built (TURNA_SERVE names a prebuilt
-# one, to compare builds) and the 1 KiB body the backend serves.
+# installed from their Debian packages, the serve example built (profile-guided by pgo.sh, as the
+# shipped binary; PGO=0 for a plain release build; TURNA_SERVE names a prebuilt one, to compare
+# builds) and the 1 KiB body the backend serves.
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 DIR=$(mktemp -d)
@@ -22,8 +23,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 
-if [ -z "${TURNA_SERVE:-}" ]; then
+if [ -z "${TURNA_SERVE:-}" ] && [ "${PGO:-1}" = 0 ]; then
   cargo build --release -p turna-dataplane --example serve --manifest-path "$ROOT/Cargo.toml" >&2
   TURNA_SERVE=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/serve
+elif [ -z "${TURNA_SERVE:-}" ]; then
+  TURNA_SERVE=$("$HERE/pgo.sh")
 fi
 head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
