@@ -14,31 +14,15 @@
 set -euo pipefail
 
 TRAIN_SECONDS=${TRAIN_SECONDS:-4}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+declare -A PACKAGE=([wrk]=wrk [h2load]=nghttp2-client [nginx]=nginx-light)
+# The benchmarks' scratch folder, packages and body; the proxy is what this script builds.
+TURNA_SERVE=built-here
+# shellcheck source=setup.sh
+source "$(dirname "$0")/setup.sh"
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 [ $# -gt 0 ] || set -- -p turna-dataplane --example serve
-
-declare -A PACKAGE=([wrk]=wrk [h2load]=nghttp2-client [nginx]=nginx-light)
-missing=()
-for tool in "${!PACKAGE[@]}"; do
-  command -v "$tool" >/dev/null || missing+=("${PACKAGE[$tool]}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
-  $SUDO apt-get update -qq >&2 && $SUDO apt-get install -y -qq "${missing[@]}" >&2
-fi
 PROFDATA="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | awk '/^host:/ {print $2}')/bin/llvm-profdata"
 [ -x "$PROFDATA" ] || rustup component add llvm-tools >&2
-
-DIR=$(mktemp -d)
-chmod 755 "$DIR"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
 
 # 1. The instrumented proxy. (Same flags each time, so cargo rebuilds only what changed.)
 RAW="$TARGET/pgo/raw"
@@ -56,7 +40,6 @@ else
   # One nginx backend serving 1 KiB.
   rm -rf "$RAW"
   sed -e "s|BENCH_DIR|$DIR|g" "$HERE/backend.conf" > "$DIR/backend.conf"
-  head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
   nginx -c "$DIR/backend.conf" & PIDS+=($!)
   TOKIO_WORKER_THREADS=1 "$INSTRUMENTED" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0 \
     2>"$DIR/serve.log" & PIDS+=($!)
