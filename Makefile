@@ -1,7 +1,7 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit golden-bless bench bench-translator bench-operator \
+.PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator \
 	bench-dataplane bench-dataplane-instructions fuzz-dataplane deploy-tools deploy-check
 
 all: build
@@ -23,7 +23,7 @@ release-pgo:
 	dataplane/bench/pgo.sh -p turna-operator --bin turna
 
 ## test: formatting, lints, every test of the workspace, and the quick start.
-test: fmt-check clippy unit quickstart-check deploy-check
+test: fmt-check clippy unit harness-test quickstart-check deploy-check
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -33,6 +33,10 @@ clippy:
 
 unit:
 	$(CARGO) test --workspace
+
+## harness-test: the e2e scripts' process handling (e2e/scripts/lib_test.sh, a second).
+harness-test:
+	e2e/scripts/lib_test.sh
 
 ## deploy-tools: build helm and kustomize from deploy/tools/go.mod into
 ## ~/.cache/turna/tools/deploy-helm-<version>-kustomize-<version> (cached; a no-op when built).

@@ -73,19 +73,12 @@ fi
 # the same node name removes them: a name of its own keeps a development cluster's teardown
 # from pulling this run's namespaces away.
 export TURNA_NODE_NAME="${TURNA_NODE_NAME:-turna-conformance}"
-# Turna's image is a copy of the binary built above, taken now: not whichever of target/release
-# and target/debug e2e/cluster/images.yaml finds first (a stale release build would run), and
-# not target/debug/turna itself, which a later build rewrites while proxies are still created.
+# Turna's image is a copy of the binary built above, taken now (image_map_with_turna says why).
 mkdir -p "$CLUSTER_DIR/image"
 cp "$ROOT/target/debug/turna" "$CLUSTER_DIR/image/turna"
 export TURNA_IMAGE_MAP="${TURNA_IMAGE_MAP:-$CLUSTER_DIR/images.yaml}"
 if [[ $TURNA_IMAGE_MAP == "$CLUSTER_DIR/images.yaml" ]]; then
-	awk -v root="$ROOT" -v turna="$CLUSTER_DIR/image/turna" '
-		/^base:/ { print "base: " root; next }
-		$1 == "ghcr.io/rakunlabs/turna:" { print "  ghcr.io/rakunlabs/turna: " turna; found = 1; next }
-		{ print }
-		END { if (!found) exit 1 }' "$ROOT/e2e/cluster/images.yaml" > "$TURNA_IMAGE_MAP" ||
-		die "no ghcr.io/rakunlabs/turna entry in e2e/cluster/images.yaml"
+	image_map_with_turna "$CLUSTER_DIR/image/turna" "$TURNA_IMAGE_MAP"
 fi
 
 has_make_target cluster-up || die "make cluster-up does not exist yet (the local cluster, e2e/README.md)"

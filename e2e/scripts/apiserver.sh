@@ -74,15 +74,20 @@ free_port() {
 	die "no free port found"
 }
 
-pid_alive() { [[ -f "$RUN/$1.pid" ]] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+pid_alive() { daemon_pid "$RUN/$1.pid" > /dev/null; }
+
+# Components this invocation started: stopped again when it fails, so a failed start leaves no
+# process behind.
+STARTED=()
 
 # launch NAME BINARY ARGS...: detached (own session, survives this script), logs to logs/NAME.log.
 launch() {
-	local name="$1"; shift
-	if pid_alive "$name"; then log "$name already running (pid $(cat "$RUN/$name.pid"))"; return; fi
-	setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null &
-	echo $! > "$RUN/$name.pid"
-	log "$name started (pid $!), log $LOGS/$name.log"
+	local name="$1" pid; shift
+	if pid_alive "$name"; then log "$name already running (pid $(daemon_pid "$RUN/$name.pid"))"; return; fi
+	: > "$LOGS/$name.log"
+	pid="$(daemon_start "$RUN/$name.pid" "$LOGS/$name.log" "$@")" || die "$name did not start"
+	STARTED+=("$name")
+	log "$name started (pid $pid), log $LOGS/$name.log"
 }
 
 # wait_for NAME SECONDS COMMAND...: poll COMMAND until it succeeds, failing fast if NAME died.
@@ -108,21 +113,7 @@ wait_for() {
 	done
 }
 
-stop_one() {
-	local name="$1" pid
-	[[ -f "$RUN/$name.pid" ]] || return 0
-	pid="$(cat "$RUN/$name.pid")"
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-		if kill -0 "$pid" 2>/dev/null; then
-			log "$name (pid $pid) ignored SIGTERM for 10s: SIGKILL"
-			kill -KILL "$pid" 2>/dev/null || true
-		fi
-		log "$name stopped (pid $pid)"
-	fi
-	rm -f "$RUN/$name.pid"
-}
+stop_one() { daemon_stop "$RUN/$1.pid" "$1"; }
 
 # ---------------------------------------------------------------- certificates
 
@@ -384,6 +375,16 @@ case "$cmd" in
 start)
 	t0=$(date +%s)
 	mkdir -p "$LOGS" "$RUN"
+	# A failed start stops what it started (newest first) instead of leaving it running.
+	# shellcheck disable=SC2317  # called by the trap
+	undo_start() {
+		local rc=$? i
+		if [[ $rc != 0 ]]; then
+			for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do stop_one "${STARTED[i]}"; done
+		fi
+		exit "$rc"
+	}
+	trap undo_start EXIT
 	command -v openssl > /dev/null || die "openssl missing (apt-get install openssl)"
 	gen_pki
 	if pid_alive kube-apiserver; then
@@ -409,12 +410,11 @@ start)
 	if [[ -n "$stop_with" ]]; then
 		# A watchdog in its own session: polls the pid, then stops everything of DIR.
 		# shellcheck disable=SC2016  # expanded by the inner bash
-		setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
+		pid="$(daemon_start "$RUN/watchdog.pid" "$LOGS/watchdog.log" bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
 			"$2" stop "$3"
 			[[ "${TURNA_E2E_CLEANUP:-0}" == 1 ]] && rm -rf "$3"' \
-			watchdog "$stop_with" "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" "$DIR" >> "$LOGS/watchdog.log" 2>&1 < /dev/null &
-		echo $! > "$RUN/watchdog.pid"
-		log "will stop when pid $stop_with exits (watchdog pid $!)"
+			watchdog "$stop_with" "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" "$DIR")" || die "watchdog did not start"
+		log "will stop when pid $stop_with exits (watchdog pid $pid)"
 	fi
 	log "up in $(($(date +%s) - t0))s: eval \"\$($0 env $DIR)\""
 	;;
@@ -424,8 +424,9 @@ stop)
 	wait
 	stop_one etcd
 	# The watchdog, unless it is the caller.
-	if [[ -f "$RUN/watchdog.pid" && "$(cat "$RUN/watchdog.pid")" != "$PPID" ]]; then
-		kill "$(cat "$RUN/watchdog.pid")" 2>/dev/null || true
+	# (Not its process group: the caller may be the watchdog's own `stop`.)
+	if pid="$(daemon_pid "$RUN/watchdog.pid")" && [[ $pid != "$PPID" ]]; then
+		kill "$pid" 2> /dev/null || true
 	fi
 	rm -f "$RUN/watchdog.pid"
 	;;
@@ -436,7 +437,7 @@ env)
 status)
 	rc=0
 	for c in etcd kube-apiserver kube-controller-manager kube-scheduler; do
-		if pid_alive "$c"; then echo "$c running (pid $(cat "$RUN/$c.pid"))"; else echo "$c stopped"; [[ $c == etcd || $c == kube-apiserver ]] && rc=1; fi
+		if pid="$(daemon_pid "$RUN/$c.pid")"; then echo "$c running (pid $pid)"; else echo "$c stopped"; [[ $c == etcd || $c == kube-apiserver ]] && rc=1; fi
 	done
 	exit $rc
 	;;

@@ -57,12 +57,7 @@ RUN="$DIR/run"
 LOGS="$DIR/logs"
 PKI="$DIR/pki"
 
-agent_pid() {
-	local f="$RUN/node-agent.pid" pid
-	[[ -f $f ]] || return 1
-	pid="$(cat "$f")"
-	kill -0 "$pid" 2> /dev/null && [[ "$(cat "/proc/$pid/comm" 2> /dev/null)" == turna-node-agen* ]] && echo "$pid"
-}
+agent_pid() { daemon_pid "$RUN/node-agent.pid"; }
 
 kubectl_admin() { "$TOOLS_BIN/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 
@@ -140,12 +135,12 @@ agent_bin() {
 
 start_agent() {
 	if agent_pid > /dev/null; then log "node agent already running"; return; fi
-	setsid "$AGENT_BIN" run --node-name "$NODE_NAME" --bridge "$BRIDGE" --pod-cidr "$POD_CIDR" \
-		--state-dir "$DIR/node" --kubeconfig "$RUN/node-agent.kubeconfig" \
-		--image-map "$IMAGE_MAP" --client-ca-file "$PKI/ca.crt" \
-		> "$LOGS/node-agent.log" 2>&1 < /dev/null &
-	echo $! > "$RUN/node-agent.pid"
-	log "node agent started (pid $!), log $LOGS/node-agent.log"
+	: > "$LOGS/node-agent.log"
+	local pid
+	pid="$(daemon_start "$RUN/node-agent.pid" "$LOGS/node-agent.log" "$AGENT_BIN" run --node-name "$NODE_NAME" \
+		--bridge "$BRIDGE" --pod-cidr "$POD_CIDR" --state-dir "$DIR/node" --kubeconfig "$RUN/node-agent.kubeconfig" \
+		--image-map "$IMAGE_MAP" --client-ca-file "$PKI/ca.crt")" || die "node agent did not start"
+	log "node agent started (pid $pid), log $LOGS/node-agent.log"
 	local deadline=$(($(date +%s) + ${TURNA_START_TIMEOUT:-90}))
 	until kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}{.spec.taints}' 2> /dev/null | grep -qx True; do
 		if ! agent_pid > /dev/null; then tail -n 30 "$LOGS/node-agent.log" >&2; die "node agent exited"; fi
@@ -155,23 +150,16 @@ start_agent() {
 	log "node $NODE_NAME Ready (node IP $NODE_IP)"
 }
 
-stop_agent() {
-	local pid
-	pid="$(agent_pid)" || return 0
-	# On SIGTERM the agent kills its pods and removes their namespaces.
-	kill -TERM "$pid" 2> /dev/null || true
-	for _ in $(seq 1 75); do kill -0 "$pid" 2> /dev/null || break; sleep 0.2; done
-	kill -KILL "$pid" 2> /dev/null || true
-	rm -f "$RUN/node-agent.pid"
-	log "node agent stopped (pid $pid)"
-}
+# On SIGTERM the agent kills its pods and removes their namespaces (up to 15 s).
+stop_agent() { daemon_stop "$RUN/node-agent.pid" "node agent" 15; }
 
 install_turna() {
 	if [[ ! -f "$KUSTOMIZE_DIR/kustomization.yaml" ]]; then
 		log "no Kustomize base at $KUSTOMIZE_DIR: Turna not installed"
 		return
 	fi
-	if [[ ! -x "$ROOT/target/release/turna" && ! -x "$ROOT/target/debug/turna" ]]; then
+	# The default image map runs target/{release,debug}/turna; another map names its own binary.
+	if [[ $IMAGE_MAP == "$E2E_DIR/cluster/images.yaml" && ! -x "$ROOT/target/release/turna" && ! -x "$ROOT/target/debug/turna" ]]; then
 		log "building the turna binary (the ghcr.io/rakunlabs/turna image)"
 		(cd "$ROOT" && nice cargo build -q -p turna-operator --bin turna)
 	fi
@@ -207,10 +195,25 @@ up)
 	for t in ip openssl setsid; do command -v "$t" > /dev/null || die "$t missing"; done
 	t0=$(date +%s)
 	mkdir -p "$RUN" "$LOGS"
-	if "$SCRIPTS/apiserver.sh" status "$DIR" > /dev/null 2>&1 &&
-		! grep -q "server: https://$NODE_IP:" "$DIR/kubeconfig" 2> /dev/null; then
-		die "a control plane not on $NODE_IP runs in $DIR: stop it first (apiserver.sh stop $DIR)"
+	was_running=0
+	if "$SCRIPTS/apiserver.sh" status "$DIR" > /dev/null 2>&1; then
+		grep -q "server: https://$NODE_IP:" "$DIR/kubeconfig" 2> /dev/null ||
+			die "a control plane not on $NODE_IP runs in $DIR: stop it first (apiserver.sh stop $DIR)"
+		was_running=1
 	fi
+	# A failed or interrupted `up` of a cluster that was not running takes down what it started,
+	# so nothing (processes, namespaces, the bridge, addresses) is left behind.
+	# shellcheck disable=SC2317  # called by the trap
+	undo_up() {
+		local rc=$?
+		if [[ $rc != 0 && $was_running == 0 ]]; then
+			log "cluster up failed (exit $rc): taking down what it started"
+			"$SCRIPTS/cluster.sh" down "$DIR" || true
+		fi
+		exit "$rc"
+	}
+	trap undo_up EXIT
+	trap 'exit 143' TERM INT
 	cat > "$CONF" <<-EOF
 	TURNA_CLUSTER_BRIDGE=$BRIDGE
 	TURNA_POD_CIDR=$POD_CIDR
@@ -222,9 +225,9 @@ up)
 	echo "TURNA_NODE_AGENT_BIN=$AGENT_BIN" >> "$CONF"
 	if [[ -n "$stop_with" ]]; then
 		# shellcheck disable=SC2016  # expanded by the inner bash
-		setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; "$2" down "$3"' \
-			watchdog "$stop_with" "$SCRIPTS/cluster.sh" "$DIR" >> "$LOGS/watchdog.log" 2>&1 < /dev/null &
-		echo $! > "$RUN/cluster-watchdog.pid"
+		daemon_start "$RUN/cluster-watchdog.pid" "$LOGS/watchdog.log" \
+			bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; "$2" down "$3"' \
+			watchdog "$stop_with" "$SCRIPTS/cluster.sh" "$DIR" > /dev/null || die "watchdog did not start"
 	fi
 	bridge_up
 	serving_cert_for_node_ip
@@ -254,8 +257,9 @@ down)
 	if ip link show dev "$BRIDGE" > /dev/null 2>&1; then
 		ip link del dev "$BRIDGE" && log "bridge $BRIDGE removed"
 	fi
-	if [[ -f "$RUN/cluster-watchdog.pid" && "$(cat "$RUN/cluster-watchdog.pid")" != "$PPID" ]]; then
-		kill "$(cat "$RUN/cluster-watchdog.pid")" 2> /dev/null || true
+	# (Not its process group: the caller may be the watchdog's own `down`.)
+	if pid="$(daemon_pid "$RUN/cluster-watchdog.pid")" && [[ $pid != "$PPID" ]]; then
+		kill "$pid" 2> /dev/null || true
 	fi
 	rm -f "$RUN/cluster-watchdog.pid"
 	;;

@@ -46,12 +46,7 @@ build_locked() {
 	log "turna-lb built in $(($(date +%s) - t0))s"
 }
 
-running_pid() {
-	local pidfile="$1/run/turna-lb.pid" pid
-	[[ -f $pidfile ]] || return 1
-	pid="$(cat "$pidfile")"
-	kill -0 "$pid" 2>/dev/null && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == turna-lb ]] && echo "$pid"
-}
+running_pid() { daemon_pid "$1/run/turna-lb.pid"; }
 
 [[ $# -ge 1 ]] || usage
 cmd="$1"; shift
@@ -71,29 +66,32 @@ start)
 	args=(--kubeconfig "$dir/kubeconfig" --pool "${TURNA_LB_POOL:-10.244.255.0/24}"
 		--interface "${TURNA_LB_INTERFACE:-turna0}")
 	[[ "${TURNA_LB_CREATE_INTERFACE:-0}" == 1 ]] && args+=(--create-interface)
-	# 8>&-: the build lock must not outlive the build in the daemon, or the next start waits for it.
-	nohup "$LB_BIN" "${args[@]}" "$@" >> "$dir/logs/turna-lb.log" 2>&1 < /dev/null 8>&- &
-	echo $! > "$dir/run/turna-lb.pid"
+	logfile="$dir/logs/turna-lb.log"
+	# The log is appended to: only what this start adds counts.
+	offset=$(stat -c %s "$logfile" 2> /dev/null || echo 0)
+	# Whatever ends this script before turna-lb serves (its own timeout, a signal, a failure)
+	# stops it again: a failed start leaves no process behind.
+	serving=0
+	# shellcheck disable=SC2317  # called by the trap
+	undo_start() { local rc=$?; [[ $serving == 1 ]] || daemon_stop "$dir/run/turna-lb.pid" turna-lb; exit "$rc"; }
+	trap undo_start EXIT
+	trap 'exit 143' TERM INT
+	pid="$(daemon_start "$dir/run/turna-lb.pid" "$logfile" "$LB_BIN" "${args[@]}" "$@")" ||
+		die "turna-lb did not start"
 	for _ in $(seq 1 300); do
-		if grep -q "caches synced" "$dir/logs/turna-lb.log" 2>/dev/null; then
-			log "turna-lb serving (pid $(cat "$dir/run/turna-lb.pid")), log $dir/logs/turna-lb.log"
+		if tail -c +"$((offset + 1))" "$logfile" | grep -q "caches synced"; then
+			serving=1
+			log "turna-lb serving (pid $pid), log $logfile"
 			exit 0
 		fi
-		running_pid "$dir" > /dev/null || { tail -20 "$dir/logs/turna-lb.log" >&2; die "turna-lb exited"; }
+		running_pid "$dir" > /dev/null || { tail -c +"$((offset + 1))" "$logfile" | tail -20 >&2; die "turna-lb exited"; }
 		sleep 0.1
 	done
-	die "turna-lb did not sync within 30s (log $dir/logs/turna-lb.log)"
+	die "turna-lb did not sync within 30s (log $logfile)"
 	;;
 stop)
 	[[ $# -ge 1 ]] || usage
-	dir="$1"
-	if pid="$(running_pid "$dir")"; then
-		kill -TERM "$pid"
-		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-		log "turna-lb stopped (pid $pid)"
-	fi
-	rm -f "$dir/run/turna-lb.pid"
+	daemon_stop "$1/run/turna-lb.pid" turna-lb
 	;;
 status)
 	[[ $# -ge 1 ]] || usage

@@ -22,3 +22,82 @@ TOOLS_BIN="$TURNA_TOOLS_DIR/bin"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# ---- background processes: started detached, found again without races or pid reuse ----
+# A pid file holds "<pid> <start time>": the kernel's start time (clock ticks since boot) tells
+# the recorded process from a later one that reused its pid.
+
+# proc_start_time PID: the start time of PID; fails when PID does not exist.
+proc_start_time() {
+	local stat
+	stat="$(cat "/proc/$1/stat" 2> /dev/null)" || return 1
+	# Fields after the command name, which may hold spaces and parentheses: the start time is
+	# the 22nd field of the line, the 20th after "pid (comm) ".
+	# shellcheck disable=SC2086  # split on purpose
+	set -- ${stat##*) }
+	[[ $1 != Z ]] || return 1 # a zombie has exited
+	echo "${20}"
+}
+
+# daemon_pid PIDFILE: prints the recorded pid if that very process still runs.
+daemon_pid() {
+	local pid started
+	[[ -f $1 ]] || return 1
+	read -r pid started < "$1" || [[ -n ${pid:-} ]] || return 1
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	[[ "$(proc_start_time "$pid")" == "${started:-}" ]] || return 1
+	echo "$pid"
+}
+
+# daemon_start PIDFILE LOG PROGRAM [ARGS...]: runs PROGRAM in a session of its own (detached from
+# this script and its terminal), appending its output to LOG, and prints its pid. The pid file
+# names the process by pid and start time, which the fork sets and the exec keeps: the record
+# is right from the first instant, whereas a check of the process name right after the fork
+# sees the forked shell, not PROGRAM, and fails at random.
+daemon_start() {
+	local pidfile="$1" logfile="$2" pid started; shift 2
+	command -v "$1" > /dev/null || die "$1 not found"
+	mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
+	# The script's lock descriptors (8, 9) must not outlive it in the daemon.
+	setsid "$@" >> "$logfile" 2>&1 < /dev/null 8>&- 9>&- &
+	pid=$!
+	# Gone already (it failed at once): no record, and the caller's readiness check says why.
+	started="$(proc_start_time "$pid")" || return 1
+	echo "$pid $started" > "$pidfile"
+	echo "$pid"
+}
+
+# daemon_stop PIDFILE NAME [SECONDS]: SIGTERM to the recorded process and its process group,
+# SIGKILL to what is left after SECONDS (default 10); removes PIDFILE. A no-op when it is gone.
+daemon_stop() {
+	local pidfile="$1" name="$2" secs="${3:-10}" pid i
+	if pid="$(daemon_pid "$pidfile")"; then
+		# setsid made it a group leader: its children go with it.
+		kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null || true
+		for ((i = 0; i < secs * 10; i++)); do
+			[[ "$(proc_start_time "$pid" 2> /dev/null)" ]] || break
+			sleep 0.1
+		done
+		if [[ "$(proc_start_time "$pid" 2> /dev/null)" ]]; then
+			log "$name (pid $pid) still running ${secs}s after SIGTERM: SIGKILL"
+		fi
+		kill -KILL -- "-$pid" 2> /dev/null || true
+		log "$name stopped (pid $pid)"
+	fi
+	rm -f "$pidfile"
+}
+
+# image_map_with_turna BINARY OUT: writes e2e/cluster/images.yaml to OUT with Turna's image
+# (ghcr.io/rakunlabs/turna) mapped to BINARY. Runs use a copy of the binary they built: not
+# whichever of target/release and target/debug the default map finds first (a stale build would
+# run), and not a file that a later build in the tree rewrites while proxies are still started.
+image_map_with_turna() {
+	local binary="$1" out="$2" root
+	root="$(cd "$E2E_DIR/.." && pwd)"
+	awk -v root="$root" -v turna="$binary" '
+		/^base:/ { print "base: " root; next }
+		$1 == "ghcr.io/rakunlabs/turna:" { print "  ghcr.io/rakunlabs/turna: " turna; found = 1; next }
+		{ print }
+		END { if (!found) exit 1 }' "$E2E_DIR/cluster/images.yaml" > "$out" ||
+		die "no ghcr.io/rakunlabs/turna entry in e2e/cluster/images.yaml"
+}
