@@ -141,6 +141,89 @@ async fn unreachable_endpoints_are_retried_on_another_endpoint() {
 }
 
 #[tokio::test]
+async fn endpoints_that_are_gone_do_not_use_up_the_retries() {
+    // A backend scaled from 10 to 1 before the proxy heard of it: nine endpoints refuse. With
+    // the default 2 retries, every request still reaches the live one.
+    let live = EchoBackend::start("live").await;
+    let mut endpoints = Vec::new();
+    for _ in 0..9 {
+        endpoints.push(closed_endpoint().await);
+    }
+    endpoints.push(live.endpoint());
+    let b = backend("scaled-down", endpoints);
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "scaled-down")], vec![b])).await;
+    let counts = count_backends(&client(), addr, 30).await;
+    assert_eq!(counts.get("live"), Some(&30), "{counts:?}");
+}
+
+/// An endpoint that takes each connection and request, then closes it without an answer (its
+/// process stopped mid-request); counts the requests it swallowed.
+async fn vanishing_endpoint() -> (ir::Endpoint, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let swallowed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = swallowed.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let mut read = Vec::new();
+            while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => read.extend_from_slice(&buf[..n]),
+                }
+            }
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    let endpoint = ir::Endpoint {
+        address: addr.ip().to_string(),
+        port: addr.port(),
+    };
+    (endpoint, swallowed)
+}
+
+#[tokio::test]
+async fn idempotent_requests_an_endpoint_drops_go_to_another_endpoint() {
+    let live = EchoBackend::start("live").await;
+    let (vanishing, swallowed) = vanishing_endpoint().await;
+    let b = backend("dying", vec![vanishing.clone(), live.endpoint()]);
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "dying")], vec![b])).await;
+    let client = client();
+    let counts = count_backends(&client, addr, 20).await;
+    assert_eq!(counts.get("live"), Some(&20), "{counts:?}");
+    assert!(
+        swallowed.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "the dying endpoint was never tried"
+    );
+    // A POST may have been processed: it is not sent twice, and fails when it was dropped.
+    let mut failed = 0;
+    for _ in 0..10 {
+        let mut req = request(addr, "a.com", "POST", "/upload");
+        *req.body_mut() = http_body_util::Full::new(bytes::Bytes::from_static(b"payload"));
+        let reply = send(&client, req).await;
+        if reply.status == StatusCode::BAD_GATEWAY {
+            failed += 1;
+        } else {
+            assert_eq!(reply.backend(), "live");
+        }
+    }
+    assert!(failed > 0, "no POST went to the dying endpoint");
+
+    // Without backend retries, its share of GETs fails.
+    let mut ir = simple(
+        vec![rule("r", prefix("/"), "dying")],
+        vec![backend("dying", vec![vanishing, live.endpoint()])],
+    );
+    ir.connect_retries = 0;
+    let (_dp, addr) = start(ir).await;
+    let counts = count_backends(&client, addr, 20).await;
+    assert_eq!(counts.get("502"), Some(&10), "{counts:?}");
+}
+
+#[tokio::test]
 async fn only_dead_endpoints_answer_503() {
     let b = backend("dead", vec![closed_endpoint().await, closed_endpoint().await]);
     let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "dead")], vec![b])).await;

@@ -108,25 +108,37 @@ impl Upstream {
         let direct = payload.is_some();
         // A kept-alive connection is taken without waiting. Opening one is rare and its future
         // large: boxed, so that every request's future stays small.
-        let (endpoint, checkout, reused) = match self.endpoints[index].pool.ready(direct) {
-            Some(checkout) => (&self.endpoints[index], checkout, true),
-            None => Box::pin(self.open(index, connect_retries, direct)).await?,
+        let (index, checkout, reused) = match self.endpoints[index].pool.ready(direct) {
+            Some(checkout) => (index, checkout, true),
+            None => Box::pin(self.open(index, Vec::new(), connect_retries, direct)).await?,
         };
-        let guard = ActiveGuard::new(&endpoint.active);
+        let mut guard = ActiveGuard::new(&self.endpoints[index].active);
         let started = std::time::Instant::now();
-        let (response, checkin) = match (checkout, payload) {
-            (Checkout::Direct(connection), Some(payload)) => (
-                self.send_direct(endpoint, connection, reused, &parts, payload).await?,
-                None,
-            ),
-            (Checkout::Hyper(sender), _) => self.send_hyper(endpoint, sender, reused, parts, body).await?,
+        let (response, checkin, index) = match (checkout, payload) {
+            (Checkout::Direct(connection), Some(payload)) => {
+                let sent = Sent {
+                    index,
+                    connection,
+                    reused,
+                };
+                let (response, index) = self
+                    .send_direct(sent, &parts, payload, connect_retries, &mut guard)
+                    .await?;
+                (response, None, index)
+            }
+            (Checkout::Hyper(sender), _) => {
+                let (response, checkin) = self
+                    .send_hyper(&self.endpoints[index], sender, reused, parts, body)
+                    .await?;
+                (response, checkin, index)
+            }
             // Not taken: a pool hands out direct connections only when asked, with a payload.
             (Checkout::Direct(_), None) => {
                 return Err(self.direct_error(direct::Error::Invalid("connection without a request")));
             }
         };
         self.latency.observe(started.elapsed().as_secs_f64());
-        endpoint.health.connected();
+        self.endpoints[index].health.connected();
         Ok(Forwarded {
             response,
             guard,
@@ -134,29 +146,72 @@ impl Upstream {
         })
     }
 
-    /// Exchanges the request on `connection`, or on a new one when a reused `connection` gave
-    /// no answer and the request may be sent again.
+    /// Exchanges the request on the connection of `sent`. When nothing comes back and the
+    /// request may be sent again (it was not written whole, or is idempotent), a kept-alive
+    /// connection is replaced by a new one to the same endpoint; and an endpoint that gives no
+    /// answer on a new connection either (it went away mid-request, or now refuses) is left for
+    /// another, up to `connect_retries` times, as nginx's `proxy_next_upstream error` does.
+    /// Returns the answering endpoint.
     async fn send_direct(
         &self,
-        endpoint: &Endpoint,
-        mut connection: direct::Connection,
-        reused: bool,
+        sent: Sent,
         parts: &Parts,
         payload: bytes::Bytes,
-    ) -> Result<Response<ResponseBody>, ForwardError> {
-        let request = direct::Request::encode(parts, payload, endpoint.pool.authority());
-        let mut head = match connection.exchange(&request).await {
-            Err(error) if reused && error.retryable(&parts.method) => {
+        connect_retries: u32,
+        guard: &mut ActiveGuard,
+    ) -> Result<(Response<ResponseBody>, usize), ForwardError> {
+        let Sent {
+            mut index,
+            mut connection,
+            mut reused,
+        } = sent;
+        let mut request = direct::Request::encode(parts, payload.clone(), self.endpoints[index].pool.authority());
+        // Endpoints this request left behind.
+        let mut moves = 0;
+        let mut left = Vec::new();
+        let mut head = loop {
+            let error = match connection.exchange(&request).await {
+                Ok(head) => break head,
+                Err(error) if error.retryable(&parts.method) => error,
+                Err(error) => return Err(self.direct_error(error)),
+            };
+            let endpoint = &self.endpoints[index];
+            if reused {
+                reused = false;
                 tracing::debug!(backend = %self.id, %error, "kept-alive connection gave no answer, sending on a new one");
-                connection = endpoint.pool.connect_direct().await.map_err(|source| ForwardError::Connect {
-                    backend: self.id.clone(),
-                    source,
-                })?;
-                connection.exchange(&request).await
+                match endpoint.pool.connect_direct().await {
+                    Ok(fresh) => {
+                        connection = fresh;
+                        continue;
+                    }
+                    Err(source) => {
+                        self.connect_failed(endpoint, &source);
+                        if moves >= connect_retries || self.endpoints.len() < 2 {
+                            return Err(ForwardError::Connect {
+                                backend: self.id.clone(),
+                                source,
+                            });
+                        }
+                    }
+                }
+            } else if moves >= connect_retries || self.endpoints.len() < 2 {
+                return Err(self.direct_error(error));
             }
-            exchanged => exchanged,
-        }
-        .map_err(|source| self.direct_error(source))?;
+            moves += 1;
+            tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %error, "endpoint gave no answer, sending to another");
+            left.push(index);
+            let Some(next) = self.pick_endpoint(&left).filter(|next| !left.contains(next)) else {
+                return Err(self.direct_error(error));
+            };
+            let (next, checkout, pooled) = Box::pin(self.open(next, left.clone(), connect_retries, true)).await?;
+            let Checkout::Direct(fresh) = checkout else {
+                return Err(self.direct_error(direct::Error::Invalid("connection without a request")));
+            };
+            (index, connection, reused) = (next, fresh, pooled);
+            *guard = ActiveGuard::new(&self.endpoints[index].active);
+            request = direct::Request::encode(parts, payload.clone(), self.endpoints[index].pool.authority());
+        };
+        let endpoint = &self.endpoints[index];
         let (framing, keep_alive) = head
             .framing(&parts.method)
             .map_err(|source| self.direct_error(source))?;
@@ -165,7 +220,16 @@ impl Upstream {
         *response.status_mut() = head.status;
         *response.version_mut() = head.version;
         *response.headers_mut() = head.headers;
-        Ok(response)
+        Ok((response, index))
+    }
+
+    /// Counts a connect failure towards the endpoint's ejection.
+    pub(super) fn connect_failed(&self, endpoint: &Endpoint, error: &std::io::Error) {
+        tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %error, "endpoint unreachable");
+        if endpoint.health.failed(self.passive_health) {
+            self.ejections.inc();
+            tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");
+        }
     }
 
     fn direct_error(&self, source: direct::Error) -> ForwardError {
@@ -213,33 +277,36 @@ impl Upstream {
         Ok((response.map(ResponseBody::Hyper), checkin))
     }
 
-    /// A connection from endpoint `first` or, when it cannot be reached, from up to
-    /// `connect_retries` others.
+    /// A connection from endpoint `first` or, when it cannot be reached, from others, skipping
+    /// the endpoints in `tried`. Each failure counts against `connect_retries`, except, when it
+    /// is not zero, endpoints that are gone (they refuse, or their address is unreachable: the
+    /// pod stopped before the proxy heard of it): those are passed over until every endpoint was
+    /// tried, as they cost no time and the request was never sent. Returns the endpoint's index.
     async fn open(
         &self,
         first: usize,
+        mut tried: Vec<usize>,
         connect_retries: u32,
         direct: bool,
-    ) -> Result<(&Endpoint, Checkout, bool), ForwardError> {
-        let mut tried = Vec::new();
+    ) -> Result<(usize, Checkout, bool), ForwardError> {
         let mut index = first;
+        let mut counted = 0;
         loop {
             let endpoint = &self.endpoints[index];
             match endpoint.pool.checkout(direct).await {
-                Ok((checkout, reused)) => return Ok((endpoint, checkout, reused)),
+                Ok((checkout, reused)) => return Ok((index, checkout, reused)),
                 Err(source) => {
-                    if endpoint.health.failed(self.passive_health) {
-                        self.ejections.inc();
-                        tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");
-                    }
+                    self.connect_failed(endpoint, &source);
                     tried.push(index);
-                    if tried.len() > connect_retries as usize || tried.len() >= self.endpoints.len() {
+                    if connect_retries == 0 || !gone(&source) {
+                        counted += 1;
+                    }
+                    if counted > connect_retries || tried.len() >= self.endpoints.len() {
                         return Err(ForwardError::Connect {
                             backend: self.id.clone(),
                             source,
                         });
                     }
-                    tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), error = %source, "endpoint unreachable, trying another");
                 }
             }
             index = self
@@ -275,6 +342,21 @@ impl Upstream {
             source: error.into_error(),
         })
     }
+}
+
+/// A connection a request went out on first.
+struct Sent {
+    index: usize,
+    connection: direct::Connection,
+    /// Taken from the pool rather than opened for this request.
+    reused: bool,
+}
+
+/// Whether a connect error says the endpoint is gone (nothing listens there, or its address no
+/// longer answers), as opposed to slow or failing otherwise.
+pub(super) fn gone(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionRefused, HostUnreachable, NetworkUnreachable};
+    matches!(error.kind(), ConnectionRefused | HostUnreachable | NetworkUnreachable)
 }
 
 /// The request for an endpoint: origin-form and a Host header over HTTP/1.1, the endpoint as

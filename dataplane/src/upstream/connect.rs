@@ -3,7 +3,7 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::client::{ActiveGuard, CONNECT_TIMEOUT};
+use super::client::{ActiveGuard, CONNECT_TIMEOUT, gone};
 use super::connector::handshake;
 use super::tls::BackendTls;
 use super::{ForwardError, Upstream};
@@ -36,9 +36,10 @@ impl Upstream {
     }
 
     /// Connects to an endpoint over TCP, trying up to `connect_retries` others when one is
-    /// unreachable.
+    /// unreachable (endpoints that are gone do not count, as for HTTP: `Upstream::open`).
     pub async fn connect_tcp(&self, connect_retries: u32) -> Result<(TcpStream, ActiveGuard), ForwardError> {
         let mut tried = Vec::new();
+        let mut counted = 0;
         loop {
             let index = self
                 .pick_endpoint(&tried)
@@ -58,12 +59,11 @@ impl Upstream {
                     Ok(Err(error)) => error,
                     Err(_) => std::io::Error::from(std::io::ErrorKind::TimedOut),
                 };
-            tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %error, "endpoint unreachable");
-            if endpoint.health.failed(self.passive_health) {
-                self.ejections.inc();
-                tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");
+            self.connect_failed(endpoint, &error);
+            if connect_retries == 0 || !gone(&error) {
+                counted += 1;
             }
-            if tried.len() > connect_retries as usize || tried.len() >= self.endpoints.len() {
+            if counted > connect_retries || tried.len() >= self.endpoints.len() {
                 return Err(ForwardError::Connect {
                     backend: self.id.clone(),
                     source: error,
