@@ -205,6 +205,51 @@ spec:
     args: ["-c", "import sys; print('crashing'); sys.exit(3)"]
 "#;
 
+/// Two containers with preStop hooks that write when the hook ran and when SIGTERM came (into a
+/// host directory mounted at its own path: a mount point the host already has).
+const PRE_STOP: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: prestop}
+spec:
+  terminationGracePeriodSeconds: 10
+  containers:
+  - name: exec
+    image: turna.test/python
+    args:
+    - -c
+    - |
+      import signal, sys, time
+      def term(*_):
+          open("EVENTS_DIR/events", "a").write("term exec %f\n" % time.time())
+          sys.exit(0)
+      signal.signal(signal.SIGTERM, term)
+      open("EVENTS_DIR/events", "a").write("started exec\n")
+      while True: time.sleep(0.05)
+    lifecycle:
+      preStop:
+        exec:
+          command: ["python3", "-c", "import time; open('EVENTS_DIR/events', 'a').write('prestop %f\\n' % time.time()); time.sleep(2)"]
+    volumeMounts: [{name: events, mountPath: EVENTS_DIR}]
+  - name: sleep
+    image: turna.test/python
+    args:
+    - -c
+    - |
+      import signal, sys, time
+      def term(*_):
+          open("EVENTS_DIR/events", "a").write("term sleep %f\n" % time.time())
+          sys.exit(0)
+      signal.signal(signal.SIGTERM, term)
+      open("EVENTS_DIR/events", "a").write("started sleep\n")
+      while True: time.sleep(0.05)
+    lifecycle:
+      preStop:
+        sleep: {seconds: 2}
+    volumeMounts: [{name: events, mountPath: EVENTS_DIR}]
+  volumes: [{name: events, hostPath: {path: EVENTS_DIR}}]
+"#;
+
 #[test]
 fn pods_run_as_processes_in_their_own_network_namespaces() {
     if let Some(why) = missing_prerequisite() {
@@ -344,6 +389,63 @@ fn pods_run_as_processes_in_their_own_network_namespaces() {
     );
     assert!(!netns_list().contains(&netns), "{netns} survived deletion");
     assert!(c.agent_log().contains("pod stopped and cleaned up"));
+
+    // preStop hooks run before SIGTERM, within the grace period: an exec hook (in the
+    // container's namespaces) and a sleep hook, both containers at once.
+    let events = c.dir.path().join("prestop");
+    std::fs::create_dir_all(&events).unwrap();
+    c.apply(&PRE_STOP.replace("EVENTS_DIR", events.to_str().unwrap()));
+    // Both containers have their SIGTERM handlers in place.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(events.join("events")).unwrap_or_default();
+        if log.contains("started exec") && log.contains("started sleep") {
+            break;
+        }
+        if Instant::now() > deadline {
+            let agent: Vec<String> = c
+                .agent_log()
+                .lines()
+                .filter(|l| l.contains("prestop"))
+                .map(String::from)
+                .collect();
+            panic!(
+                "prestop containers did not start: events {log:?}\n{}\n{}",
+                c.kubectl_ok(&["get", "pod", "prestop", "-o", "yaml"]),
+                agent.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let deleted = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    c.kubectl_ok(&["delete", "pod", "prestop", "--wait=true", "--timeout=30s"]);
+    let log = std::fs::read_to_string(events.join("events")).unwrap_or_default();
+    let at = |what: &str| -> f64 {
+        log.lines()
+            .find_map(|l| l.strip_prefix(what)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {what:?} in the events: {log}"))
+    };
+    let (hook, term_exec, term_sleep) = (at("prestop "), at("term exec "), at("term sleep "));
+    assert!(
+        hook - deleted < 2.0,
+        "the exec hook ran {:.1}s after the delete: {log}",
+        hook - deleted
+    );
+    assert!(
+        term_exec - hook >= 1.9,
+        "SIGTERM came before the exec hook's 2 s were over: {log}"
+    );
+    assert!(
+        term_sleep - deleted >= 1.9,
+        "SIGTERM came before the 2 s sleep hook was over: {log}"
+    );
+    assert!(
+        term_exec - deleted < 8.0 && term_sleep - deleted < 8.0,
+        "SIGTERM late: {log}"
+    );
 
     // The Deployment gets a replacement pod.
     eventually("replacement pod", 30, || {

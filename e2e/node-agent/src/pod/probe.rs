@@ -77,7 +77,7 @@ pub async fn check(probe: &Probe, container: &Container, ip: IpAddr) -> bool {
     tokio::time::timeout(timeout, fut).await.unwrap_or(false)
 }
 
-fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
+pub(crate) fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
     match port {
         IntOrString::Int(p) => u16::try_from(*p).ok(),
         IntOrString::String(name) => container
@@ -90,7 +90,7 @@ fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
 }
 
 /// A minimal HTTP/1.1 GET: success is a 2xx or 3xx status, as for the kubelet.
-async fn http_get(addr: SocketAddr, path: &str, headers: &[(String, String)]) -> bool {
+pub(crate) async fn http_get(addr: SocketAddr, path: &str, headers: &[(String, String)]) -> bool {
     let Ok(mut s) = TcpStream::connect(addr).await else {
         return false;
     };

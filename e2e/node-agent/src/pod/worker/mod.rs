@@ -2,6 +2,7 @@
 //! back-off), probes, status, and graceful deletion.
 
 mod containers;
+mod pre_stop;
 
 use std::net::Ipv4Addr;
 use std::os::unix::fs::MetadataExt;
@@ -359,12 +360,23 @@ impl PodWorker {
         }
     }
 
-    /// SIGTERM to every container, SIGKILL to those still running after `grace`.
+    /// The preStop hooks, then SIGTERM to every container, SIGKILL to those still running once
+    /// `grace` is over (counted from the start of the hooks; at least 2 s after SIGTERM when the
+    /// hooks took all of it, as the kubelet grants).
     async fn stop(&mut self, grace: Duration) {
         let running: Vec<usize> = (0..self.ctrs.len()).filter(|&i| self.ctrs[i].proc.is_some()).collect();
         if running.is_empty() {
             return;
         }
+        let started = Instant::now();
+        if !grace.is_zero() {
+            self.run_pre_stop_hooks(grace).await;
+        }
+        let grace = grace.saturating_sub(started.elapsed()).max(if grace.is_zero() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(2)
+        });
         for &i in &running {
             if let Some(p) = &self.ctrs[i].proc {
                 p.signal(if grace.is_zero() { libc::SIGKILL } else { libc::SIGTERM });
