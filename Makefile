@@ -129,6 +129,15 @@ cluster-down:
 cluster-status:
 	e2e/scripts/cluster.sh status $(CLUSTER_DIR)
 
+# ---- reliability: churn, faults, bad input and scale (e2e/reliability/README.md) ----
+.PHONY: reliability
+
+## reliability: the whole suite on a local cluster of its own (root): bad-input tests, every
+## scenario, the fuzz targets; the table in e2e/.cache/reliability/reliability.md. Some
+## scenarios alone: make reliability ARGS="--no-fuzz -- route-flip endpoint-churn".
+reliability: cluster-tools
+	e2e/reliability/run.sh $(ARGS)
+
 # ---- conformance: the Gateway API suite against Turna (e2e/conformance/README.md) ----
 .PHONY: images lb-controller-test conformance-build conformance-local conformance-smoke conformance deploy
 
