@@ -11,8 +11,8 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use http::header::{self, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http::{Request, Response, StatusCode, Version};
+use hyper::body::{Body, Incoming};
 use tokio::sync::Semaphore;
 
 use super::exchange::Exchange;
@@ -21,6 +21,7 @@ use super::host::request_host;
 use super::response::{self, ProxyBody};
 use super::router::RequestView;
 use super::rule::Rule;
+use crate::listener::{Activity, Limits};
 use crate::metrics::{Metrics, RequestLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -42,6 +43,7 @@ pub struct ListenerContext {
     pub metrics: Arc<Metrics>,
     /// Log one line per request.
     pub access_log: bool,
+    pub limits: Limits,
 }
 
 /// The hyper service of one connection. Cloned per request: one reference count.
@@ -60,6 +62,18 @@ struct Connection {
     server_name: Option<Arc<str>>,
     /// The client's address as an X-Forwarded-For element.
     forwarded_for: Option<HeaderValue>,
+    /// The requests in flight and reads, for the connection's timeouts.
+    activity: Activity,
+}
+
+/// Counts a request as in flight on its connection until dropped (with its response body).
+#[derive(Debug)]
+pub struct InFlight(Arc<Connection>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.activity.end();
+    }
 }
 
 impl hyper::service::Service<Request<Incoming>> for HttpService {
@@ -68,11 +82,16 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
     type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let connection = self.connection.clone();
+        self.connection.activity.start();
+        let in_flight = InFlight(self.connection.clone());
         // The head is boxed once here: moved through every await below, it stays a pointer.
         let (parts, body) = req.into_parts();
         let parts = Box::new(parts);
-        Box::pin(async move { Ok(connection.handle(parts, body).await) })
+        Box::pin(async move {
+            let mut response = in_flight.0.handle(parts, body).await;
+            response.body_mut().hold(in_flight);
+            Ok(response)
+        })
     }
 }
 
@@ -95,6 +114,7 @@ impl HttpService {
                 peer,
                 server_name,
                 forwarded_for,
+                activity: Activity::default(),
             }),
         }
     }
@@ -102,6 +122,16 @@ impl HttpService {
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
         self.connection.peer
+    }
+
+    /// What the connection's timeouts watch.
+    pub fn activity(&self) -> &Activity {
+        &self.connection.activity
+    }
+
+    /// What the connection's listener serves with.
+    pub fn context(&self) -> &ListenerContext {
+        &self.connection.context
     }
 }
 
@@ -114,7 +144,17 @@ impl Connection {
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
-        let response = self.route(&table, parts, body, &mut served).await;
+        // An HTTP/1.1 body of unknown length is chunked. hyper drops a Content-Length sent
+        // with Transfer-Encoding before the request gets here, so the connection is closed
+        // after every chunked request: bytes after its body are never read as another request
+        // (request smuggling; RFC 9112 section 6.1 requires the close for both headers).
+        let chunked = parts.version == Version::HTTP_11 && body.size_hint().exact().is_none();
+        let mut response = self.route(&table, parts, body, &mut served).await;
+        if chunked {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         let code = response.status().as_u16();
         let requests = &self.context.metrics.requests;
         let (listener, route) = match served {
@@ -155,6 +195,9 @@ impl Connection {
         served: &mut Served<'t>,
     ) -> Response<ProxyBody> {
         let context = &self.context;
+        if let Some(status) = context.limits.refuse(&parts) {
+            return response::local(status, is_grpc(&parts.headers));
+        }
         let Some(routes) = table.http_port(context.port) else {
             return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
         };
@@ -197,6 +240,7 @@ impl Connection {
             connect_retries: table.connect_retries,
             mirror_slots: &context.mirror_slots,
             metrics: &context.metrics,
+            body_timeout: context.limits.request_body_timeout,
         };
         match rule.request_timeout {
             // Boxed: the timer would make every request's future larger.
