@@ -11,8 +11,8 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use http::header::{self, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::{Request, Response, StatusCode, Version};
-use hyper::body::{Body, Incoming};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
 use super::exchange::Exchange;
@@ -144,17 +144,7 @@ impl Connection {
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
-        // An HTTP/1.1 body of unknown length is chunked. hyper drops a Content-Length sent
-        // with Transfer-Encoding before the request gets here, so the connection is closed
-        // after every chunked request: bytes after its body are never read as another request
-        // (request smuggling; RFC 9112 section 6.1 requires the close for both headers).
-        let chunked = parts.version == Version::HTTP_11 && body.size_hint().exact().is_none();
-        let mut response = self.route(&table, parts, body, &mut served).await;
-        if chunked {
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
+        let response = self.route(&table, parts, body, &mut served).await;
         let code = response.status().as_u16();
         let requests = &self.context.metrics.requests;
         let (listener, route) = match served {
