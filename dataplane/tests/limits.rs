@@ -213,6 +213,15 @@ async fn a_client_sending_nothing_is_closed_at_the_header_timeout() {
     assert!(closed && received.is_empty(), "closed without a response");
     assert!(elapsed >= timeout, "not before the timeout: {elapsed:?}");
     assert!(f.metric("turna_dataplane_timeouts_total{timeout=\"header\"} 1"));
+
+    // Half the HTTP/2 preface leaves the protocol open; nothing more comes.
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(f.addr).await.unwrap();
+    stream.write_all(&PREFACE[..16]).await.unwrap();
+    let (received, closed) = read_to_close(&mut stream, timeout + SLACK).await;
+    assert!(closed && received.is_empty());
+    assert!(started.elapsed() >= timeout, "not before the timeout");
+    assert!(f.metric("turna_dataplane_timeouts_total{timeout=\"header\"} 2"));
     f.serves().await;
 }
 
@@ -928,6 +937,10 @@ impl Tls {
     }
 
     async fn connect(&self, addr: SocketAddr) -> tokio_rustls::client::TlsStream<TcpStream> {
+        self.connect_with(addr, &[b"http/1.1"]).await
+    }
+
+    async fn connect_with(&self, addr: SocketAddr, alpn: &[&[u8]]) -> tokio_rustls::client::TlsStream<TcpStream> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.root.clone()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -936,7 +949,7 @@ impl Tls {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let tcp = TcpStream::connect(addr).await.unwrap();
         let name = ServerName::try_from("web.example.com").unwrap();
         TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap()
@@ -970,6 +983,40 @@ async fn https_listeners_and_https_behind_sni_enforce_the_same_limits() {
         assert_eq!(status, Some(414));
     }
     t.serves().await;
+}
+
+/// Without ALPN the proxy reads the first bytes to tell HTTP/2's preface from HTTP/1.1; both
+/// get the same limits.
+#[tokio::test]
+async fn https_without_alpn_gets_the_same_limits() {
+    let t = Tls::start(limits()).await;
+    for addr in [t.https, t.shared] {
+        for request in [
+            get_from(WEB, "/", &numbered_headers(19)),
+            get_from(WEB, "/", &[("x-big".to_string(), "a".repeat(2100))]),
+        ] {
+            let mut tls = t.connect_with(addr, &[]).await;
+            tls.write_all(&request).await.unwrap();
+            let (response, closed) = read_to_close(&mut tls, Duration::from_secs(5)).await;
+            assert_eq!((status(&response), closed), (Some(431), true));
+        }
+        let mut tls = t.connect_with(addr, &[]).await;
+        tls.write_all(&get_from(WEB, "/", &[])).await.unwrap();
+        let (response, _) = read_to_close(&mut tls, Duration::from_secs(5)).await;
+        assert_eq!(status(&response), Some(200));
+
+        // HTTP/2 by prior knowledge: the proxy's SETTINGS carry the stream limit.
+        let mut tls = t.connect_with(addr, &[]).await;
+        let mut start = PREFACE.to_vec();
+        start.extend(frame(SETTINGS, 0, 0, &[]));
+        tls.write_all(&start).await.unwrap();
+        let mut head = [0u8; 9];
+        tls.read_exact(&mut head).await.unwrap();
+        assert_eq!(head[3], SETTINGS);
+        let mut payload = vec![0u8; u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize];
+        tls.read_exact(&mut payload).await.unwrap();
+        assert!(payload.chunks(6).any(|s| s == [0, 3, 0, 0, 0, 5]), "{payload:?}");
+    }
 }
 
 #[tokio::test]

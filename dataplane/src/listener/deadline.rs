@@ -126,8 +126,6 @@ pub enum Framing {
     Sequential,
     /// HTTP/2: streams end on their own tasks; bytes while idle may be pings, not a request.
     Multiplexed,
-    /// Not known yet (hyper-util detects it): HTTP/1.1 timing, told when streams end.
-    Detected,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +168,7 @@ impl Deadline {
     pub fn new(limits: &Limits, framing: Framing, service: HttpService, started: Instant) -> Self {
         let (phase, timeout) = match framing {
             Framing::Multiplexed => (Phase::Idle, limits.idle_timeout),
-            Framing::Sequential | Framing::Detected => (Phase::Head, limits.header_timeout),
+            Framing::Sequential => (Phase::Head, limits.header_timeout),
         };
         let epoch = service.activity().idle_epoch.load(Ordering::Acquire);
         Deadline {
@@ -194,7 +192,7 @@ impl Deadline {
     pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Expired> {
         let activity = self.service.activity();
         if activity.in_flight.load(Ordering::Acquire) > 0 {
-            if self.framing != Framing::Sequential {
+            if self.framing == Framing::Multiplexed {
                 activity.register(cx.waker());
                 // The last request may have ended before the waker was stored.
                 if activity.in_flight.load(Ordering::Acquire) == 0 {
@@ -215,7 +213,7 @@ impl Deadline {
         }
         let activity = self.service.activity();
         let reading = activity.reads.load(Ordering::Relaxed) != activity.idle_reads.load(Ordering::Relaxed);
-        if self.phase == Phase::Idle && self.framing != Framing::Multiplexed && reading {
+        if self.phase == Phase::Idle && self.framing == Framing::Sequential && reading {
             self.reset(Phase::Head, self.header_timeout);
         }
         if self.sleep.as_mut().poll(cx).is_pending() {

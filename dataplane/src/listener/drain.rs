@@ -13,7 +13,6 @@ use std::task::{Context, Poll, Waker};
 use hyper::rt::{Read, Write};
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto;
 use tokio::sync::Notify;
 
 use super::deadline::{Deadline, Expired};
@@ -175,16 +174,5 @@ where
 
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http2::Connection::graceful_shutdown(self)
-    }
-}
-
-impl<I> Graceful for auto::UpgradeableConnection<'_, I, HttpService, TokioExecutor>
-where
-    I: Read + Write + Unpin + Send + 'static,
-{
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn graceful_shutdown(self: Pin<&mut Self>) {
-        auto::UpgradeableConnection::graceful_shutdown(self)
     }
 }

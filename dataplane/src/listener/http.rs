@@ -3,8 +3,8 @@
 //!
 //! The protocol is chosen before the connection is served (the HTTP/2 preface peeked from the
 //! socket, or the ALPN protocol) so that hyper's HTTP/1.1 or HTTP/2 connection reads the socket
-//! directly; only a client whose first bytes leave the protocol open goes through hyper-util's
-//! detection, which replays what it read.
+//! directly; only a client whose first bytes leave the protocol open has them read first (at
+//! most the preface's length) and replayed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -21,12 +20,13 @@ use tokio_rustls::TlsAcceptor;
 
 use super::deadline::{Deadline, Framing, Watched};
 use super::drain::{Drain, Watch};
-use super::limits::{Limits, MIN_BUFFER};
+use super::limits::Limits;
 use super::tcp::listen;
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
 use crate::http::{HttpService, ListenerContext};
 use crate::metrics::{ConnectionGuard, Timeout};
+use crate::stream::prefixed::Prefixed;
 use crate::table::{Socket, SocketKind};
 
 /// Binds the socket and serves HTTP (or HTTPS) on it with the shared table.
@@ -96,11 +96,10 @@ async fn accept(
 /// The HTTP/2 client preface: a plain connection starting with it speaks h2c.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// How connections are served: HTTP/1.1 or HTTP/2 when known up front, else detected.
+/// How connections are served: HTTP/1.1 or HTTP/2.
 pub struct Builders {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
-    auto: auto::Builder<TokioExecutor>,
     limits: Limits,
 }
 
@@ -124,26 +123,9 @@ impl Builders {
             .max_local_error_reset_streams(limits.http2_max_local_error_reset_streams)
             .keep_alive_interval(limits.http2_keep_alive_interval)
             .keep_alive_timeout(limits.http2_keep_alive_timeout);
-        let mut auto = auto::Builder::new(TokioExecutor::new());
-        // hyper-util has no head size limit: a read buffer of that size stops a larger head
-        // (431) all the same.
-        let mut detected1 = auto.http1();
-        detected1.max_buf_size(limits.max_header_bytes.max(MIN_BUFFER));
-        if limits.max_headers != 100 {
-            detected1.max_headers(limits.max_headers);
-        }
-        auto.http2()
-            .timer(TokioTimer::new())
-            .max_concurrent_streams(limits.http2_max_concurrent_streams)
-            .max_header_list_size(limits.header_list_size())
-            .max_pending_accept_reset_streams(limits.http2_max_pending_accept_reset_streams)
-            .max_local_error_reset_streams(limits.http2_max_local_error_reset_streams)
-            .keep_alive_interval(limits.http2_keep_alive_interval)
-            .keep_alive_timeout(limits.http2_keep_alive_timeout);
         Builders {
             http1,
             http2,
-            auto,
             limits: *limits,
         }
     }
@@ -167,7 +149,7 @@ struct Accepted {
 pub enum Protocol {
     Http1,
     Http2,
-    /// Detected from the first bytes read.
+    /// Told by the first bytes read.
     Detect,
 }
 
@@ -177,7 +159,7 @@ async fn sniff(stream: &TcpStream) -> Protocol {
     match stream.peek(&mut first).await {
         Ok(n) if n > 0 && first[..n] != H2_PREFACE[..n] => Protocol::Http1,
         Ok(n) if n == H2_PREFACE.len() => Protocol::Http2,
-        // Closed, failed, or a part of the preface only: hyper-util reads until it knows.
+        // Closed, failed, or a part of the preface only: read until it is known.
         _ => Protocol::Detect,
     }
 }
@@ -246,6 +228,51 @@ pub(super) fn alpn_protocol(alpn: Option<&[u8]>) -> Protocol {
 /// Serves HTTP on `io`, whose first request head must be complete by `started` plus the header
 /// timeout.
 pub(super) async fn serve<I>(
+    mut io: I,
+    protocol: Protocol,
+    service: HttpService,
+    builders: &Builders,
+    watch: Watch,
+    started: Instant,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if protocol != Protocol::Detect {
+        return serve_known(io, protocol, service, builders, watch, started).await;
+    }
+    let deadline = started + builders.limits.header_timeout;
+    let (protocol, read) = match tokio::time::timeout_at(deadline, detect(&mut io)).await {
+        Ok(Ok(detected)) => detected,
+        Ok(Err(error)) => {
+            tracing::debug!(peer = %service.peer(), %error, "connection failed before its first request");
+            return;
+        }
+        Err(_) => {
+            service.context().metrics.timeouts.inc(Timeout::header);
+            return;
+        }
+    };
+    serve_known(Prefixed::new(read, io), protocol, service, builders, watch, started).await;
+}
+
+/// Reads the first bytes until they are the HTTP/2 preface or cannot be; returns them to be
+/// read again. A connection closed before is HTTP/1.1 (hyper sees it end).
+async fn detect<I: AsyncRead + Unpin>(io: &mut I) -> std::io::Result<(Protocol, Vec<u8>)> {
+    let mut read = Vec::with_capacity(H2_PREFACE.len());
+    let mut chunk = [0u8; H2_PREFACE.len()];
+    while read.len() < H2_PREFACE.len() {
+        // Never past the preface: the rest belongs to the connection.
+        let n = io.read(&mut chunk[..H2_PREFACE.len() - read.len()]).await?;
+        read.extend_from_slice(&chunk[..n]);
+        if n == 0 || read[..] != H2_PREFACE[..read.len()] {
+            return Ok((Protocol::Http1, read));
+        }
+    }
+    Ok((Protocol::Http2, read))
+}
+
+/// Serves `io` with hyper's connection for `protocol` (HTTP/1.1 unless HTTP/2).
+async fn serve_known<I>(
     io: I,
     protocol: Protocol,
     service: HttpService,
@@ -257,26 +284,18 @@ pub(super) async fn serve<I>(
 {
     let peer = service.peer();
     let framing = match protocol {
-        Protocol::Http1 => Framing::Sequential,
         Protocol::Http2 => Framing::Multiplexed,
-        Protocol::Detect => Framing::Detected,
+        Protocol::Http1 | Protocol::Detect => Framing::Sequential,
     };
     let deadline = Deadline::new(&builders.limits, framing, service.clone(), started);
     let io = TokioIo::new(Watched::new(io, service.clone()));
     // Connections are boxed: the spawned task's future stays small, and spawning copies it.
-    let served = match protocol {
-        Protocol::Http1 => {
-            let connection = Box::pin(builders.http1.serve_connection(io, service).with_upgrades());
-            watch.serve(connection, deadline).await.map_err(|e| e.to_string())
-        }
-        Protocol::Http2 => {
-            let connection = Box::pin(builders.http2.serve_connection(io, service));
-            watch.serve(connection, deadline).await.map_err(|e| e.to_string())
-        }
-        Protocol::Detect => {
-            let connection = Box::pin(builders.auto.serve_connection_with_upgrades(io, service).into_owned());
-            watch.serve(connection, deadline).await.map_err(|e| e.to_string())
-        }
+    let served = if framing == Framing::Multiplexed {
+        let connection = Box::pin(builders.http2.serve_connection(io, service));
+        watch.serve(connection, deadline).await
+    } else {
+        let connection = Box::pin(builders.http1.serve_connection(io, service).with_upgrades());
+        watch.serve(connection, deadline).await
     };
     if let Err(error) = served {
         tracing::debug!(%peer, %error, "connection ended with an error");

@@ -9,9 +9,6 @@ use std::time::Duration;
 use http::StatusCode;
 use http::request::Parts;
 
-/// The smallest read buffer hyper's HTTP/1.1 connection accepts (`max_buf_size` panics below).
-pub(crate) const MIN_BUFFER: usize = 8 * 1024;
-
 /// The limits of every listener of one proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
