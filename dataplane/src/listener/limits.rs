@@ -17,10 +17,10 @@ pub struct Limits {
     /// open file limit (each proxied connection also holds a backend connection). Default
     /// 50,000 (Envoy's edge recommendation for its overload manager).
     pub max_connections: usize,
-    /// The largest request head: the HTTP/1.1 request line and headers (431 beyond, 431 or 414
-    /// for a request line alone beyond it), and the HTTP/2 header list
-    /// (`SETTINGS_MAX_HEADER_LIST_SIZE`, 431 beyond). Default 64 KiB (Envoy: 60 KiB; nginx:
-    /// 8 KiB per line).
+    /// The largest request head: the HTTP/1.1 request line and headers (431 beyond, also when
+    /// the request line alone is longer: hyper reads them as one), and the HTTP/2 header list
+    /// (`SETTINGS_MAX_HEADER_LIST_SIZE`, 431 from h2 beyond). Default 64 KiB (Envoy: 60 KiB;
+    /// nginx: 8 KiB per line).
     pub max_header_bytes: usize,
     /// The most header fields of a request; 431 beyond. Default 100 (Envoy's and hyper's).
     pub max_headers: usize,
