@@ -107,6 +107,14 @@ impl Limits {
                 "http2_max_concurrent_streams",
                 self.http2_max_concurrent_streams as usize,
             ),
+            (
+                "http2_max_pending_accept_reset_streams",
+                self.http2_max_pending_accept_reset_streams,
+            ),
+            (
+                "http2_max_local_error_reset_streams",
+                self.http2_max_local_error_reset_streams,
+            ),
         ];
         let durations = [
             ("header_timeout", self.header_timeout),
