@@ -106,6 +106,7 @@ impl Dataplane {
                     access_log: settings.access_log,
                     passive_health: settings.passive_health,
                     limits: settings.limits,
+                    deadlines: listener::Deadlines::start(),
                 },
                 shutdown_delay: settings.shutdown_delay,
                 ready: Arc::new(AtomicBool::new(false)),

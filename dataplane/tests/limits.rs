@@ -70,8 +70,11 @@ impl Fixture {
         );
     }
 
+    /// Asserts that the metrics have `line`.
     fn metric(&self, line: &str) -> bool {
-        self.dp.metrics().lines().any(|l| l == line)
+        let metrics = self.dp.metrics();
+        assert!(metrics.lines().any(|l| l == line), "no {line} in\n{metrics}");
+        true
     }
 }
 

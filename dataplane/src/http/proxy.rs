@@ -21,7 +21,7 @@ use super::host::request_host;
 use super::response::{self, ProxyBody};
 use super::router::RequestView;
 use super::rule::Rule;
-use crate::listener::{Activity, Limits};
+use crate::listener::{Activity, Deadlines, Limits};
 use crate::metrics::{Metrics, RequestLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -44,6 +44,8 @@ pub struct ListenerContext {
     /// Log one line per request.
     pub access_log: bool,
     pub limits: Limits,
+    /// Watches the connections' header and idle deadlines.
+    pub deadlines: Arc<Deadlines>,
 }
 
 /// The hyper service of one connection. Cloned per request: one reference count.

@@ -47,6 +47,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
         metrics: shared.metrics.clone(),
         access_log: shared.access_log,
         limits: shared.limits,
+        deadlines: shared.deadlines.clone(),
     });
     Ok((
         local_addr,
@@ -287,7 +288,7 @@ async fn serve_known<I>(
         Protocol::Http2 => Framing::Multiplexed,
         Protocol::Http1 | Protocol::Detect => Framing::Sequential,
     };
-    let deadline = Deadline::new(&builders.limits, framing, service.clone(), started);
+    let deadline = Deadline::new(&builders.limits, framing, service.clone(), started.into_std());
     let io = TokioIo::new(Watched::new(io, service.clone()));
     // Connections are boxed: the spawned task's future stays small, and spawning copies it.
     let served = if framing == Framing::Multiplexed {

@@ -7,7 +7,7 @@ mod limits;
 mod tcp;
 mod udp;
 
-pub use deadline::Activity;
+pub use deadline::{Activity, Deadlines};
 pub use limits::{Limits, LimitsError};
 
 use std::collections::HashMap;
@@ -45,6 +45,8 @@ pub struct Shared {
     /// When endpoints are ejected.
     pub passive_health: crate::upstream::PassiveHealth,
     pub limits: Limits,
+    /// The header and idle deadlines of the HTTP connections.
+    pub deadlines: Arc<Deadlines>,
 }
 
 /// A listener's accept task and how to stop it.

@@ -57,6 +57,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
             metrics: shared.metrics.clone(),
             access_log: shared.access_log,
             limits: shared.limits,
+            deadlines: shared.deadlines.clone(),
         }),
         builders: Arc::new(Builders::new(&shared.limits)),
     };
