@@ -398,15 +398,17 @@ mod tests {
     #[test]
     fn limits_reach_the_dataplane_and_are_checked() {
         let f: File = serde_yaml::from_str(
-            "providers:\n  kubernetes:\n    limits:\n      max_headers: 50\n      idle_timeout: 2m\n      http2_keep_alive_interval: 0s\n",
+            "providers:\n  kubernetes:\n    limits:\n      max_headers: 50\n      idle_timeout: 2m\n      http2_keep_alive_interval: 30s\n",
         )
         .expect("parses");
         let k = f.providers.kubernetes.validate().expect("valid");
         let limits = k.dataplane_settings([0, 0, 0, 0].into()).limits;
         assert_eq!(limits.max_headers, 50);
         assert_eq!(limits.idle_timeout, Duration::from_secs(120));
-        assert_eq!(limits.http2_keep_alive_interval, None);
+        assert_eq!(limits.http2_keep_alive_interval, Some(Duration::from_secs(30)));
         assert_eq!(limits.header_timeout, dataplane::Limits::default().header_timeout);
+        let off = Kubernetes::default().dataplane_settings([0, 0, 0, 0].into()).limits;
+        assert_eq!(off.http2_keep_alive_interval, None, "0s, the default, sends no pings");
 
         let zero: File =
             serde_yaml::from_str("providers:\n  kubernetes:\n    limits:\n      header_timeout: 0s\n").expect("parses");

@@ -56,7 +56,9 @@ pub struct Limits {
     pub http2_max_local_error_reset_streams: usize,
     /// The proxy pings an HTTP/2 client that sent nothing for this long, and closes the
     /// connection when the ping is not answered within `http2_keep_alive_timeout`: a vanished
-    /// client does not hold its streams forever. `None` disables. Default 60 s.
+    /// client does not hold its streams forever. Default `None`, no pings, like nginx and Envoy:
+    /// the timer each connection then needs makes every park of the runtime read the clock
+    /// (about 1.3 % of an h2c request's instructions).
     pub http2_keep_alive_interval: Option<Duration>,
     /// See `http2_keep_alive_interval`. Default 20 s (hyper's).
     pub http2_keep_alive_timeout: Duration,
@@ -76,7 +78,7 @@ impl Default for Limits {
             http2_max_concurrent_streams: 100,
             http2_max_pending_accept_reset_streams: 20,
             http2_max_local_error_reset_streams: 1024,
-            http2_keep_alive_interval: Some(Duration::from_secs(60)),
+            http2_keep_alive_interval: None,
             http2_keep_alive_timeout: Duration::from_secs(20),
         }
     }
