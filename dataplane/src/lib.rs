@@ -26,6 +26,7 @@ use tokio::sync::Mutex;
 use translator::ir;
 
 pub use error::{ApplyError, PortError, ValidationError};
+pub use listener::{Limits, LimitsError};
 pub use tls::{Material, TlsCertificate};
 pub use upstream::PassiveHealth;
 
@@ -46,6 +47,8 @@ pub struct Settings {
     pub access_log: bool,
     /// When endpoints that fail to connect are left out of balancing, and for how long.
     pub passive_health: PassiveHealth,
+    /// What clients may ask of the HTTP, HTTPS, TCP and TLS listeners.
+    pub limits: Limits,
 }
 
 impl Settings {
@@ -66,6 +69,7 @@ impl Default for Settings {
             shutdown_delay: Duration::ZERO,
             access_log: false,
             passive_health: PassiveHealth::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -101,6 +105,8 @@ impl Dataplane {
                     metrics: Arc::new(metrics::Metrics::default()),
                     access_log: settings.access_log,
                     passive_health: settings.passive_health,
+                    limits: settings.limits,
+                    deadlines: listener::Deadlines::start(),
                 },
                 shutdown_delay: settings.shutdown_delay,
                 ready: Arc::new(AtomicBool::new(false)),

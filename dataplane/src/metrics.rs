@@ -2,7 +2,7 @@
 
 use std::sync::RwLock;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -25,6 +25,47 @@ pub struct BackendLabels {
     pub backend: String,
 }
 
+/// A limit's timeout that ended a connection or request.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Timeout {
+    /// A request head not complete in time (the connection is closed).
+    header,
+    /// A connection without requests closed.
+    idle,
+    /// A request body that stalled (408).
+    request_body,
+    /// A TLS handshake not complete in time.
+    tls_handshake,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TimeoutLabels {
+    timeout: Timeout,
+}
+
+/// The counter of each [`Timeout`], bound once so that counting does not hash labels.
+#[derive(Debug, Default)]
+pub struct Timeouts {
+    header: Counter,
+    idle: Counter,
+    request_body: Counter,
+    tls_handshake: Counter,
+}
+
+impl Timeouts {
+    /// Counts one `timeout`.
+    pub fn inc(&self, timeout: Timeout) {
+        match timeout {
+            Timeout::header => &self.header,
+            Timeout::idle => &self.idle,
+            Timeout::request_body => &self.request_body,
+            Timeout::tls_handshake => &self.tls_handshake,
+        }
+        .inc();
+    }
+}
+
 /// Every metric the dataplane exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -32,6 +73,9 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub upstream_latency: Family<BackendLabels, Histogram>,
     pub active_connections: Gauge,
+    /// Connections closed at accept because `max_connections` were open.
+    pub rejected_connections: Counter,
+    pub timeouts: Timeouts,
     pub retries: Counter,
     pub ejections: Family<BackendLabels, Counter>,
     pub config_version: Gauge,
@@ -54,6 +98,15 @@ impl Default for Metrics {
         let ejections = Family::<BackendLabels, Counter>::default();
         let config_version = Gauge::default();
         let apply_errors = Counter::default();
+        let rejected_connections = Counter::default();
+        let timeout_family = Family::<TimeoutLabels, Counter>::default();
+        let bound = |timeout| timeout_family.get_or_create(&TimeoutLabels { timeout }).clone();
+        let timeouts = Timeouts {
+            header: bound(Timeout::header),
+            idle: bound(Timeout::idle),
+            request_body: bound(Timeout::request_body),
+            tls_handshake: bound(Timeout::tls_handshake),
+        };
         registry.register(
             "requests",
             "HTTP requests by listener, route and status",
@@ -69,6 +122,16 @@ impl Default for Metrics {
             "Client connections open",
             active_connections.clone(),
         );
+        registry.register(
+            "connections_rejected",
+            "Client connections closed at accept because max_connections were open",
+            rejected_connections.clone(),
+        );
+        registry.register(
+            "timeouts",
+            "Connections and requests ended by a timeout of the proxy limits",
+            timeout_family,
+        );
         registry.register("retries", "Route retries sent", retries.clone());
         registry.register(
             "ejections",
@@ -82,6 +145,8 @@ impl Default for Metrics {
             requests,
             upstream_latency,
             active_connections,
+            rejected_connections,
+            timeouts,
             retries,
             ejections,
             config_version,
@@ -100,10 +165,17 @@ impl Metrics {
         text
     }
 
-    /// Counts a client connection while the guard lives.
-    pub fn connection(&self) -> ConnectionGuard {
-        self.active_connections.inc();
-        ConnectionGuard(self.active_connections.clone())
+    /// Counts a client connection while the guard lives; `None` (counted as rejected) when
+    /// `max` connections are open already.
+    pub fn admit(&self, max: usize) -> Option<ConnectionGuard> {
+        let open = self.active_connections.inc();
+        let guard = ConnectionGuard(self.active_connections.clone());
+        if usize::try_from(open).is_ok_and(|open| open >= max) {
+            drop(guard);
+            self.rejected_connections.inc();
+            return None;
+        }
+        Some(guard)
     }
 }
 

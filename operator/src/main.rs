@@ -199,7 +199,7 @@ fn main() -> anyhow::Result<()> {
                     options.metrics.clone(),
                     options.readiness.clone(),
                 ));
-                let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(address));
+                let dataplane = dataplane::Dataplane::new(settings.dataplane_settings(address));
                 operator::modes::standalone::run(client, settings, options, dataplane, shutdown()).await;
                 anyhow::Ok(())
             })?;

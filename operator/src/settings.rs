@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,7 @@ pub struct Kubernetes {
     pub backend: Backend,
     pub status: Status,
     pub proxy: Proxy,
+    pub limits: Limits,
 }
 
 /// Operating mode of the binary.
@@ -111,6 +112,79 @@ pub struct Proxy {
     pub shutdown_delay: Option<Duration>,
 }
 
+/// `limits.*`: what clients may ask of the proxies (every mode that serves traffic). The
+/// defaults and their reasons are [`dataplane::Limits`]'s.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub max_uri_bytes: usize,
+    #[serde(deserialize_with = "duration", serialize_with = "go_duration")]
+    pub header_timeout: Duration,
+    #[serde(deserialize_with = "duration", serialize_with = "go_duration")]
+    pub idle_timeout: Duration,
+    #[serde(deserialize_with = "duration", serialize_with = "go_duration")]
+    pub request_body_timeout: Duration,
+    #[serde(deserialize_with = "duration", serialize_with = "go_duration")]
+    pub tls_handshake_timeout: Duration,
+    pub http2_max_concurrent_streams: u32,
+    pub http2_max_pending_accept_reset_streams: usize,
+    pub http2_max_local_error_reset_streams: usize,
+    /// `0s` disables the pings.
+    #[serde(deserialize_with = "duration", serialize_with = "go_duration")]
+    pub http2_keep_alive_interval: Duration,
+    #[serde(deserialize_with = "duration", serialize_with = "go_duration")]
+    pub http2_keep_alive_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::from(&dataplane::Limits::default())
+    }
+}
+
+impl From<&dataplane::Limits> for Limits {
+    fn from(l: &dataplane::Limits) -> Self {
+        Limits {
+            max_connections: l.max_connections,
+            max_header_bytes: l.max_header_bytes,
+            max_headers: l.max_headers,
+            max_uri_bytes: l.max_uri_bytes,
+            header_timeout: l.header_timeout,
+            idle_timeout: l.idle_timeout,
+            request_body_timeout: l.request_body_timeout,
+            tls_handshake_timeout: l.tls_handshake_timeout,
+            http2_max_concurrent_streams: l.http2_max_concurrent_streams,
+            http2_max_pending_accept_reset_streams: l.http2_max_pending_accept_reset_streams,
+            http2_max_local_error_reset_streams: l.http2_max_local_error_reset_streams,
+            http2_keep_alive_interval: l.http2_keep_alive_interval.unwrap_or_default(),
+            http2_keep_alive_timeout: l.http2_keep_alive_timeout,
+        }
+    }
+}
+
+impl From<&Limits> for dataplane::Limits {
+    fn from(l: &Limits) -> Self {
+        dataplane::Limits {
+            max_connections: l.max_connections,
+            max_header_bytes: l.max_header_bytes,
+            max_headers: l.max_headers,
+            max_uri_bytes: l.max_uri_bytes,
+            header_timeout: l.header_timeout,
+            idle_timeout: l.idle_timeout,
+            request_body_timeout: l.request_body_timeout,
+            tls_handshake_timeout: l.tls_handshake_timeout,
+            http2_max_concurrent_streams: l.http2_max_concurrent_streams,
+            http2_max_pending_accept_reset_streams: l.http2_max_pending_accept_reset_streams,
+            http2_max_local_error_reset_streams: l.http2_max_local_error_reset_streams,
+            http2_keep_alive_interval: Some(l.http2_keep_alive_interval).filter(|d| !d.is_zero()),
+            http2_keep_alive_timeout: l.http2_keep_alive_timeout,
+        }
+    }
+}
+
 impl Default for Kubernetes {
     fn default() -> Self {
         Kubernetes {
@@ -130,6 +204,7 @@ impl Default for Kubernetes {
             backend: Backend::default(),
             status: Status::default(),
             proxy: Proxy::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -200,6 +275,9 @@ impl Kubernetes {
                 "proxy.gateway_namespace requires proxy.cluster_role".into(),
             ));
         }
+        dataplane::Limits::from(&self.limits)
+            .validate()
+            .map_err(|error| SettingsError::Invalid(format!("limits: {error}")))?;
         for g in &self.gateways {
             if g.split_once('/')
                 .is_none_or(|(ns, name)| ns.is_empty() || name.is_empty())
@@ -210,6 +288,14 @@ impl Kubernetes {
             }
         }
         Ok(self)
+    }
+
+    /// The dataplane settings of every mode that serves traffic: listeners on `address`.
+    pub fn dataplane_settings(&self, address: std::net::IpAddr) -> dataplane::Settings {
+        dataplane::Settings {
+            limits: dataplane::Limits::from(&self.limits),
+            ..dataplane::Settings::on(address)
+        }
     }
 
     /// The semantics-bearing part, for the translator.
@@ -256,6 +342,27 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     }
 }
 
+/// Writes a duration so that [`duration`] reads it back (`75s`, `1s500ms`, `0s`).
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis().min(99_999 * 3_600_000);
+    let parts = [
+        (ms / 3_600_000, "h"),
+        (ms / 60_000 % 60, "m"),
+        (ms / 1_000 % 60, "s"),
+        (ms % 1_000, "ms"),
+    ];
+    let text: String = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect();
+    if text.is_empty() { "0s".into() } else { text }
+}
+
+fn go_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(*d))
+}
+
 fn optional_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
     match parse_duration(&text) {
@@ -282,6 +389,41 @@ mod tests {
         assert_eq!(k.backend.retry, 2);
         assert_eq!(k.status.leader_election.name, "turna-gateway");
         assert_eq!(k.translator_config(), translator::Config::default());
+        assert_eq!(
+            k.dataplane_settings([127, 0, 0, 1].into()).limits,
+            dataplane::Limits::default()
+        );
+    }
+
+    #[test]
+    fn limits_reach_the_dataplane_and_are_checked() {
+        let f: File = serde_yaml::from_str(
+            "providers:\n  kubernetes:\n    limits:\n      max_headers: 50\n      idle_timeout: 2m\n      http2_keep_alive_interval: 30s\n",
+        )
+        .expect("parses");
+        let k = f.providers.kubernetes.validate().expect("valid");
+        let limits = k.dataplane_settings([0, 0, 0, 0].into()).limits;
+        assert_eq!(limits.max_headers, 50);
+        assert_eq!(limits.idle_timeout, Duration::from_secs(120));
+        assert_eq!(limits.http2_keep_alive_interval, Some(Duration::from_secs(30)));
+        assert_eq!(limits.header_timeout, dataplane::Limits::default().header_timeout);
+        let off = Kubernetes::default().dataplane_settings([0, 0, 0, 0].into()).limits;
+        assert_eq!(off.http2_keep_alive_interval, None, "0s, the default, sends no pings");
+
+        let zero: File =
+            serde_yaml::from_str("providers:\n  kubernetes:\n    limits:\n      header_timeout: 0s\n").expect("parses");
+        assert!(zero.providers.kubernetes.validate().is_err());
+        let typo: Result<File, _> =
+            serde_yaml::from_str("providers:\n  kubernetes:\n    limits:\n      max_header: 1\n");
+        assert!(typo.is_err());
+    }
+
+    #[test]
+    fn durations_are_written_as_they_are_read() {
+        for text in ["0s", "1m15s", "1s500ms", "2m", "1h1m1s1ms", "250ms"] {
+            let (_, parsed) = parse_duration(text).expect("parses");
+            assert_eq!(format_duration(parsed), text);
+        }
     }
 
     #[test]

@@ -171,6 +171,51 @@ async fn serves_files_reloads_changes_and_keeps_the_last_good_configuration() {
     assert_eq!(get(gateway, "/one/a").await, None, "shut down");
 }
 
+/// `limits` of the configuration file reach the proxy local mode runs.
+#[tokio::test]
+async fn serves_with_the_limits_of_the_configuration_file() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let one = backend("one").await;
+    let two = backend("two").await;
+    let port = free_port().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "gateway.yaml", &gateway(port));
+    write(dir.path(), "backends.yaml", &backends(one, two));
+    write(dir.path(), "route.yaml", &route(&[("/one", "one")]));
+    let config = tempfile::tempdir().expect("tempdir");
+    let file = config.path().join("turna.yaml");
+    std::fs::write(
+        &file,
+        "providers:\n  kubernetes:\n    port_offset: 0\n    health_address: 127.0.0.1:0\n    limits:\n      max_headers: 5\n",
+    )
+    .expect("write config");
+    let running = local::start(local::Options {
+        files: vec![dir.path().into()],
+        settings: Kubernetes::load(&file).expect("configuration"),
+        address: LOOPBACK,
+        poll: local::POLL,
+    })
+    .await
+    .expect("local mode starts");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    let status = |headers: usize| async move {
+        let mut request = "GET /one/a HTTP/1.1\r\nHost: local.test\r\nConnection: close\r\n".to_string();
+        for i in 0..headers {
+            request.push_str(&format!("x-{i}: v\r\n"));
+        }
+        request.push_str("\r\n");
+        let mut stream = tokio::net::TcpStream::connect(gateway).await.expect("connect");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response).await;
+        String::from_utf8_lossy(&response).get(9..12).map(str::to_string)
+    };
+    assert_eq!(status(3).await.as_deref(), Some("200"), "Host, Connection and 3 more");
+    assert_eq!(status(4).await.as_deref(), Some("431"));
+    running.serve(async {}).await;
+}
+
 #[tokio::test]
 async fn refuses_to_start_on_unreadable_files() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -206,6 +206,7 @@ spec:
     let mut settings = settings(&class, &home);
     settings.proxy.cluster_role = "turna-proxy-reader".into();
     settings.proxy.replicas = 2;
+    settings.limits.max_connections = 1234;
     let names = Names::new(&ns, "web", &controller_id(&settings));
     let controller = start(&client, settings);
 
@@ -262,6 +263,11 @@ spec:
     let config = config_maps.get(&names.proxy).await.expect("proxy ConfigMap");
     let text = config.data.unwrap_or_default().remove("turna.yaml").unwrap_or_default();
     assert!(text.contains(&format!("{home}/{}", names.bundle)), "{text}");
+    let file: operator::settings::File = serde_yaml::from_str(&text).expect("the proxy's settings file");
+    assert_eq!(
+        file.providers.kubernetes.limits.max_connections, 1234,
+        "the proxy serves with the controller's limits"
+    );
     assert!(
         exists(
             &Api::<PodDisruptionBudget>::namespaced(client.clone(), &home),

@@ -6,6 +6,7 @@ use http::{Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
@@ -15,8 +16,8 @@ use super::response::{self, ProxyBody};
 use super::retry::MAX_RETRY_BODY;
 use super::rule::{Rule, describe};
 use super::upgrade::UpgradeRequest;
-use crate::metrics::Metrics;
-use crate::upstream::{BufferedBody, ForwardError, RequestBody, Upstream};
+use crate::metrics::{Metrics, Timeout};
+use crate::upstream::{BodyClock, BufferedBody, ClientBody, ForwardError, RequestBody, Upstream};
 
 /// A request routed to `rule`.
 pub struct Exchange<'a> {
@@ -31,6 +32,8 @@ pub struct Exchange<'a> {
     /// Mirror copies that may still be sent.
     pub mirror_slots: &'a Arc<Semaphore>,
     pub metrics: &'a Metrics,
+    /// The longest wait for the client's request body before a response started.
+    pub body_timeout: Duration,
 }
 
 /// The outcome of one attempt.
@@ -67,6 +70,7 @@ impl<'a> Exchange<'a> {
             return answer;
         }
         let mut upgrade = UpgradeRequest::take(&mut parts);
+        let (body, clock) = ClientBody::new(body, self.body_timeout);
         // With a route retry, endpoints are not retried by the backend: attempts + 1 in all.
         let connect_retries = if rule.retry.is_some() { 0 } else { self.connect_retries };
         // Retries and mirrors need the body more than once; upgrades are sent once, unmirrored.
@@ -89,6 +93,9 @@ impl<'a> Exchange<'a> {
                 }
                 Err(error) => {
                     tracing::debug!(%error, "reading the request body failed");
+                    if let Some(timed_out) = self.body_timed_out(clock.as_deref()) {
+                        return timed_out;
+                    }
                     return response::local(StatusCode::BAD_REQUEST, rule.grpc);
                 }
             }
@@ -123,6 +130,16 @@ impl<'a> Exchange<'a> {
                         .await
                 }
             };
+            if let Some(clock) = clock.as_deref() {
+                match &outcome {
+                    Attempt::Response(_) => clock.answered(),
+                    Attempt::Failed(_) => {
+                        if let Some(timed_out) = self.body_timed_out(Some(clock)) {
+                            return timed_out;
+                        }
+                    }
+                }
+            }
             let retry = attempt < retries
                 && match &outcome {
                     Attempt::Response(response) => {
@@ -143,6 +160,16 @@ impl<'a> Exchange<'a> {
                 Box::pin(tokio::time::sleep(backoff)).await;
             }
         }
+    }
+
+    /// 408 when the client stalled its request body (whatever error the backend side saw).
+    fn body_timed_out(&self, clock: Option<&BodyClock>) -> Option<Response<ProxyBody>> {
+        if !clock.is_some_and(BodyClock::timed_out) {
+            return None;
+        }
+        self.metrics.timeouts.inc(Timeout::request_body);
+        tracing::debug!(rule = %describe(&self.rule.route), "request body timed out");
+        Some(response::local(StatusCode::REQUEST_TIMEOUT, self.rule.grpc))
     }
 
     /// Picks a backend, applies its filters and forwards the request to it.

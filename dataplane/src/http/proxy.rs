@@ -21,6 +21,7 @@ use super::host::request_host;
 use super::response::{self, ProxyBody};
 use super::router::RequestView;
 use super::rule::Rule;
+use crate::listener::{Activity, Deadlines, Limits};
 use crate::metrics::{Metrics, RequestLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -42,6 +43,9 @@ pub struct ListenerContext {
     pub metrics: Arc<Metrics>,
     /// Log one line per request.
     pub access_log: bool,
+    pub limits: Limits,
+    /// Watches the connections' header and idle deadlines.
+    pub deadlines: Arc<Deadlines>,
 }
 
 /// The hyper service of one connection. Cloned per request: one reference count.
@@ -60,6 +64,18 @@ struct Connection {
     server_name: Option<Arc<str>>,
     /// The client's address as an X-Forwarded-For element.
     forwarded_for: Option<HeaderValue>,
+    /// The requests in flight and reads, for the connection's timeouts.
+    activity: Activity,
+}
+
+/// Counts a request as in flight on its connection until dropped (with its response body).
+#[derive(Debug)]
+pub struct InFlight(Arc<Connection>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.activity.end();
+    }
 }
 
 impl hyper::service::Service<Request<Incoming>> for HttpService {
@@ -68,11 +84,16 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
     type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let connection = self.connection.clone();
+        self.connection.activity.start();
+        let in_flight = InFlight(self.connection.clone());
         // The head is boxed once here: moved through every await below, it stays a pointer.
         let (parts, body) = req.into_parts();
         let parts = Box::new(parts);
-        Box::pin(async move { Ok(connection.handle(parts, body).await) })
+        Box::pin(async move {
+            let mut response = in_flight.0.handle(parts, body).await;
+            response.body_mut().hold(in_flight);
+            Ok(response)
+        })
     }
 }
 
@@ -95,6 +116,7 @@ impl HttpService {
                 peer,
                 server_name,
                 forwarded_for,
+                activity: Activity::default(),
             }),
         }
     }
@@ -102,6 +124,16 @@ impl HttpService {
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
         self.connection.peer
+    }
+
+    /// What the connection's timeouts watch.
+    pub fn activity(&self) -> &Activity {
+        &self.connection.activity
+    }
+
+    /// What the connection's listener serves with.
+    pub fn context(&self) -> &ListenerContext {
+        &self.connection.context
     }
 }
 
@@ -155,6 +187,9 @@ impl Connection {
         served: &mut Served<'t>,
     ) -> Response<ProxyBody> {
         let context = &self.context;
+        if let Some(status) = context.limits.refuse(&parts) {
+            return response::local(status, is_grpc(&parts.headers));
+        }
         let Some(routes) = table.http_port(context.port) else {
             return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
         };
@@ -197,6 +232,7 @@ impl Connection {
             connect_retries: table.connect_retries,
             mirror_slots: &context.mirror_slots,
             metrics: &context.metrics,
+            body_timeout: context.limits.request_body_timeout,
         };
         match rule.request_timeout {
             // Boxed: the timer would make every request's future larger.

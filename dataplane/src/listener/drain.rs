@@ -8,14 +8,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 
 use hyper::rt::{Read, Write};
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto;
 use tokio::sync::Notify;
 
+use super::deadline::{Deadline, Expired};
 use crate::http::HttpService;
 
 /// The open connections of one listener.
@@ -102,15 +102,34 @@ impl Watch {
         self.state.closing.load(Ordering::SeqCst)
     }
 
-    /// Serves `connection` until it ends, shutting it down gracefully once the listener closes.
-    pub async fn serve<C: Graceful>(mut self, mut connection: Pin<Box<C>>) -> Result<(), C::Error> {
+    /// Serves `connection` until it ends, shutting it down gracefully once the listener closes
+    /// or its idle deadline passed, and dropping it once its `deadline` says so.
+    pub async fn serve<C: Graceful>(
+        mut self,
+        mut connection: Pin<Box<C>>,
+        mut deadline: Deadline,
+    ) -> Result<(), C::Error> {
         let mut shutting = false;
         std::future::poll_fn(move |cx| {
             if !shutting && self.closing(cx) {
                 shutting = true;
                 connection.as_mut().graceful_shutdown();
             }
-            connection.as_mut().poll(cx)
+            loop {
+                if let Poll::Ready(served) = connection.as_mut().poll(cx) {
+                    return Poll::Ready(served);
+                }
+                match deadline.poll_expired(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Expired::Close) => return Poll::Ready(Ok(())),
+                    Poll::Ready(Expired::Finish) => {
+                        if !shutting {
+                            shutting = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                }
+            }
         })
         .await
     }
@@ -155,16 +174,5 @@ where
 
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http2::Connection::graceful_shutdown(self)
-    }
-}
-
-impl<I> Graceful for auto::UpgradeableConnection<'_, I, HttpService, TokioExecutor>
-where
-    I: Read + Write + Unpin + Send + 'static,
-{
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn graceful_shutdown(self: Pin<&mut Self>) {
-        auto::UpgradeableConnection::graceful_shutdown(self)
     }
 }

@@ -3,30 +3,31 @@
 //!
 //! The protocol is chosen before the connection is served (the HTTP/2 preface peeked from the
 //! socket, or the ALPN protocol) so that hyper's HTTP/1.1 or HTTP/2 connection reads the socket
-//! directly; only a client whose first bytes leave the protocol open goes through hyper-util's
-//! detection, which replays what it read.
+//! directly; only a client whose first bytes leave the protocol open has them read first (at
+//! most the preface's length) and replayed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::rt::{Read, Write};
 use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
+use super::deadline::{Deadline, Framing, Watched};
 use super::drain::{Drain, Watch};
+use super::limits::Limits;
 use super::tcp::listen;
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
 use crate::http::{HttpService, ListenerContext};
+use crate::metrics::{ConnectionGuard, Timeout};
+use crate::stream::prefixed::Prefixed;
 use crate::table::{Socket, SocketKind};
-
-/// How long a client may take to complete the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds the socket and serves HTTP (or HTTPS) on it with the shared table.
 pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), PortError> {
@@ -45,6 +46,8 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
         mirror_slots: shared.mirror_slots.clone(),
         metrics: shared.metrics.clone(),
         access_log: shared.access_log,
+        limits: shared.limits,
+        deadlines: shared.deadlines.clone(),
     });
     Ok((
         local_addr,
@@ -58,7 +61,7 @@ async fn accept(
     mut stopped: watch::Receiver<bool>,
     release: Release,
 ) {
-    let builders = Arc::new(Builders::default());
+    let builders = Arc::new(Builders::new(&context.limits));
     let drain = Drain::default();
     loop {
         tokio::select! {
@@ -66,8 +69,15 @@ async fn accept(
             _ = stopped.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    // Beyond the limit the connection is closed at once: the client can try
+                    // another proxy instead of waiting in the accept queue.
+                    let Some(open) = context.metrics.admit(context.limits.max_connections) else {
+                        tracing::debug!(%peer, "connection limit reached, closing");
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(connection(stream, peer, context.clone(), builders.clone(), drain.watch(), stopped.clone()));
+                    let accepted = Accepted { stream, peer, open, at: Instant::now() };
+                    tokio::spawn(connection(accepted, context.clone(), builders.clone(), drain.watch(), stopped.clone()));
                 }
                 Err(error) => {
                     // Out of file descriptors and similar: back off instead of spinning.
@@ -87,21 +97,52 @@ async fn accept(
 /// The HTTP/2 client preface: a plain connection starting with it speaks h2c.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// How connections are served: HTTP/1.1 or HTTP/2 when known up front, else detected.
+/// How connections are served: HTTP/1.1 or HTTP/2.
 pub struct Builders {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
-    auto: auto::Builder<TokioExecutor>,
+    limits: Limits,
 }
 
-impl Default for Builders {
-    fn default() -> Self {
+impl Builders {
+    /// Builders enforcing `limits` (header and idle timeouts are the [`Deadline`]'s).
+    pub fn new(limits: &Limits) -> Self {
+        let mut http1 = http1::Builder::new();
+        // No timer: hyper's header timeout would also end idle connections early.
+        http1.max_header_size(limits.max_header_bytes);
+        // Set only when changed: a count other than hyper's 100 makes hyper allocate the
+        // header array of each request instead of keeping it on the stack.
+        if limits.max_headers != 100 {
+            http1.max_headers(limits.max_headers);
+        }
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(limits.http2_max_concurrent_streams)
+            .max_header_list_size(limits.header_list_size())
+            .max_pending_accept_reset_streams(limits.http2_max_pending_accept_reset_streams)
+            .max_local_error_reset_streams(limits.http2_max_local_error_reset_streams)
+            .keep_alive_interval(limits.http2_keep_alive_interval)
+            .keep_alive_timeout(limits.http2_keep_alive_timeout);
         Builders {
-            http1: http1::Builder::new(),
-            http2: http2::Builder::new(TokioExecutor::new()),
-            auto: auto::Builder::new(TokioExecutor::new()),
+            http1,
+            http2,
+            limits: *limits,
         }
     }
+
+    /// The TLS handshake timeout.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.limits.tls_handshake_timeout
+    }
+}
+
+/// An accepted client connection, counted among the open ones.
+struct Accepted {
+    stream: TcpStream,
+    peer: SocketAddr,
+    open: ConnectionGuard,
+    at: Instant,
 }
 
 /// The protocol a connection speaks, when known before serving it.
@@ -109,7 +150,7 @@ impl Default for Builders {
 pub enum Protocol {
     Http1,
     Http2,
-    /// Detected from the first bytes read.
+    /// Told by the first bytes read.
     Detect,
 }
 
@@ -119,46 +160,61 @@ async fn sniff(stream: &TcpStream) -> Protocol {
     match stream.peek(&mut first).await {
         Ok(n) if n > 0 && first[..n] != H2_PREFACE[..n] => Protocol::Http1,
         Ok(n) if n == H2_PREFACE.len() => Protocol::Http2,
-        // Closed, failed, or a part of the preface only: hyper-util reads until it knows.
+        // Closed, failed, or a part of the preface only: read until it is known.
         _ => Protocol::Detect,
     }
 }
 
 /// Serves one accepted connection, after the TLS handshake on HTTPS listeners.
 async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
+    accepted: Accepted,
     context: Arc<ListenerContext>,
     builders: Arc<Builders>,
     watch: Watch,
     stopped: watch::Receiver<bool>,
 ) {
-    let _open = context.metrics.connection();
+    let Accepted {
+        stream,
+        peer,
+        open: _open,
+        at,
+    } = accepted;
     if context.scheme == "http" {
-        // A client that sends nothing is closed when the listener stops.
+        // A client that sends nothing is closed after the header timeout, or when the listener
+        // stops.
         let protocol = tokio::select! {
-            protocol = sniff(&stream) => protocol,
+            sniffed = tokio::time::timeout_at(at + context.limits.header_timeout, sniff(&stream)) => match sniffed {
+                Ok(protocol) => protocol,
+                Err(_) => {
+                    context.metrics.timeouts.inc(Timeout::header);
+                    return;
+                }
+            },
             _ = stopping(stopped) => return,
         };
         let service = HttpService::new(context, peer, None);
-        return serve(TokioIo::new(stream), protocol, service, &builders, watch).await;
+        return serve(stream, protocol, service, &builders, watch, at).await;
     }
     // New connections take the certificates of the current table.
     let Some(config) = context.table.load().https_config(context.port).cloned() else {
         return;
     };
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TlsAcceptor::from(config).accept(stream)).await {
+    let handshake = TlsAcceptor::from(config).accept(stream);
+    let tls = match tokio::time::timeout_at(at + builders.handshake_timeout(), handshake).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(error)) => {
             tracing::debug!(%peer, %error, "TLS handshake failed");
             return;
         }
-        Err(_) => return,
+        Err(_) => {
+            context.metrics.timeouts.inc(Timeout::tls_handshake);
+            return;
+        }
     };
     let server_name = tls.get_ref().1.server_name().map(|n| Arc::from(n.to_ascii_lowercase()));
     let protocol = alpn_protocol(tls.get_ref().1.alpn_protocol());
     let service = HttpService::new(context, peer, server_name);
-    serve(TokioIo::new(tls), protocol, service, &builders, watch).await;
+    serve(tls, protocol, service, &builders, watch, Instant::now()).await;
 }
 
 /// HTTP/2 when ALPN chose it; without ALPN a client may still speak HTTP/2 (prior knowledge).
@@ -170,25 +226,77 @@ pub(super) fn alpn_protocol(alpn: Option<&[u8]>) -> Protocol {
     }
 }
 
-pub(super) async fn serve<I>(io: I, protocol: Protocol, service: HttpService, builders: &Builders, watch: Watch)
-where
-    I: Read + Write + Unpin + Send + 'static,
+/// Serves HTTP on `io`, whose first request head must be complete by `started` plus the header
+/// timeout.
+pub(super) async fn serve<I>(
+    mut io: I,
+    protocol: Protocol,
+    service: HttpService,
+    builders: &Builders,
+    watch: Watch,
+    started: Instant,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if protocol != Protocol::Detect {
+        return serve_known(io, protocol, service, builders, watch, started).await;
+    }
+    let deadline = started + builders.limits.header_timeout;
+    let (protocol, read) = match tokio::time::timeout_at(deadline, detect(&mut io)).await {
+        Ok(Ok(detected)) => detected,
+        Ok(Err(error)) => {
+            tracing::debug!(peer = %service.peer(), %error, "connection failed before its first request");
+            return;
+        }
+        Err(_) => {
+            service.context().metrics.timeouts.inc(Timeout::header);
+            return;
+        }
+    };
+    serve_known(Prefixed::new(read, io), protocol, service, builders, watch, started).await;
+}
+
+/// Reads the first bytes until they are the HTTP/2 preface or cannot be; returns them to be
+/// read again. A connection closed before is HTTP/1.1 (hyper sees it end).
+async fn detect<I: AsyncRead + Unpin>(io: &mut I) -> std::io::Result<(Protocol, Vec<u8>)> {
+    let mut read = Vec::with_capacity(H2_PREFACE.len());
+    let mut chunk = [0u8; H2_PREFACE.len()];
+    while read.len() < H2_PREFACE.len() {
+        // Never past the preface: the rest belongs to the connection.
+        let n = io.read(&mut chunk[..H2_PREFACE.len() - read.len()]).await?;
+        read.extend_from_slice(&chunk[..n]);
+        if n == 0 || read[..] != H2_PREFACE[..read.len()] {
+            return Ok((Protocol::Http1, read));
+        }
+    }
+    Ok((Protocol::Http2, read))
+}
+
+/// Serves `io` with hyper's connection for `protocol` (HTTP/1.1 unless HTTP/2).
+async fn serve_known<I>(
+    io: I,
+    protocol: Protocol,
+    service: HttpService,
+    builders: &Builders,
+    watch: Watch,
+    started: Instant,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = service.peer();
+    let framing = match protocol {
+        Protocol::Http2 => Framing::Multiplexed,
+        Protocol::Http1 | Protocol::Detect => Framing::Sequential,
+    };
+    let deadline = Deadline::new(&builders.limits, framing, service.clone(), started.into_std());
+    let io = TokioIo::new(Watched::new(io, service.clone()));
     // Connections are boxed: the spawned task's future stays small, and spawning copies it.
-    let served = match protocol {
-        Protocol::Http1 => {
-            let connection = Box::pin(builders.http1.serve_connection(io, service).with_upgrades());
-            watch.serve(connection).await.map_err(|e| e.to_string())
-        }
-        Protocol::Http2 => {
-            let connection = Box::pin(builders.http2.serve_connection(io, service));
-            watch.serve(connection).await.map_err(|e| e.to_string())
-        }
-        Protocol::Detect => {
-            let connection = Box::pin(builders.auto.serve_connection_with_upgrades(io, service).into_owned());
-            watch.serve(connection).await.map_err(|e| e.to_string())
-        }
+    let served = if framing == Framing::Multiplexed {
+        let connection = Box::pin(builders.http2.serve_connection(io, service));
+        watch.serve(connection, deadline).await
+    } else {
+        let connection = Box::pin(builders.http1.serve_connection(io, service).with_upgrades());
+        watch.serve(connection, deadline).await
     };
     if let Err(error) = served {
         tracing::debug!(%peer, %error, "connection ended with an error");

@@ -1,9 +1,14 @@
 //! The sockets the proxy accepts on, reconciled with each applied table.
 
+mod deadline;
 mod drain;
 mod http;
+mod limits;
 mod tcp;
 mod udp;
+
+pub use deadline::{Activity, Deadlines};
+pub use limits::{Limits, LimitsError};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -39,6 +44,9 @@ pub struct Shared {
     pub access_log: bool,
     /// When endpoints are ejected.
     pub passive_health: crate::upstream::PassiveHealth,
+    pub limits: Limits,
+    /// The header and idle deadlines of the HTTP connections.
+    pub deadlines: Arc<Deadlines>,
 }
 
 /// A listener's accept task and how to stop it.

@@ -9,16 +9,17 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use translator::ir::Transport;
 
 use super::drain::{Drain, Watch};
 use super::http::{Builders, alpn_protocol, serve};
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
-use hyper_util::rt::TokioIo;
 use tokio_rustls::TlsAcceptor;
 
 use crate::http::{HttpService, ListenerContext};
+use crate::metrics::Timeout;
 use crate::stream::Dispatch;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::sni::{self, ClientHello};
@@ -27,8 +28,6 @@ use crate::upstream::Upstream;
 
 /// Pending connections the kernel queues for one listener.
 const BACKLOG: u32 = 1024;
-/// How long a TLS client may take to send its ClientHello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A listening TCP socket with `SO_REUSEADDR`, so a restarted proxy can bind at once.
 pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -57,8 +56,10 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
             mirror_slots: shared.mirror_slots.clone(),
             metrics: shared.metrics.clone(),
             access_log: shared.access_log,
+            limits: shared.limits,
+            deadlines: shared.deadlines.clone(),
         }),
-        builders: Arc::new(Builders::default()),
+        builders: Arc::new(Builders::new(&shared.limits)),
     };
     Ok((
         local_addr,
@@ -87,17 +88,21 @@ async fn accept(
             _ = stopped.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let Some(open) = https.context.metrics.admit(https.context.limits.max_connections) else {
+                        tracing::debug!(%peer, "connection limit reached, closing");
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     // The connection stays on the table it was accepted with.
                     let table = https.context.table.load_full();
                     let stopped = stopped.clone();
-                    let open = https.context.metrics.connection();
                     let https = https.clone();
                     let watch = drain.watch();
+                    let accepted = Instant::now();
                     tokio::spawn(async move {
                         let _open = open;
                         tokio::select! {
-                            _ = forward(stream, peer, &table, socket, https, watch) => {}
+                            _ = forward(stream, peer, accepted, &table, socket, https, watch) => {}
                             _ = drained(stopped) => tracing::debug!(%peer, "connection closed after the drain timeout"),
                         }
                     });
@@ -121,16 +126,31 @@ async fn drained(stopped: watch::Receiver<bool>) {
     tokio::time::sleep(DRAIN_TIMEOUT).await;
 }
 
-/// Joins `client` to a backend endpoint (or serves it as HTTPS); returning closes it.
-async fn forward(mut client: TcpStream, peer: SocketAddr, table: &Table, socket: Socket, https: Https, watch: Watch) {
+/// Joins `client` to a backend endpoint (or serves it as HTTPS); returning closes it. The
+/// ClientHello and TLS handshake must be complete by `accepted` plus the handshake timeout.
+async fn forward(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    accepted: Instant,
+    table: &Table,
+    socket: Socket,
+    https: Https,
+    watch: Watch,
+) {
     let Some(port) = table.stream_port(Transport::Tcp, socket.port) else {
         return;
     };
+    let handshake_deadline = accepted + https.builders.handshake_timeout();
+    let timeouts = &https.context.metrics.timeouts;
     let mut hello = Vec::new();
     let server_name = if socket.kind == SocketKind::Tls {
-        match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut client, &mut hello)).await {
+        match tokio::time::timeout_at(handshake_deadline, read_hello(&mut client, &mut hello)).await {
             Ok(Some(name)) => Some(name.unwrap_or_default()),
-            _ => return,
+            Ok(None) => return,
+            Err(_) => {
+                timeouts.inc(Timeout::tls_handshake);
+                return;
+            }
         }
     } else {
         None
@@ -143,9 +163,17 @@ async fn forward(mut client: TcpStream, peer: SocketAddr, table: &Table, socket:
                 return;
             };
             let client = Prefixed::new(hello, client);
-            let accepted = tokio::time::timeout(HELLO_TIMEOUT, TlsAcceptor::from(config).accept(client)).await;
-            let Ok(Ok(tls)) = accepted else {
-                return;
+            let accepted = tokio::time::timeout_at(handshake_deadline, TlsAcceptor::from(config).accept(client)).await;
+            let tls = match accepted {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => {
+                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    timeouts.inc(Timeout::tls_handshake);
+                    return;
+                }
             };
             let protocol = alpn_protocol(tls.get_ref().1.alpn_protocol());
             let service = HttpService::new(
@@ -153,7 +181,7 @@ async fn forward(mut client: TcpStream, peer: SocketAddr, table: &Table, socket:
                 peer,
                 server_name.filter(|n| !n.is_empty()).map(Arc::from),
             );
-            return serve(TokioIo::new(tls), protocol, service, &https.builders, watch).await;
+            return serve(tls, protocol, service, &https.builders, watch, Instant::now()).await;
         }
         None => {
             tracing::debug!(port = socket.port, ?server_name, "no route for connection");
@@ -170,9 +198,17 @@ async fn forward(mut client: TcpStream, peer: SocketAddr, table: &Table, socket:
             return;
         };
         let client = Prefixed::new(hello, client);
-        let accepted = tokio::time::timeout(HELLO_TIMEOUT, TlsAcceptor::from(config).accept(client)).await;
-        let Ok(Ok(mut client)) = accepted else {
-            return;
+        let accepted = tokio::time::timeout_at(handshake_deadline, TlsAcceptor::from(config).accept(client)).await;
+        let mut client = match accepted {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                tracing::debug!(%peer, %error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                timeouts.inc(Timeout::tls_handshake);
+                return;
+            }
         };
         join(&mut client, upstream, table.connect_retries, &[]).await;
     } else {

@@ -3,23 +3,143 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::time::{Instant, Sleep};
 
 use super::direct;
 
 /// Errors of response bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A request body as the client sends it. While no response has started, a client that sends
+/// nothing of it for the body timeout fails it with [`BodyTimeout`] and marks its
+/// [`BodyClock`].
+#[derive(Debug)]
+pub struct ClientBody {
+    incoming: Incoming,
+    /// `None` for a body that was complete with its head.
+    stall: Option<Box<Stall>>,
+}
+
+/// The timer of a body still to be read.
+#[derive(Debug)]
+struct Stall {
+    timeout: Duration,
+    /// Created at the first wait, reset at each later one.
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// Whether the sleep runs for the current wait.
+    waiting: bool,
+    clock: Arc<BodyClock>,
+}
+
+/// What a request's exchange and its [`ClientBody`] tell each other.
+#[derive(Debug, Default)]
+pub struct BodyClock(AtomicU8);
+
+const WAITING: u8 = 0;
+const ANSWERED: u8 = 1;
+const TIMED_OUT: u8 = 2;
+
+impl BodyClock {
+    /// The backend answered: from now on a quiet client is not timed out.
+    pub fn answered(&self) {
+        let _ = self
+            .0
+            .compare_exchange(WAITING, ANSWERED, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Whether the body failed because the client stalled.
+    pub fn timed_out(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == TIMED_OUT
+    }
+}
+
+/// A client sent nothing of its request body for too long.
+#[derive(Debug, thiserror::Error)]
+#[error("no request body data from the client for {0:?}")]
+pub struct BodyTimeout(Duration);
+
+impl ClientBody {
+    /// `incoming`, failing after `timeout` without data; the clock when a body is still to come.
+    pub fn new(incoming: Incoming, timeout: Duration) -> (ClientBody, Option<Arc<BodyClock>>) {
+        if incoming.is_end_stream() {
+            return (ClientBody { incoming, stall: None }, None);
+        }
+        let clock = Arc::new(BodyClock::default());
+        let stall = Stall {
+            timeout,
+            sleep: None,
+            waiting: false,
+            clock: clock.clone(),
+        };
+        (
+            ClientBody {
+                incoming,
+                stall: Some(Box::new(stall)),
+            },
+            Some(clock),
+        )
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let frame = Pin::new(&mut this.incoming).poll_frame(cx).map_err(BoxError::from);
+        if frame.is_ready() {
+            if let Some(stall) = &mut this.stall {
+                stall.waiting = false;
+            }
+            return frame;
+        }
+        let Some(stall) = &mut this.stall else {
+            return Poll::Pending;
+        };
+        match stall.clock.0.load(Ordering::Relaxed) {
+            WAITING => {}
+            TIMED_OUT => return Poll::Ready(Some(Err(BodyTimeout(stall.timeout).into()))),
+            _ => return Poll::Pending,
+        }
+        let deadline = Instant::now() + stall.timeout;
+        let sleep = stall
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !stall.waiting {
+            stall.waiting = true;
+            sleep.as_mut().reset(deadline);
+        }
+        if sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        stall.clock.0.store(TIMED_OUT, Ordering::Relaxed);
+        Poll::Ready(Some(Err(BodyTimeout(stall.timeout).into())))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
 /// The body of a request to a backend.
 #[derive(Debug)]
 pub enum RequestBody {
     /// Read from the client while it is sent, after the frames already read.
-    Streaming { prefix: VecDeque<Bytes>, rest: Incoming },
+    Streaming { prefix: VecDeque<Bytes>, rest: ClientBody },
     /// Read completely.
     Buffered(BufferedBody),
 }
@@ -33,7 +153,7 @@ pub struct BufferedBody {
 }
 
 impl RequestBody {
-    pub fn streaming(body: Incoming) -> Self {
+    pub fn streaming(body: ClientBody) -> Self {
         RequestBody::Streaming {
             prefix: VecDeque::new(),
             rest: body,
@@ -51,7 +171,7 @@ impl RequestBody {
 
     /// Reads `body` completely when it holds at most `limit` bytes; a larger body streams on
     /// after the part already read.
-    pub async fn buffer(mut body: Incoming, limit: usize) -> Result<RequestBody, hyper::Error> {
+    pub async fn buffer(mut body: ClientBody, limit: usize) -> Result<RequestBody, BoxError> {
         if body.size_hint().lower() > limit as u64 {
             return Ok(RequestBody::streaming(body));
         }
@@ -87,9 +207,9 @@ impl RequestBody {
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             RequestBody::Streaming { prefix, rest } => match prefix.pop_front() {
                 Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),

@@ -12,7 +12,7 @@ mod pool;
 mod tls;
 
 pub use balancer::pick_weighted;
-pub use body::{BoxError, BufferedBody, RequestBody, ResponseBody};
+pub use body::{BodyClock, BodyTimeout, BoxError, BufferedBody, ClientBody, RequestBody, ResponseBody};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
 pub use health::PassiveHealth;
 

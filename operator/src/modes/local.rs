@@ -76,7 +76,7 @@ pub async fn start(options: Options) -> Result<Local, LocalModeError> {
         settings.status.addresses = vec![options.address.to_string()];
     }
     let health_address = super::socket_address(&settings.health_address)?;
-    let dataplane = Dataplane::new(dataplane::Settings::on(options.address));
+    let dataplane = Dataplane::new(settings.dataplane_settings(options.address));
     let fingerprint = local::fingerprint(&options.files)?;
     let input = local::read(&options.files)?;
     match apply(&dataplane, &settings, input).await {

@@ -60,9 +60,8 @@ pub async fn start(client: Client, options: Options) -> Result<Proxy, ProxyModeE
     };
     let health_address = super::socket_address(&settings.health_address)?;
     let dataplane = Dataplane::new(dataplane::Settings {
-        address,
         shutdown_delay: std::time::Duration::ZERO,
-        ..dataplane::Settings::default()
+        ..settings.dataplane_settings(address)
     });
     let health = dataplane
         .serve_health(health_address)

@@ -443,6 +443,7 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
                 "use_service_ip": s.backend.use_service_ip,
                 "allow_external_name": s.backend.allow_external_name,
             },
+            "limits": s.limits,
         }}
     });
     serde_yaml::to_string(&config).unwrap_or_default()
@@ -453,6 +454,7 @@ mod tests {
     use super::*;
     use crate::provision::names;
     use crate::settings::Proxy as ProxySettings;
+    use std::time::Duration;
 
     fn ir_proxy() -> ir::Proxy {
         ir::Proxy {
@@ -555,6 +557,22 @@ mod tests {
             ..Kubernetes::default()
         };
         assert_ne!(before, hash(objects(&changed)));
+    }
+
+    #[test]
+    fn proxies_get_the_controller_limits() {
+        let mut settings = Kubernetes::default();
+        settings.limits.max_connections = 123;
+        settings.limits.idle_timeout = Duration::from_millis(1500);
+        let o = objects(&settings);
+        let text = &o.config_map.data.as_ref().expect("data")["turna.yaml"];
+        // What `turna proxy --config` reads.
+        let file: crate::settings::File = serde_yaml::from_str(text).expect("a settings file");
+        let proxy = file.providers.kubernetes.validate().expect("valid");
+        assert_eq!(proxy.limits, settings.limits);
+        let limits = proxy.dataplane_settings([0, 0, 0, 0].into()).limits;
+        assert_eq!(limits.max_connections, 123);
+        assert_eq!(limits.idle_timeout, Duration::from_millis(1500));
     }
 
     #[test]
