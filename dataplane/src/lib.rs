@@ -142,7 +142,8 @@ impl Dataplane {
                 return Err(error.into());
             }
         };
-        shared.table.store(table.clone());
+        let previous = shared.table.swap(table.clone());
+        previous.retire_departed(&table);
         shared.metrics.config_version.inc();
         self.inner.ready.store(true, Ordering::Relaxed);
         let errors = listeners.reconcile(shared, &table).await;

@@ -88,6 +88,18 @@ impl SocketKind {
 }
 
 impl Table {
+    /// Retires the endpoints that left their backends in `next`, the table swapped in after this
+    /// one: requests of this table still connecting to them go to the endpoints that remain.
+    pub fn retire_departed(&self, next: &Table) {
+        for (id, upstream) in &self.upstreams {
+            if let Some(successor) = next.upstreams.get(id)
+                && !Arc::ptr_eq(upstream, successor)
+            {
+                upstream.retire_departed(successor);
+            }
+        }
+    }
+
     /// Validates `proxy` and builds its table; upstreams that did not change are taken from
     /// `previous` with their pools and balancing state.
     pub fn build(

@@ -235,3 +235,50 @@ async fn a_port_changing_kind_is_rebound_on_the_same_local_port() {
         "echo"
     );
 }
+
+/// A loopback endpoint whose connects hang: its accept queue is full and never drained, so the
+/// kernel drops new SYNs (as a stopped pod's address answers nothing). The listener and the
+/// connections filling it are returned to be kept alive.
+async fn hanging_endpoint() -> (ir::Endpoint, tokio::net::TcpListener, Vec<std::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut filling = Vec::new();
+    while let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+        filling.push(s);
+        assert!(filling.len() < 64, "the accept queue never filled");
+    }
+    let endpoint = ir::Endpoint {
+        address: addr.ip().to_string(),
+        port: addr.port(),
+    };
+    (endpoint, listener, filling)
+}
+
+#[tokio::test]
+async fn requests_connecting_to_an_endpoint_that_left_go_to_one_that_remains() {
+    let live = EchoBackend::start("live").await;
+    let (hanging, _listener, _filling) = hanging_endpoint().await;
+    let with = |endpoints: Vec<ir::Endpoint>| simple(vec![rule("r", prefix("/"), "b")], vec![backend("b", endpoints)]);
+    let (dp, addr) = start(with(vec![hanging, live.endpoint()])).await;
+    // Round robin sends one of two concurrent requests to the hanging endpoint.
+    let started = std::time::Instant::now();
+    let requests: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { get(&client(), addr, "a.com", "/").await }))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The endpoint leaves the backend (its pod is gone from the EndpointSlice).
+    dp.apply(with(vec![live.endpoint()])).await.unwrap();
+    for r in requests {
+        let reply = r.await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.backend(), "live");
+    }
+    // Not after the connect timeout (5 s): as soon as the new table came.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use translator::config::Strategy;
 
-use super::Upstream;
+use super::{Endpoint, Upstream};
 
 /// Picks an item with probability proportional to its weight; `None` when all weights are zero.
 pub fn pick_weighted<T>(items: &[T], weight: impl Fn(&T) -> u32) -> Option<&T> {
@@ -30,15 +30,15 @@ impl Upstream {
         if count == 0 {
             return None;
         }
-        // The common case (first attempt, nobody ejected) chooses among all without collecting.
-        if tried.is_empty() && !self.endpoints.iter().any(|e| e.health.ejected()) {
+        // The common case (first attempt, nobody ejected or retired) chooses among all without
+        // collecting.
+        let out = |e: &Endpoint| e.health.ejected() || e.pool.retired();
+        if tried.is_empty() && !self.endpoints.iter().any(out) {
             return Some(self.choose(count, |k| k));
         }
         // Healthy untried endpoints first; when none is left, any untried one, then any.
         let untried = |i: &usize| !tried.contains(i);
-        let mut candidates: Vec<usize> = (0..count)
-            .filter(|i| untried(i) && !self.endpoints[*i].health.ejected())
-            .collect();
+        let mut candidates: Vec<usize> = (0..count).filter(|i| untried(i) && !out(&self.endpoints[*i])).collect();
         if candidates.is_empty() {
             candidates = (0..count).filter(untried).collect();
         }

@@ -3,8 +3,8 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::client::{ActiveGuard, CONNECT_TIMEOUT, gone};
-use super::connector::handshake;
+use super::client::{ActiveGuard, gone};
+use super::connector::{connect_tcp, handshake};
 use super::tls::BackendTls;
 use super::{ForwardError, Upstream};
 
@@ -47,18 +47,17 @@ impl Upstream {
             tried.push(index);
             let endpoint = &self.endpoints[index];
             let guard = ActiveGuard::new(&endpoint.active);
-            let error =
-                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint.pool.authority().as_str()))
-                    .await
-                {
-                    Ok(Ok(stream)) => {
-                        endpoint.health.connected();
-                        let _ = stream.set_nodelay(true);
-                        return Ok((stream, guard));
-                    }
-                    Ok(Err(error)) => error,
-                    Err(_) => std::io::Error::from(std::io::ErrorKind::TimedOut),
-                };
+            let error = match endpoint
+                .pool
+                .until_retired(connect_tcp(endpoint.pool.authority()))
+                .await
+            {
+                Ok(stream) => {
+                    endpoint.health.connected();
+                    return Ok((stream, guard));
+                }
+                Err(error) => error,
+            };
             self.connect_failed(endpoint, &error);
             if connect_retries == 0 || !gone(&error) {
                 counted += 1;

@@ -72,6 +72,21 @@ pub struct Upstream {
     passive_health: PassiveHealth,
 }
 
+impl Upstream {
+    /// Retires the endpoints of this upstream that `next`, the same backend in the table
+    /// swapped in after it, no longer has (see [`pool::Pool::retire`]). Endpoints of a backend
+    /// the new table does not have at all are left alone: a route stopped using it, which says
+    /// nothing about its pods.
+    pub fn retire_departed(&self, next: &Upstream) {
+        for endpoint in &self.endpoints {
+            let authority = endpoint.pool.authority();
+            if !next.endpoints.iter().any(|e| e.pool.authority() == authority) {
+                endpoint.pool.retire();
+            }
+        }
+    }
+}
+
 /// An endpoint, its connections, its requests in flight (for least_conn) and its passive
 /// health.
 #[derive(Debug)]

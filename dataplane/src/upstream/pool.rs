@@ -4,7 +4,9 @@
 //! A request costs no lock held across an await and no spawned task in steady state: an idle
 //! HTTP/1.1 connection is taken from a short list and put back when its response body is done.
 
+use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -13,6 +15,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::{TrySendError, http1, http2};
 use hyper_util::rt::TokioExecutor;
+use tokio::sync::Notify;
 
 use super::RequestBody;
 use super::connector::{connect, connect_tcp};
@@ -39,6 +42,9 @@ pub struct Pool {
     shared: Mutex<Option<http2::SendRequest<RequestBody>>>,
     /// Held while a new HTTP/2 connection is opened, so concurrent requests share it.
     connecting: tokio::sync::Mutex<()>,
+    /// Set when the endpoint left its backend (see [`Pool::retire`]).
+    retired: AtomicBool,
+    retiring: Notify,
 }
 
 #[derive(Debug)]
@@ -93,6 +99,12 @@ impl Drop for Checkin {
     }
 }
 
+/// The error of a connect abandoned because its endpoint left the backend: it counts as gone
+/// (`client::gone`), like a refused one.
+fn left() -> io::Error {
+    io::Error::new(io::ErrorKind::HostUnreachable, "the endpoint left its backend")
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -107,6 +119,36 @@ impl Pool {
             idle_direct: Mutex::new(Vec::new()),
             shared: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
+            retired: AtomicBool::new(false),
+            retiring: Notify::new(),
+        }
+    }
+
+    /// Marks the endpoint as gone from its backend (a table without it was swapped in): it is
+    /// no longer chosen, and connects to it still in progress give up at once, so that their
+    /// requests go to an endpoint that is still there rather than wait for a pod that stopped
+    /// (its address may answer nothing until the connect timeout).
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.retiring.notify_waiters();
+    }
+
+    pub fn retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Runs `connecting` unless the endpoint is retired first.
+    pub(super) async fn until_retired<T>(&self, connecting: impl Future<Output = io::Result<T>>) -> io::Result<T> {
+        let notified = self.retiring.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.retired() {
+            return Err(left());
+        }
+        tokio::select! {
+            biased;
+            connected = connecting => connected,
+            () = notified => Err(left()),
         }
     }
 
@@ -155,7 +197,9 @@ impl Pool {
 
     /// A new connection of the request-task path.
     pub async fn connect_direct(&self) -> io::Result<direct::Connection> {
-        Ok(direct::Connection::new(connect_tcp(&self.authority).await?))
+        Ok(direct::Connection::new(
+            self.until_retired(connect_tcp(&self.authority)).await?,
+        ))
     }
 
     fn take_direct(&self) -> Option<direct::Connection> {
@@ -259,7 +303,9 @@ impl Pool {
     }
 
     async fn connect_http1(&self) -> io::Result<http1::SendRequest<RequestBody>> {
-        let io = connect(&self.authority, self.tls.as_deref()).await?;
+        let io = self
+            .until_retired(connect(&self.authority, self.tls.as_deref()))
+            .await?;
         let (sender, connection) = http1::Builder::new().handshake(io).await.map_err(io::Error::other)?;
         let authority = self.authority.clone();
         tokio::spawn(async move {
@@ -271,7 +317,9 @@ impl Pool {
     }
 
     async fn connect_http2(&self) -> io::Result<http2::SendRequest<RequestBody>> {
-        let io = connect(&self.authority, self.tls.as_deref()).await?;
+        let io = self
+            .until_retired(connect(&self.authority, self.tls.as_deref()))
+            .await?;
         let (sender, connection) = http2::Builder::new(TokioExecutor::new())
             .handshake(io)
             .await
