@@ -196,14 +196,20 @@ load_ports() {
 	if [[ -f "$RUN/ports" ]]; then
 		# shellcheck disable=SC1091
 		source "$RUN/ports"
-		local p
-		for p in "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$API_PORT" "$KCM_PORT" "$SCHED_PORT"; do
-			if ! port_free "$p"; then
-				log "port $p of the previous run is taken now: choosing new ports"
-				rm -f "$RUN/ports"
-				break
-			fi
+		# A component still running holds its own ports (the API server restarted alone, say):
+		# only the ports of the others must be free.
+		local entry name p taken=""
+		for entry in "etcd:$ETCD_CLIENT_PORT" "etcd:$ETCD_PEER_PORT" "kube-apiserver:$API_PORT" \
+			"kube-controller-manager:$KCM_PORT" "kube-scheduler:$SCHED_PORT"; do
+			name="${entry%%:*}" p="${entry#*:}"
+			pid_alive "$name" && continue
+			port_free "$p" || { taken="$p"; break; }
 		done
+		if [[ -n $taken ]]; then
+			log "port $taken of the previous run is taken now: choosing new ports (the running components stop)"
+			for name in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+			rm -f "$RUN/ports"
+		fi
 	fi
 	if [[ ! -f "$RUN/ports" ]]; then
 		ETCD_CLIENT_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
