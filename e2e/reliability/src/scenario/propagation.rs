@@ -20,6 +20,13 @@ const GIVE_UP: Duration = Duration::from_secs(10);
 
 pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
     let address = stage(suite, ns).await?;
+    // The Gateway's proxies serve (a host without routes gets 404) before the first route.
+    let unrouted = fixture::target("no route", address, 80, "unrouted.prop.example", "/");
+    crate::cluster::within(Duration::from_secs(60), "the Gateway answering 404", || async {
+        let answered = load::once(&unrouted, None).await;
+        matches!(answered.answer(), Some(a) if a.status == 404).then_some(())
+    })
+    .await?;
     let mut poller = Client::new(fixture::target("poller", address, 80, "", "/"));
     let total = suite.options.routes;
     let (quiet, quiet_errors) = add_routes(suite, ns, &mut poller, 0..total).await?;
