@@ -261,6 +261,21 @@ impl Cluster {
         .await
     }
 
+    /// The leading controller's metrics (`/metrics` of its health port, 9901).
+    pub async fn leader_metrics(&self) -> Result<Metrics> {
+        for pod in self.controller_pods().await? {
+            let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                continue;
+            };
+            if let Ok(text) = scrape(&ip, 9901).await
+                && text.lines().any(|l| l == "turna_operator_leader 1")
+            {
+                return Ok(Metrics(text));
+            }
+        }
+        bail!("no controller reports itself leader")
+    }
+
     /// The proxy Deployment of a Gateway: its namespace and name.
     pub async fn proxy_deployment(&self, namespace: &str, gateway: &str) -> Result<Deployment> {
         let api: Api<Deployment> = Api::all(self.client.clone());
@@ -350,6 +365,35 @@ impl Cluster {
             );
         }
         Ok(())
+    }
+}
+
+/// `GET /metrics` of `ip`:`port`, the whole body.
+async fn scrape(ip: &str, port: u16) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect((ip, port))).await??;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: metrics\r\n\r\n").await?;
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut text)).await??;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok(body.to_string())
+}
+
+/// A Prometheus text exposition.
+pub struct Metrics(String);
+
+impl Metrics {
+    /// The sum and count of histogram `name`.
+    pub fn histogram(&self, name: &str) -> (f64, u64) {
+        let value = |suffix: &str| {
+            let key = format!("{name}_{suffix} ");
+            self.0
+                .lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (value("sum"), value("count") as u64)
     }
 }
 

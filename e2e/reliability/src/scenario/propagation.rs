@@ -29,6 +29,7 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
     .await?;
     let mut poller = Client::new(fixture::target("poller", address, 80, "", "/"));
     let total = suite.options.routes;
+    let before = controller_work(suite).await;
     let (quiet, quiet_errors) = add_routes(suite, ns, &mut poller, 0..total).await?;
     summarize(
         report,
@@ -36,6 +37,7 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
         &quiet,
         Some(&quiet_errors),
     );
+    explain(suite, report, "those", before).await;
     // The last tenth: the delay with (nearly) all routes in place.
     let tail = &quiet[quiet.len() - quiet.len() / 10..];
     summarize(report, &format!("the last {} of those", tail.len()), tail, None);
@@ -45,6 +47,7 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
         let busy_target = fixture::target("route p-0", address, 80, "p-0.prop.example", "/");
         until_served(&busy_target, Duration::from_secs(30), None, |a| a.service == "echo").await?;
         let running = load::start(plain_load(suite, vec![busy_target]));
+        let before = controller_work(suite).await;
         let (busy, busy_errors) = add_routes(suite, ns, &mut poller, total..total + more).await?;
         let outcomes = running.stop().await;
         summarize(
@@ -53,6 +56,7 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
             &busy,
             Some(&busy_errors),
         );
+        explain(suite, report, "those", before).await;
         report.no_failures("background load", &outcomes);
     }
     Ok(())
@@ -93,6 +97,33 @@ async fn add_routes(
         }
     }
     Ok((delays, errors))
+}
+
+/// The leading controller's translations and reconcile passes so far: (sum, count) of each.
+async fn controller_work(suite: &Suite) -> Option<[(f64, u64); 2]> {
+    let m = suite.cluster.leader_metrics().await.ok()?;
+    Some([
+        m.histogram("turna_operator_translate_duration_seconds"),
+        m.histogram("turna_operator_reconcile_duration_seconds"),
+    ])
+}
+
+/// Where the controller's share of the delay went since `before`: its mean translation and
+/// reconcile pass (snapshot, translation, pushes and status writes).
+async fn explain(suite: &Suite, report: &mut Report, what: &str, before: Option<[(f64, u64); 2]>) {
+    let (Some(before), Some(after)) = (before, controller_work(suite).await) else {
+        report.notes.push("the leader's metrics could not be read".into());
+        return;
+    };
+    let mean = |i: usize| {
+        let (sum, count) = (after[i].0 - before[i].0, after[i].1.saturating_sub(before[i].1));
+        (count, if count == 0 { 0.0 } else { sum / count as f64 * 1000.0 })
+    };
+    let ((translations, translate), (passes, pass)) = (mean(0), mean(1));
+    report.measure(
+        format!("controller during {what}: translations, mean; reconcile passes, mean"),
+        format!("{translations}, {translate:.1} ms; {passes}, {pass:.1} ms"),
+    );
 }
 
 /// The delays' quantiles against the targets, and the errors when given.
