@@ -22,8 +22,9 @@ build:
 release-pgo:
 	dataplane/bench/pgo.sh -p turna-operator --bin turna
 
-## test: formatting, lints, every test of the workspace, and the quick start.
-test: fmt-check clippy unit harness-test quickstart-check deploy-check
+## test: formatting, lints, every test of the workspace, the quick start, the deploy checks and
+## the conformance smoke.
+test: fmt-check clippy unit harness-test quickstart-check deploy-check conformance-smoke
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -162,9 +163,14 @@ conformance-build:
 conformance-local:
 	e2e/conformance/local.sh
 
-## conformance-smoke: the same with a handful of core tests, default placement only, no report.
+## conformance-smoke: core tests of each of the five profiles (e2e/conformance/run.sh's smoke
+## subset), default placement, no report, on a cluster of its own (bridge turnasmk0,
+## 10.245.0.0/16) so it runs beside a development cluster; part of `make test` (root; says it
+## skipped otherwise). About 2 minutes with cached tools.
 conformance-smoke:
-	e2e/conformance/local.sh --smoke
+	@if [ "$$(id -u)" != 0 ]; then echo "conformance-smoke: SKIPPED, needs root (a bridge and network namespaces)"; exit 0; fi; \
+	E2E_CLUSTER_DIR=$(CURDIR)/e2e/.cache/smoke TURNA_CLUSTER_BRIDGE=turnasmk0 TURNA_POD_CIDR=10.245.0.0/16 \
+		TURNA_NODE_NAME=turna-smoke e2e/conformance/local.sh --smoke
 
 ## deploy: a kind cluster with LoadBalancer support, the Gateway API CRDs and Turna built from
 ## ./Dockerfile and installed with the Kustomize base, for machines with Docker (deploy/conformance).

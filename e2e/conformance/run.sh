@@ -31,7 +31,8 @@ SUITE_VERSION="$(awk '$1 == "sigs.k8s.io/gateway-api/conformance" && $2 ~ /^v/ {
 [[ -n $SUITE_VERSION ]] || die "no sigs.k8s.io/gateway-api/conformance version in $HERE/go.mod"
 CACHE_DIR="${TURNA_CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/turna/conformance/$SUITE_VERSION}"
 BIN="$CACHE_DIR/conformance.test"
-SMOKE_TESTS="${TURNA_CONFORMANCE_SMOKE_TESTS:-GatewayClassObservedGenerationBump,GatewayObservedGenerationBump,HTTPRouteSimpleSameNamespace,HTTPRouteCrossNamespace,HTTPRouteMatching,GRPCExactMethodMatching,TLSRouteSimpleSameNamespace}"
+# The smoke subset (part of `make test`): core tests of each of the five profiles.
+SMOKE_TESTS="${TURNA_CONFORMANCE_SMOKE_TESTS:-GatewayClassObservedGenerationBump,GatewayObservedGenerationBump,HTTPRouteSimpleSameNamespace,HTTPRouteCrossNamespace,HTTPRouteMatching,GRPCExactMethodMatching,TLSRouteSimpleSameNamespace,TCPRouteParentRefPortAndSectionName,TCPRouteInvalidCrossNamespaceBackendRef,UDPRoute,UDPRouteReferenceGrant}"
 # The version Turna reports: the workspace version of Cargo.toml.
 TURNA_VERSION="v$(awk -F'"' '/^\[workspace.package\]/ {p = 1} p && $1 ~ /^version *=/ {print $2; exit}' "$ROOT/Cargo.toml")"
 
