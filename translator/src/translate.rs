@@ -84,6 +84,18 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             continue;
         }
         let mut outcome = RouteOutcome::default();
+        if let Some(error) = route.unreadable {
+            // Its references were not read either.
+            let unsupported = crate::status::condition::reason::UNSUPPORTED_VALUE;
+            outcome.not_accepted = Some(gateway::Problem::new(
+                unsupported,
+                format!("The route has a value Turna does not support: {error}"),
+            ));
+            outcome.unresolved = Some(gateway::Problem::new(
+                unsupported,
+                "The route's references are not resolved: it cannot be read",
+            ));
+        }
         attached.clear();
         // The status needs only each attachment's parent and problem: the listeners move here.
         for a in attachments.iter_mut().filter(|a| a.problem.is_none()) {
@@ -297,7 +309,8 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             + snapshot.grpc_routes.len()
             + snapshot.tls_routes.len()
             + snapshot.tcp_routes.len()
-            + snapshot.udp_routes.len(),
+            + snapshot.udp_routes.len()
+            + snapshot.unreadable_routes.len(),
     );
     if installed(RouteKind::Http) {
         routes.extend(
@@ -344,6 +357,13 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
                 .map(RouteModel::from_udp),
         );
     }
+    routes.extend(
+        snapshot
+            .unreadable_routes
+            .iter()
+            .filter(|r| installed(r.kind) && watched(r.namespace()))
+            .map(RouteModel::from_unreadable),
+    );
     routes
 }
 

@@ -335,6 +335,76 @@ spec:
                 not_served("HTTPRoute", "default/bad"),
             ],
         },
+        Case {
+            name: "HTTPRoute with a filter type Turna does not know",
+            spec: "HTTPRouteFilter.type: values may be added to this enum, unknown values must not \
+                   cause a crash and must set Accepted=False UnsupportedValue",
+            listeners: "",
+            objects: || {
+                yaml(
+                    r#"
+kind: HTTPRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}, {name: missing}]
+  hostnames: [bad.example.com]
+  rules:
+    - filters: [{type: RequestTeleporter}]
+      backendRefs: [{name: good, port: 80}]
+"#,
+                )
+            },
+            expect: vec![
+                bad("HTTPRoute").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
+                route("HTTPRoute", "default/bad", "default/missing").absent(),
+                not_served("HTTPRoute", "default/bad"),
+            ],
+        },
+        Case {
+            name: "HTTPRoute with a path match type Turna does not know",
+            spec: "PathMatchType: unknown values must set Accepted=False UnsupportedValue",
+            listeners: "",
+            objects: || {
+                yaml(
+                    r#"
+kind: HTTPRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+    - matches: [{path: {type: Glob, value: "/*"}}]
+      backendRefs: [{name: good, port: 80}]
+"#,
+                )
+            },
+            expect: vec![
+                bad("HTTPRoute").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
+                not_served("HTTPRoute", "default/bad"),
+            ],
+        },
+        Case {
+            name: "GRPCRoute with a header match type Turna does not know",
+            spec: "GRPCHeaderMatchType: unknown values must set Accepted=False UnsupportedValue",
+            listeners: "",
+            objects: || {
+                yaml(
+                    r#"
+kind: GRPCRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [grpc.example.com]
+  rules:
+    - matches: [{headers: [{type: Prefix, name: x-tenant, value: a}]}]
+      backendRefs: [{name: good, port: 80}]
+"#,
+                )
+            },
+            expect: vec![
+                bad("GRPCRoute").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
+                not_served("GRPCRoute", "default/bad"),
+            ],
+        },
         // ---- backendRefs ----
         Case {
             name: "backendRef to a Service that does not exist",

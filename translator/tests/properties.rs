@@ -44,6 +44,7 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
     rng.shuffle(&mut s.tls_routes);
     rng.shuffle(&mut s.tcp_routes);
     rng.shuffle(&mut s.udp_routes);
+    rng.shuffle(&mut s.unreadable_routes);
     rng.shuffle(&mut s.reference_grants);
     rng.shuffle(&mut s.backend_tls_policies);
     rng.shuffle(&mut s.services);
