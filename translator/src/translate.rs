@@ -51,6 +51,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     let mut gateways = gateway::build(snapshot, config, &classes, &namespace_labels);
     reject_listener_filters(&mut gateways, snapshot);
     let backends = Backends::new(snapshot, config);
+    let regexes = route::value::Regexes::default();
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
     // is much faster on large snapshots than in name order. Only statuses need name order.
@@ -95,6 +96,12 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 unsupported,
                 "The route's references are not resolved: it cannot be read",
             ));
+        } else if let Some(h) = route.hostnames.iter().find(|h| !hostname::is_valid(h, true)) {
+            // The proxy could not tell its requests apart.
+            outcome.not_accepted = Some(gateway::Problem::new(
+                crate::status::condition::reason::UNSUPPORTED_VALUE,
+                format!("Invalid hostname {h:?}"),
+            ));
         }
         attached.clear();
         // The status needs only each attachment's parent and problem: the listeners move here.
@@ -124,7 +131,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
             let (mut rules, streams, compiled) = match route.kind {
                 RouteKind::Http | RouteKind::Grpc => {
-                    let mut c = route::http::compile(route, &backends, client_certificate, &mut outcome);
+                    let mut c = route::http::compile(route, &backends, &regexes, client_certificate, &mut outcome);
                     (std::mem::take(&mut c.rules), BTreeMap::new(), c)
                 }
                 RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {

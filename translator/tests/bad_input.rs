@@ -5,6 +5,7 @@
 //! (`apis/v1/*_types.go`), its GEPs, or product.md where the spec leaves the choice to the
 //! implementation. The golden cases hold the full output of the smaller ones.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -403,6 +404,96 @@ spec:
             expect: vec![
                 bad("GRPCRoute").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
                 not_served("GRPCRoute", "default/bad"),
+            ],
+        },
+        Case {
+            name: "HTTPRoute rules with values the proxy cannot parse, beside a valid rule",
+            spec: "Header names and values (RFC 7230), absolute paths, redirect codes, ports and \
+                   hostnames are validated by the CRDs only in part (header values only on the \
+                   experimental channel) and not at all in local mode; the proxy rejects a whole IR \
+                   for one of them, so each such rule is dropped (PartiallyInvalid UnsupportedValue)",
+            listeners: "",
+            objects: || {
+                yaml(
+                    r#"
+kind: HTTPRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [bad.example.com]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: no-slash}}]
+      backendRefs: [{name: good, port: 80}]
+    - matches: [{headers: [{name: "bad name", value: a}]}]
+      backendRefs: [{name: good, port: 80}]
+    - matches: [{path: {type: RegularExpression, value: "((a{100}){100}){100}"}}]
+      backendRefs: [{name: good, port: 80}]
+    - filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-a, value: "line\nbreak"}]}}]
+      backendRefs: [{name: good, port: 80}]
+    - filters: [{type: RequestRedirect, requestRedirect: {statusCode: 200}}]
+    - filters: [{type: RequestRedirect, requestRedirect: {hostname: "*.example.com", port: 0}}]
+    - filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: relative}}}]
+      backendRefs: [{name: good, port: 80}]
+    - filters: [{type: CORS, cors: {allowOrigins: ["*"], allowHeaders: ["x\u0001"]}}]
+      backendRefs: [{name: good, port: 80}]
+    - backendRefs:
+        - name: good
+          port: 80
+          filters: [{type: ResponseHeaderModifier, responseHeaderModifier: {remove: ["bad name"]}}]
+    - matches: [{path: {type: PathPrefix, value: /valid}}]
+      backendRefs: [{name: good, port: 80}]
+"#,
+                )
+            },
+            expect: vec![
+                bad("HTTPRoute").has(kind::ACCEPTED, True, reason::ACCEPTED),
+                bad("HTTPRoute").has(kind::PARTIALLY_INVALID, True, reason::UNSUPPORTED_VALUE),
+                Expect::Holds("only the valid rule is served", |o| {
+                    let rules: BTreeSet<usize> = o
+                        .proxies
+                        .iter()
+                        .flat_map(|p| &p.ports)
+                        .flat_map(|p| &p.listeners)
+                        .flat_map(|l| &l.virtual_hosts)
+                        .flat_map(|v| &v.rules)
+                        .filter(|r| r.route.name == "bad")
+                        .map(|r| r.route.rule)
+                        .collect();
+                    rules == BTreeSet::from([9])
+                }),
+            ],
+        },
+        Case {
+            name: "routes and a listener with hostnames that are not hostnames",
+            spec: "Hostname: RFC 1123 labels, an optional leading '*.' (the CRD's pattern); a route \
+                   or listener the proxy could not tell requests apart for is not accepted \
+                   (Accepted=False UnsupportedValue, ListenerReasonUnsupportedValue)",
+            listeners: r#"- {name: odd, port: 9300, protocol: HTTP, hostname: "under_score.example.com"}"#,
+            objects: || {
+                yaml(
+                    r#"
+kind: HTTPRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: ["*", bad.example.com]
+  rules:
+    - backendRefs: [{name: good, port: 80}]
+---
+kind: TLSRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [""]
+  rules:
+    - backendRefs: [{name: good, port: 80}]
+"#,
+                )
+            },
+            expect: vec![
+                bad("HTTPRoute").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
+                not_served("HTTPRoute", "default/bad"),
+                listener("default/gw", "odd").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
             ],
         },
         // ---- backendRefs ----
@@ -1056,6 +1147,37 @@ spec:
                 ),
                 Policy("default/bad".into(), "default/gw".into()).has(kind::RESOLVED_REFS, False, reason::INVALID_KIND),
             ],
+        },
+        Case {
+            name: "a BackendTLSPolicy whose hostname is not a server name",
+            spec: "BackendTLSPolicyValidation.hostname is a PreciseHostname, sent as SNI and \
+                   verified: a policy the implementation cannot apply is Accepted=False Invalid, \
+                   and its backends fail rather than connect unverified",
+            listeners: "",
+            objects: || {
+                yaml(
+                    r#"
+kind: Service
+metadata: {name: secure}
+spec: {ports: [{name: https, port: 443}]}
+---
+kind: HTTPRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [secure.example.com]
+  rules:
+    - backendRefs: [{name: secure, port: 443}]
+---
+kind: BackendTLSPolicy
+metadata: {name: bad}
+spec:
+  targetRefs: [{group: "", kind: Service, name: secure}]
+  validation: {hostname: "bad_name", wellKnownCACertificates: System}
+"#,
+                )
+            },
+            expect: vec![Policy("default/bad".into(), "default/gw".into()).has(kind::ACCEPTED, False, reason::INVALID)],
         },
         // ---- size ----
         Case {

@@ -36,23 +36,19 @@ const ROUTE_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute",
 const GENERATED_KINDS: &[&str] = &["HTTPRoute", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"];
 const SERVICES: &[&str] = &["svc-a", "svc-b", "missing"];
 const CERTIFICATES: &[&str] = &["cert-a", "cert-b", "missing"];
-const PROTOCOLS: &[&str] = &["HTTP", "HTTP", "HTTPS", "TLS", "TCP", "UDP", "SCTP"];
+const PROTOCOLS: &[&str] = &["HTTP", "HTTP", "HTTPS", "TLS", "TCP", "UDP"];
 const SECTIONS: &[&str] = &["l0", "l1", "l2", "s0", "s1"];
-const HOSTNAMES: &[&str] = &[
-    "example.com",
-    "a.example.com",
-    "*.example.com",
-    "*.a.example.com",
-    "foo.test",
-    "*",
-    "",
-];
-const PATHS: &[&str] = &["/", "/foo", "/foo/", "/a/b", "/v[0-9]+", "(", "a{2,1}", "*"];
-const HEADER_NAMES: &[&str] = &["x-a", "X-Tenant", "content-type", "x-b", "x-a", "X-Tenant", "x-b", "bad name"];
-const HEADER_VALUES: &[&str] = &["1", "a b", "a.*", "v[0-9]", "1", "a b", "(", "line\nbreak", "\u{1}"];
+const HOSTNAMES: &[&str] = &["example.com", "a.example.com", "*.example.com", "*.a.example.com", "foo.test"];
+const ODD_HOSTNAMES: &[&str] = &["*", "", "under_score.test", "*.*.example.com"];
+const PATHS: &[&str] = &["/", "/foo", "/foo/", "/a/b", "/v[0-9]+"];
+const ODD_PATHS: &[&str] = &["(", "a{2,1}", "*", "((a{100}){100}){100}"];
+const HEADER_NAMES: &[&str] = &["x-a", "X-Tenant", "content-type", "x-b"];
+const ODD_HEADER_NAMES: &[&str] = &["bad name", ""];
+const HEADER_VALUES: &[&str] = &["1", "a b", "a.*", "v[0-9]"];
+const ODD_HEADER_VALUES: &[&str] = &["(", "line\nbreak", "\u{1}"];
 const LISTENER_PORTS: &[i32] = &[80, 80, 443, 8080, 8443, 9000, 0, 1901, 65535, 70000, -1];
 const BACKEND_PORTS: &[i32] = &[80, 80, 8080, 9999, 0, 70000];
-const DURATIONS: &[&str] = &["1s", "500ms", "0s", "1h", "bad"];
+const DURATIONS: &[&str] = &["1s", "500ms", "0s", "1h"];
 
 /// A string: mostly one of a pool (so references hit), sometimes any.
 #[derive(Debug)]
@@ -75,6 +71,24 @@ impl Text {
         match self {
             Text::Pool(i) => pool[usize::from(*i) % pool.len()].to_string(),
             Text::Any(s) => s.clone(),
+        }
+    }
+
+    /// One of `common`, or now and then one of `odd`: values that fail their rule or object
+    /// must not crowd out the rest.
+    fn pick_odd(&self, common: &[&str], odd: &[&str]) -> String {
+        match self {
+            Text::Pool(i) if *i >= 240 => odd[usize::from(*i - 240) % odd.len()].to_string(),
+            _ => self.pick(common),
+        }
+    }
+
+    /// [`Text::pick_odd`] for enum values: any other string fails the object like `odd`, so it is
+    /// taken from `common` instead.
+    fn pick_enum(&self, common: &[&str], odd: &[&str]) -> String {
+        match self {
+            Text::Any(s) => common[s.len() % common.len()].to_string(),
+            _ => self.pick_odd(common, odd),
         }
     }
 }
@@ -122,7 +136,8 @@ struct Rarely<T>(Option<T>);
 
 impl<'a, T: Arbitrary<'a>> Arbitrary<'a> for Rarely<T> {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        Ok(Rarely(if u8::arbitrary(u)? < 32 { Some(T::arbitrary(u)?) } else { None }))
+        // An exhausted input reads zeros: absent.
+        Ok(Rarely(if u8::arbitrary(u)? >= 224 { Some(T::arbitrary(u)?) } else { None }))
     }
 }
 
@@ -329,10 +344,10 @@ fn meta(name: &str, namespace: &str, age: u8) -> Value {
 }
 
 fn listener(l: &Listener, name: String) -> Value {
-    let protocol = l.protocol.pick(PROTOCOLS);
+    let protocol = l.protocol.pick_odd(PROTOCOLS, &["SCTP", ""]);
     let mut out = json!({"name": name, "port": l.port.value(LISTENER_PORTS), "protocol": protocol});
     if let Some(h) = &l.hostname.0 {
-        out["hostname"] = json!(h.pick(HOSTNAMES));
+        out["hostname"] = json!(h.pick_odd(HOSTNAMES, ODD_HOSTNAMES));
     }
     let wants_tls = matches!(protocol.as_str(), "HTTPS" | "TLS");
     if wants_tls != l.odd_tls.0.is_some() {
@@ -346,7 +361,7 @@ fn listener(l: &Listener, name: String) -> Value {
             .collect();
         out["tls"] = json!({"certificateRefs": refs});
         if let Some(mode) = &tls.mode {
-            out["tls"]["mode"] = json!(mode.pick(&["Terminate", "Passthrough"]));
+            out["tls"]["mode"] = json!(mode.pick_enum(&["Terminate", "Passthrough"], &["Reencrypt"]));
         }
     }
     let mut allowed = json!({});
@@ -390,7 +405,19 @@ fn parent(p: &Parent) -> Value {
     out
 }
 
-fn backend_ref(b: &BackendRef, filters: bool) -> Value {
+/// Filters a rule (or backendRef) of a route of `kind` may have.
+fn allowed(kind: &str, f: &Filter) -> bool {
+    match kind {
+        "HTTPRoute" => true,
+        "GRPCRoute" => matches!(
+            f,
+            Filter::RequestHeaders(_) | Filter::ResponseHeaders(_) | Filter::Mirror { .. } | Filter::Extension
+        ),
+        _ => false,
+    }
+}
+
+fn backend_ref(b: &BackendRef, kind: &str) -> Value {
     let mut out = json!({"name": b.name.pick(SERVICES)});
     if let Some(ns) = b.namespace.0 {
         out["namespace"] = json!(pick(NAMESPACES, ns));
@@ -404,9 +431,9 @@ fn backend_ref(b: &BackendRef, filters: bool) -> Value {
     if let Some(kind) = &b.kind.0 {
         out["kind"] = json!(kind.pick(&["Service", "Bucket"]));
     }
-    if filters && !b.filters.is_empty() {
-        let all: Vec<Value> = capped(&b.filters, 2).iter().map(filter).collect();
-        out["filters"] = json!(all);
+    let filters: Vec<Value> = capped(&b.filters, 2).iter().filter(|f| allowed(kind, f)).map(filter).collect();
+    if !filters.is_empty() {
+        out["filters"] = json!(filters);
     }
     out
 }
@@ -414,21 +441,21 @@ fn backend_ref(b: &BackendRef, filters: bool) -> Value {
 fn pairs(items: &[(Text, Text)]) -> Value {
     let all: Vec<Value> = capped(items, 3)
         .iter()
-        .map(|(n, v)| json!({"name": n.pick(HEADER_NAMES), "value": v.pick(HEADER_VALUES)}))
+        .map(|(n, v)| json!({"name": n.pick_odd(HEADER_NAMES, ODD_HEADER_NAMES), "value": v.pick_odd(HEADER_VALUES, ODD_HEADER_VALUES)}))
         .collect();
     json!(all)
 }
 
 fn headers(h: &Headers) -> Value {
-    let remove: Vec<String> = capped(&h.remove, 3).iter().map(|n| n.pick(HEADER_NAMES)).collect();
+    let remove: Vec<String> = capped(&h.remove, 3).iter().map(|n| n.pick_odd(HEADER_NAMES, ODD_HEADER_NAMES)).collect();
     json!({"set": pairs(&h.set), "add": pairs(&h.add), "remove": remove})
 }
 
 fn path_modifier(full: bool, value: &Text) -> Value {
     if full {
-        json!({"type": "ReplaceFullPath", "replaceFullPath": value.pick(PATHS)})
+        json!({"type": "ReplaceFullPath", "replaceFullPath": value.pick_odd(PATHS, ODD_PATHS)})
     } else {
-        json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": value.pick(PATHS)})
+        json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": value.pick_odd(PATHS, ODD_PATHS)})
     }
 }
 
@@ -445,10 +472,10 @@ fn filter(f: &Filter) -> Value {
         } => {
             let mut r = json!({});
             if let Some(s) = scheme {
-                r["scheme"] = json!(s.pick(&["http", "https"]));
+                r["scheme"] = json!(s.pick_enum(&["http", "https"], &["ftp"]));
             }
             if let Some(h) = hostname {
-                r["hostname"] = json!(h.pick(HOSTNAMES));
+                r["hostname"] = json!(h.pick_odd(HOSTNAMES, ODD_HOSTNAMES));
             }
             if let Some(p) = port {
                 r["port"] = json!(p.value(&[80, 443, 8080, 0]));
@@ -464,7 +491,7 @@ fn filter(f: &Filter) -> Value {
         Filter::Rewrite { hostname, path } => {
             let mut r = json!({});
             if let Some(h) = hostname {
-                r["hostname"] = json!(h.pick(HOSTNAMES));
+                r["hostname"] = json!(h.pick_odd(HOSTNAMES, ODD_HOSTNAMES));
             }
             if let Some((full, value)) = path {
                 r["path"] = path_modifier(*full, value);
@@ -472,7 +499,7 @@ fn filter(f: &Filter) -> Value {
             json!({"type": "URLRewrite", "urlRewrite": r})
         }
         Filter::Mirror { backend, percent } => {
-            let mut m = json!({"backendRef": backend_ref(backend, false)});
+            let mut m = json!({"backendRef": backend_ref(backend, "")});
             if let Some(p) = percent {
                 m["percent"] = json!(p);
             }
@@ -503,7 +530,8 @@ fn filter(f: &Filter) -> Value {
         Filter::ExternalAuth => {
             json!({"type": "ExternalAuth", "externalAuth": {"protocol": "HTTP", "backendRef": {"name": "svc-a", "port": 80}}})
         }
-        Filter::Other(t) => json!({"type": t.pick(&["RequestTeleporter"])}),
+        // A known type without its settings, or one of a later API version.
+        Filter::Other(t) => json!({"type": t.pick_enum(&["RequestHeaderModifier", "URLRewrite", "CORS"], &["RequestTeleporter"])}),
     }
 }
 
@@ -511,7 +539,7 @@ fn value_matches(items: &[(Text, Text, Text)]) -> Value {
     let all: Vec<Value> = capped(items, 2)
         .iter()
         .map(|(t, n, v)| {
-            json!({"type": t.pick(&["Exact", "RegularExpression", "Exact", "RegularExpression", "Exact", "RegularExpression", "Exact", "Prefix"]), "name": n.pick(HEADER_NAMES), "value": v.pick(HEADER_VALUES)})
+            json!({"type": t.pick_enum(&["Exact", "RegularExpression"], &["Prefix"]), "name": n.pick_odd(HEADER_NAMES, ODD_HEADER_NAMES), "value": v.pick_odd(HEADER_VALUES, ODD_HEADER_VALUES)})
         })
         .collect();
     json!(all)
@@ -520,11 +548,10 @@ fn value_matches(items: &[(Text, Text, Text)]) -> Value {
 fn http_match(m: &Match) -> Value {
     let mut out = json!({"headers": value_matches(&m.headers), "queryParams": value_matches(&m.query)});
     if let Some((t, v)) = &m.path {
-        let types = ["PathPrefix", "Exact", "RegularExpression", "PathPrefix", "Exact", "RegularExpression", "PathPrefix", "Glob"];
-        out["path"] = json!({"type": t.pick(&types), "value": v.pick(PATHS)});
+        out["path"] = json!({"type": t.pick_enum(&["PathPrefix", "Exact", "RegularExpression"], &["Glob"]), "value": v.pick_odd(PATHS, ODD_PATHS)});
     }
     if let Some(method) = &m.method.0 {
-        out["method"] = json!(method.pick(&["GET", "POST", "PURGE"]));
+        out["method"] = json!(method.pick_enum(&["GET", "POST"], &["PURGE"]));
     }
     out
 }
@@ -532,9 +559,9 @@ fn http_match(m: &Match) -> Value {
 fn grpc_match(m: &Match) -> Value {
     let mut out = json!({"headers": value_matches(&m.headers)});
     if let Some((t, v)) = &m.path {
-        out["method"] = json!({"type": t.pick(&["Exact", "RegularExpression"]), "service": v.pick(&["pkg.Svc", "pkg.(Svc", "a{2,1}"])});
+        out["method"] = json!({"type": t.pick(&["Exact", "RegularExpression"]), "service": v.pick_odd(&["pkg.Svc", "pkg.Other"], &["pkg.(Svc", "a{2,1}"])});
         if let Some(method) = &m.method.0 {
-            out["method"]["method"] = json!(method.pick(&["Get", "List", "(bad"]));
+            out["method"]["method"] = json!(method.pick_odd(&["Get", "List"], &["(bad"]));
         }
     }
     out
@@ -543,10 +570,7 @@ fn grpc_match(m: &Match) -> Value {
 fn rule(kind: &str, r: &Rule) -> Value {
     let http = kind == "HTTPRoute";
     let grpc = kind == "GRPCRoute";
-    let backends: Vec<Value> = capped(&r.backends.0, 3)
-        .iter()
-        .map(|b| backend_ref(b, http || grpc))
-        .collect();
+    let backends: Vec<Value> = capped(&r.backends.0, 3).iter().map(|b| backend_ref(b, kind)).collect();
     let mut out = json!({"backendRefs": backends});
     if let Some(name) = &r.name {
         out["name"] = json!(name.pick(&["one", "two"]));
@@ -556,11 +580,7 @@ fn rule(kind: &str, r: &Rule) -> Value {
             .iter()
             .map(|m| if http { http_match(m) } else { grpc_match(m) })
             .collect();
-        let filters: Vec<Value> = capped(&r.filters, 3)
-            .iter()
-            .filter(|f| http || matches!(f, Filter::RequestHeaders(_) | Filter::ResponseHeaders(_) | Filter::Mirror { .. } | Filter::Extension))
-            .map(filter)
-            .collect();
+        let filters: Vec<Value> = capped(&r.filters, 3).iter().filter(|f| allowed(kind, f)).map(filter).collect();
         out["matches"] = json!(matches);
         out["filters"] = json!(filters);
         if r.session_persistence {
@@ -569,9 +589,9 @@ fn rule(kind: &str, r: &Rule) -> Value {
     }
     if http {
         if let Some((request, backend)) = &r.timeout.0 {
-            out["timeouts"] = json!({"request": request.pick(DURATIONS)});
+            out["timeouts"] = json!({"request": request.pick_odd(DURATIONS, &["bad", "-1s"])});
             if let Some(b) = backend {
-                out["timeouts"]["backendRequest"] = json!(b.pick(DURATIONS));
+                out["timeouts"]["backendRequest"] = json!(b.pick_odd(DURATIONS, &["bad", "-1s"]));
             }
         }
         if let Some((attempts, backoff)) = &r.retry.0 {
@@ -580,7 +600,7 @@ fn rule(kind: &str, r: &Rule) -> Value {
                 retry["attempts"] = json!(a);
             }
             if let Some(b) = backoff {
-                retry["backoff"] = json!(b.pick(DURATIONS));
+                retry["backoff"] = json!(b.pick_odd(DURATIONS, &["bad", "-1s"]));
             }
             out["retry"] = retry;
         }
@@ -621,7 +641,7 @@ fn objects(input: &Input) -> Vec<Value> {
         let rules: Vec<Value> = capped(&r.rules.0, 3).iter().map(|rule_| rule(&kind, rule_)).collect();
         let mut spec = json!({"parentRefs": parents, "rules": rules});
         if matches!(kind.as_str(), "HTTPRoute" | "GRPCRoute" | "TLSRoute") {
-            let hostnames: Vec<String> = capped(&r.hostnames, 3).iter().map(|h| h.pick(HOSTNAMES)).collect();
+            let hostnames: Vec<String> = capped(&r.hostnames, 3).iter().map(|h| h.pick_odd(HOSTNAMES, ODD_HOSTNAMES)).collect();
             spec["hostnames"] = json!(hostnames);
         }
         out.push(json!({"apiVersion": format!("{GROUP}/v1"), "kind": kind,
@@ -694,7 +714,7 @@ fn objects(input: &Input) -> Vec<Value> {
         if let Some(s) = &p.section {
             target["sectionName"] = json!(s.pick(&["http", "grpc"]));
         }
-        let hostname = p.hostname.pick(&["backend.example.com", "10.0.0.1", "*.example.com", "bad_name", ""]);
+        let hostname = p.hostname.pick_odd(&["backend.example.com", "10.0.0.1"], &["*.example.com", "bad_name", ""]);
         let validation = if p.system {
             json!({"hostname": hostname, "wellKnownCACertificates": "System"})
         } else {
