@@ -178,7 +178,10 @@ fuzz_target!(|data: &[u8]| {
             // The listener serves known HTTP/1.1 with hyper's HTTP/1.1 connection, the rest
             // through hyper-util's detection.
             if mode % 2 == 0 {
-                let _ = http1::Builder::new().serve_connection(io, service).with_upgrades().await;
+                let _ = http1::Builder::new()
+                    .serve_connection(io, service)
+                    .with_upgrades()
+                    .await;
             } else {
                 let _ = auto::Builder::new(TokioExecutor::new())
                     .serve_connection_with_upgrades(io, service)

@@ -33,12 +33,25 @@ const CLASSES: &[&str] = &["turna", "turna", "turna", "other", "missing"];
 const ROUTES: &[&str] = &["r-a", "r-b", "r-c"];
 const ROUTE_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"];
 /// Route kinds to generate: HTTPRoutes have the most to check.
-const GENERATED_KINDS: &[&str] = &["HTTPRoute", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"];
+const GENERATED_KINDS: &[&str] = &[
+    "HTTPRoute",
+    "HTTPRoute",
+    "GRPCRoute",
+    "TLSRoute",
+    "TCPRoute",
+    "UDPRoute",
+];
 const SERVICES: &[&str] = &["svc-a", "svc-b", "missing"];
 const CERTIFICATES: &[&str] = &["cert-a", "cert-b", "missing"];
 const PROTOCOLS: &[&str] = &["HTTP", "HTTP", "HTTPS", "TLS", "TCP", "UDP"];
 const SECTIONS: &[&str] = &["l0", "l1", "l2", "s0", "s1"];
-const HOSTNAMES: &[&str] = &["example.com", "a.example.com", "*.example.com", "*.a.example.com", "foo.test"];
+const HOSTNAMES: &[&str] = &[
+    "example.com",
+    "a.example.com",
+    "*.example.com",
+    "*.a.example.com",
+    "foo.test",
+];
 const ODD_HOSTNAMES: &[&str] = &["*", "", "under_score.test", "*.*.example.com"];
 const PATHS: &[&str] = &["/", "/foo", "/foo/", "/a/b", "/v[0-9]+"];
 const ODD_PATHS: &[&str] = &["(", "a{2,1}", "*", "((a{100}){100}){100}"];
@@ -137,7 +150,11 @@ struct Rarely<T>(Option<T>);
 impl<'a, T: Arbitrary<'a>> Arbitrary<'a> for Rarely<T> {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         // An exhausted input reads zeros: absent.
-        Ok(Rarely(if u8::arbitrary(u)? >= 224 { Some(T::arbitrary(u)?) } else { None }))
+        Ok(Rarely(if u8::arbitrary(u)? >= 224 {
+            Some(T::arbitrary(u)?)
+        } else {
+            None
+        }))
     }
 }
 
@@ -147,7 +164,11 @@ struct Mostly<T>(Option<T>);
 
 impl<'a, T: Arbitrary<'a>> Arbitrary<'a> for Mostly<T> {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        Ok(Mostly(if u8::arbitrary(u)? < 224 { Some(T::arbitrary(u)?) } else { None }))
+        Ok(Mostly(if u8::arbitrary(u)? < 224 {
+            Some(T::arbitrary(u)?)
+        } else {
+            None
+        }))
     }
 }
 
@@ -431,7 +452,11 @@ fn backend_ref(b: &BackendRef, kind: &str) -> Value {
     if let Some(kind) = &b.kind.0 {
         out["kind"] = json!(kind.pick(&["Service", "Bucket"]));
     }
-    let filters: Vec<Value> = capped(&b.filters, 2).iter().filter(|f| allowed(kind, f)).map(filter).collect();
+    let filters: Vec<Value> = capped(&b.filters, 2)
+        .iter()
+        .filter(|f| allowed(kind, f))
+        .map(filter)
+        .collect();
     if !filters.is_empty() {
         out["filters"] = json!(filters);
     }
@@ -447,7 +472,10 @@ fn pairs(items: &[(Text, Text)]) -> Value {
 }
 
 fn headers(h: &Headers) -> Value {
-    let remove: Vec<String> = capped(&h.remove, 3).iter().map(|n| n.pick_odd(HEADER_NAMES, ODD_HEADER_NAMES)).collect();
+    let remove: Vec<String> = capped(&h.remove, 3)
+        .iter()
+        .map(|n| n.pick_odd(HEADER_NAMES, ODD_HEADER_NAMES))
+        .collect();
     json!({"set": pairs(&h.set), "add": pairs(&h.add), "remove": remove})
 }
 
@@ -531,7 +559,9 @@ fn filter(f: &Filter) -> Value {
             json!({"type": "ExternalAuth", "externalAuth": {"protocol": "HTTP", "backendRef": {"name": "svc-a", "port": 80}}})
         }
         // A known type without its settings, or one of a later API version.
-        Filter::Other(t) => json!({"type": t.pick_enum(&["RequestHeaderModifier", "URLRewrite", "CORS"], &["RequestTeleporter"])}),
+        Filter::Other(t) => {
+            json!({"type": t.pick_enum(&["RequestHeaderModifier", "URLRewrite", "CORS"], &["RequestTeleporter"])})
+        }
     }
 }
 
@@ -580,7 +610,11 @@ fn rule(kind: &str, r: &Rule) -> Value {
             .iter()
             .map(|m| if http { http_match(m) } else { grpc_match(m) })
             .collect();
-        let filters: Vec<Value> = capped(&r.filters, 3).iter().filter(|f| allowed(kind, f)).map(filter).collect();
+        let filters: Vec<Value> = capped(&r.filters, 3)
+            .iter()
+            .filter(|f| allowed(kind, f))
+            .map(filter)
+            .collect();
         out["matches"] = json!(matches);
         out["filters"] = json!(filters);
         if r.session_persistence {
@@ -641,7 +675,10 @@ fn objects(input: &Input) -> Vec<Value> {
         let rules: Vec<Value> = capped(&r.rules.0, 3).iter().map(|rule_| rule(&kind, rule_)).collect();
         let mut spec = json!({"parentRefs": parents, "rules": rules});
         if matches!(kind.as_str(), "HTTPRoute" | "GRPCRoute" | "TLSRoute") {
-            let hostnames: Vec<String> = capped(&r.hostnames, 3).iter().map(|h| h.pick_odd(HOSTNAMES, ODD_HOSTNAMES)).collect();
+            let hostnames: Vec<String> = capped(&r.hostnames, 3)
+                .iter()
+                .map(|h| h.pick_odd(HOSTNAMES, ODD_HOSTNAMES))
+                .collect();
             spec["hostnames"] = json!(hostnames);
         }
         out.push(json!({"apiVersion": format!("{GROUP}/v1"), "kind": kind,
@@ -657,7 +694,13 @@ fn objects(input: &Input) -> Vec<Value> {
                     p["name"] = json!(n.pick(&["http", "grpc"]));
                 }
                 if let Some(a) = &app.0 {
-                    p["appProtocol"] = json!(a.pick(&["kubernetes.io/h2c", "kubernetes.io/ws", "kubernetes.io/wss", "https", "foo"]));
+                    p["appProtocol"] = json!(a.pick(&[
+                        "kubernetes.io/h2c",
+                        "kubernetes.io/ws",
+                        "kubernetes.io/wss",
+                        "https",
+                        "foo"
+                    ]));
                 }
                 p
             })
@@ -667,7 +710,9 @@ fn objects(input: &Input) -> Vec<Value> {
         } else {
             json!({"type": "ClusterIP", "clusterIP": if s.headless { "None" } else { "10.96.0.1" }, "ports": ports})
         };
-        out.push(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns}, "spec": spec}));
+        out.push(
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+        );
         let slice_ports: Vec<Value> = ports
             .iter()
             .enumerate()
@@ -691,7 +736,15 @@ fn objects(input: &Input) -> Vec<Value> {
         let from: Vec<Value> = capped(&g.from, 3)
             .iter()
             .map(|(kind, ns)| {
-                let kinds = ["Gateway", "ListenerSet", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"];
+                let kinds = [
+                    "Gateway",
+                    "ListenerSet",
+                    "HTTPRoute",
+                    "GRPCRoute",
+                    "TLSRoute",
+                    "TCPRoute",
+                    "UDPRoute",
+                ];
                 json!({"group": GROUP, "kind": pick(&kinds, *kind), "namespace": pick(NAMESPACES, *ns)})
             })
             .collect();
@@ -705,16 +758,20 @@ fn objects(input: &Input) -> Vec<Value> {
                 t
             })
             .collect();
-        out.push(json!({"apiVersion": format!("{GROUP}/v1beta1"), "kind": "ReferenceGrant",
+        out.push(
+            json!({"apiVersion": format!("{GROUP}/v1beta1"), "kind": "ReferenceGrant",
             "metadata": {"name": format!("grant-{i}"), "namespace": pick(NAMESPACES, g.namespace)},
-            "spec": {"from": from, "to": to}}));
+            "spec": {"from": from, "to": to}}),
+        );
     }
     for p in capped(&input.policies, 2) {
         let mut target = json!({"group": "", "kind": "Service", "name": p.target.pick(SERVICES)});
         if let Some(s) = &p.section {
             target["sectionName"] = json!(s.pick(&["http", "grpc"]));
         }
-        let hostname = p.hostname.pick_odd(&["backend.example.com", "10.0.0.1"], &["*.example.com", "bad_name", ""]);
+        let hostname = p
+            .hostname
+            .pick_odd(&["backend.example.com", "10.0.0.1"], &["*.example.com", "bad_name", ""]);
         let validation = if p.system {
             json!({"hostname": hostname, "wellKnownCACertificates": "System"})
         } else {
@@ -725,7 +782,13 @@ fn objects(input: &Input) -> Vec<Value> {
             "spec": {"targetRefs": [target], "validation": validation}}));
     }
     let mut seen = BTreeSet::new();
-    out.retain(|o| seen.insert((o["kind"].to_string(), o["metadata"]["namespace"].to_string(), o["metadata"]["name"].to_string())));
+    out.retain(|o| {
+        seen.insert((
+            o["kind"].to_string(),
+            o["metadata"]["namespace"].to_string(),
+            o["metadata"]["name"].to_string(),
+        ))
+    });
     out
 }
 
@@ -808,7 +871,11 @@ fn check_statuses(output: &Output, loaded: &[Value]) {
         .collect();
     for gw in &ours {
         assert!(
-            output.statuses.gateways.iter().any(|g| format!("{}/{}", g.namespace, g.name) == *gw),
+            output
+                .statuses
+                .gateways
+                .iter()
+                .any(|g| format!("{}/{}", g.namespace, g.name) == *gw),
             "Gateway {gw} has no status"
         );
     }
@@ -822,14 +889,25 @@ fn check_statuses(output: &Output, loaded: &[Value]) {
         let (ns, name) = (ns_of(set), name_of(set));
         if names_ours(&set["spec"]["parentRef"], &ns) {
             assert!(
-                output.statuses.listener_sets.iter().any(|s| s.namespace == ns && s.name == name),
+                output
+                    .statuses
+                    .listener_sets
+                    .iter()
+                    .any(|s| s.namespace == ns && s.name == name),
                 "ListenerSet {ns}/{name} of our Gateway has no status"
             );
         }
     }
-    for route in loaded.iter().filter(|o| ROUTE_KINDS.contains(&o["kind"].as_str().unwrap_or_default())) {
+    for route in loaded
+        .iter()
+        .filter(|o| ROUTE_KINDS.contains(&o["kind"].as_str().unwrap_or_default()))
+    {
         let (kind, ns, name) = (route["kind"].as_str().unwrap_or_default(), ns_of(route), name_of(route));
-        let status = output.statuses.routes.iter().find(|r| r.kind == kind && r.namespace == ns && r.name == name);
+        let status = output
+            .statuses
+            .routes
+            .iter()
+            .find(|r| r.kind == kind && r.namespace == ns && r.name == name);
         for p in route["spec"]["parentRefs"].as_array().into_iter().flatten() {
             if !names_ours(p, &ns) {
                 continue;
@@ -870,13 +948,21 @@ fn material(output: &Output, proxy: &str) -> Material {
                 (s.clone(), certificate)
             })
             .collect::<HashMap<_, _>>(),
-        ca_bundles: bundle.config_maps.iter().map(|c| (c.clone(), chain_pem.clone())).collect(),
+        ca_bundles: bundle
+            .config_maps
+            .iter()
+            .map(|c| (c.clone(), chain_pem.clone()))
+            .collect(),
     }
 }
 
 fuzz_target!(|input: Input| {
     let config = Config {
-        mode: if input.standalone { Mode::Standalone } else { Mode::Controller },
+        mode: if input.standalone {
+            Mode::Standalone
+        } else {
+            Mode::Controller
+        },
         backend: BackendConfig {
             use_service_ip: input.use_service_ip,
             allow_external_name: input.allow_external_name,
@@ -887,14 +973,23 @@ fuzz_target!(|input: Input| {
     let (snapshot, loaded) = snapshot(&input);
     let output = translate(&snapshot, &config);
     assert!(translate(&snapshot, &config) == output, "a second translation differs");
-    assert!(translate(&reversed(&snapshot), &config) == output, "the order of objects shows in the output");
+    assert!(
+        translate(&reversed(&snapshot), &config) == output,
+        "the order of objects shows in the output"
+    );
     check_statuses(&output, &loaded);
     let metrics = Metrics::default();
     for proxy in &output.proxies {
         let json = serde_json::to_string(proxy).expect("IR serializes");
         let back: translator::ir::Proxy = serde_json::from_str(&json).expect("IR deserializes");
         assert!(back == *proxy, "IR of {} changes through JSON", proxy.id);
-        if let Err(error) = Table::build(proxy, &material(&output, &proxy.id), &Table::default(), &metrics, PassiveHealth::default()) {
+        if let Err(error) = Table::build(
+            proxy,
+            &material(&output, &proxy.id),
+            &Table::default(),
+            &metrics,
+            PassiveHealth::default(),
+        ) {
             panic!("the dataplane rejects the IR of {}: {error}\n{json}", proxy.id);
         }
     }
