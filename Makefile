@@ -2,7 +2,7 @@
 CARGO ?= cargo
 
 .PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator \
-	bench-dataplane bench-dataplane-instructions fuzz-dataplane deploy-tools deploy-check
+	bench-dataplane bench-dataplane-instructions fuzz deploy-tools deploy-check
 
 all: build
 
@@ -68,10 +68,11 @@ bench-dataplane:
 bench-dataplane-instructions:
 	dataplane/bench/callgrind.sh
 
-## fuzz-dataplane: bounded cargo-fuzz runs (FUZZ_SECONDS per target, default 60) of the IR
-## validation and the ClientHello/SNI peek; needs nightly, installs cargo-fuzz when missing.
-fuzz-dataplane:
-	dataplane/fuzz/run.sh
+## fuzz: bounded cargo-fuzz runs (FUZZ_SECONDS per target, default 60; FUZZ_TARGETS picks some)
+## of the translator on arbitrary object sets, the IR validation, the ClientHello/SNI peek and
+## the proxy's HTTP front; needs nightly, installs cargo-fuzz when missing (scripts/fuzz.sh).
+fuzz:
+	scripts/fuzz.sh
 
 ## bench-operator: apply -> Accepted status and -> first 200 through a proxy at 1, 1k and 5k
 ## routes, and the controller's memory, against the e2e kube-apiserver (operator/benches/convergence.rs).

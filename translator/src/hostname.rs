@@ -7,6 +7,23 @@ use std::cmp::Ordering;
 
 use smallvec::SmallVec;
 
+/// Whether `h` is a hostname as the Gateway API defines them: DNS labels of letters, digits and
+/// `-` (RFC 1123: 1 to 63 bytes, not starting or ending with `-`), at most 253 bytes, after a
+/// leading `*.` when `wildcard` allows one. Letters of either case.
+pub fn is_valid(h: &str, wildcard: bool) -> bool {
+    let name = match h.strip_prefix("*.") {
+        Some(rest) if wildcard => rest,
+        _ => h,
+    };
+    h.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 /// Whether `host` (exact, lower-case) is matched by `pattern` (exact or wildcard).
 pub fn matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix('*') {
@@ -122,6 +139,33 @@ mod tests {
         assert_eq!(intersect(Some("a.example.com"), "b.example.com"), None);
         assert_eq!(intersect(Some("*.example.com"), "example.com"), None);
         assert_eq!(intersect(None, "x.test").as_deref(), Some("x.test"));
+    }
+
+    #[test]
+    fn validity() {
+        for valid in ["example.com", "a-b.example.com", "Foo.Example.com", "x", "1.2.3.4"] {
+            assert!(is_valid(valid, false), "{valid}");
+        }
+        assert!(is_valid("*.example.com", true));
+        assert!(is_valid(&format!("{}.com", "a".repeat(63)), false));
+        for invalid in [
+            "",
+            "*",
+            "*.example.com",
+            "a..b",
+            "example.com.",
+            "-a.com",
+            "a-.com",
+            "a b",
+            "a_b",
+            "a:80",
+        ] {
+            assert!(!is_valid(invalid, false), "{invalid:?}");
+        }
+        assert!(!is_valid("*", true));
+        assert!(!is_valid("*.*.example.com", true));
+        assert!(!is_valid(&format!("{}.com", "a".repeat(64)), false));
+        assert!(!is_valid(&format!("{}a", "a.".repeat(127)), false), "254 bytes");
     }
 
     #[test]

@@ -59,6 +59,7 @@ meta!(
     k8s_openapi::api::core::v1::Service,
     k8s_openapi::api::core::v1::Namespace,
     k8s_openapi::api::discovery::v1::EndpointSlice,
+    crate::snapshot::UnreadableRoute,
 );
 
 impl<T: Meta> Meta for &T {

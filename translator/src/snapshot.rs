@@ -8,14 +8,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::api::http::HttpRouteParentRefs;
 use crate::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
     UdpRoute,
 };
 use crate::certificate;
+use crate::route::RouteKind;
 
 /// The inputs of one translation.
 #[derive(Clone, Debug, Default)]
@@ -28,6 +31,8 @@ pub struct Snapshot {
     pub tls_routes: Vec<TlsRoute>,
     pub tcp_routes: Vec<TcpRoute>,
     pub udp_routes: Vec<UdpRoute>,
+    /// Routes of every kind whose spec the typed API cannot read.
+    pub unreadable_routes: Vec<UnreadableRoute>,
     /// ReferenceGrants of both `v1` and `v1beta1` (same schema).
     pub reference_grants: Vec<ReferenceGrant>,
     pub backend_tls_policies: Vec<BackendTlsPolicy>,
@@ -83,6 +88,47 @@ pub struct SecretFacts {
     pub keys: BTreeSet<String>,
     /// Present when the Secret has both `tls.crt` and `tls.key`.
     pub tls: Option<TlsFacts>,
+}
+
+/// A route whose spec does not fit the typed API, such as a filter or match type Turna does not
+/// know: the Gateway API lets these enums grow, and says an unknown value must give the route
+/// Accepted=False (UnsupportedValue) rather than fail. Only what its status needs is kept.
+#[derive(Clone, Debug)]
+pub struct UnreadableRoute {
+    pub kind: RouteKind,
+    pub metadata: ObjectMeta,
+    /// All route kinds share the shape of HTTPRoute's parentRefs.
+    pub parent_refs: Option<Vec<HttpRouteParentRefs>>,
+    pub hostnames: Vec<String>,
+    /// Why the typed API cannot read it.
+    pub error: String,
+}
+
+impl UnreadableRoute {
+    /// The parts of a route `value` of `kind` a status needs; `None` when even these do not read.
+    fn read(kind: RouteKind, value: Value, error: String) -> Option<UnreadableRoute> {
+        #[derive(Deserialize)]
+        struct Shell {
+            metadata: ObjectMeta,
+            spec: ShellSpec,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct ShellSpec {
+            #[serde(default)]
+            parent_refs: Option<Vec<HttpRouteParentRefs>>,
+            #[serde(default)]
+            hostnames: Option<Vec<String>>,
+        }
+        let shell: Shell = serde_json::from_value(value).ok()?;
+        Some(UnreadableRoute {
+            kind,
+            metadata: shell.metadata,
+            parent_refs: shell.spec.parent_refs,
+            hostnames: shell.spec.hostnames.unwrap_or_default(),
+            error,
+        })
+    }
 }
 
 /// Validity of a `tls.crt`/`tls.key` pair.
@@ -234,11 +280,21 @@ impl Snapshot {
             (crate::GROUP, "ListenerSet") | (crate::X_GROUP, "XListenerSet") => {
                 self.listener_sets.push(from(value).map_err(err)?)
             }
-            (crate::GROUP, "HTTPRoute") => self.http_routes.push(from(value).map_err(err)?),
-            (crate::GROUP, "GRPCRoute") => self.grpc_routes.push(from(value).map_err(err)?),
-            (crate::GROUP, "TLSRoute") => self.tls_routes.push(from(value).map_err(err)?),
-            (crate::GROUP, "TCPRoute") => self.tcp_routes.push(from(value).map_err(err)?),
-            (crate::GROUP, "UDPRoute") => self.udp_routes.push(from(value).map_err(err)?),
+            (crate::GROUP, "HTTPRoute") => self
+                .add_route(RouteKind::Http, value, |s| &mut s.http_routes)
+                .map_err(err)?,
+            (crate::GROUP, "GRPCRoute") => self
+                .add_route(RouteKind::Grpc, value, |s| &mut s.grpc_routes)
+                .map_err(err)?,
+            (crate::GROUP, "TLSRoute") => self
+                .add_route(RouteKind::Tls, value, |s| &mut s.tls_routes)
+                .map_err(err)?,
+            (crate::GROUP, "TCPRoute") => self
+                .add_route(RouteKind::Tcp, value, |s| &mut s.tcp_routes)
+                .map_err(err)?,
+            (crate::GROUP, "UDPRoute") => self
+                .add_route(RouteKind::Udp, value, |s| &mut s.udp_routes)
+                .map_err(err)?,
             (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(from(value).map_err(err)?),
             (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(from(value).map_err(err)?),
             ("", "Service") => self.services.push(from(value).map_err(err)?),
@@ -253,6 +309,25 @@ impl Snapshot {
                 self.config_maps.push(ConfigMapFacts::from_config_map(&cm));
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Adds a route of `kind` to its `list`, or to the unreadable routes when its spec does not
+    /// fit the typed API; `Err` when not even its metadata and parentRefs read.
+    fn add_route<T: serde::de::DeserializeOwned>(
+        &mut self,
+        kind: RouteKind,
+        value: Value,
+        list: fn(&mut Snapshot) -> &mut Vec<T>,
+    ) -> Result<(), serde_json::Error> {
+        // From a reference: the value is still needed when the typed API cannot read it.
+        match T::deserialize(&value) {
+            Ok(route) => list(self).push(route),
+            Err(error) => {
+                let unreadable = UnreadableRoute::read(kind, value, error.to_string()).ok_or(error)?;
+                self.unreadable_routes.push(unreadable);
+            }
         }
         Ok(())
     }

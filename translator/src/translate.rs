@@ -51,6 +51,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     let mut gateways = gateway::build(snapshot, config, &classes, &namespace_labels);
     reject_listener_filters(&mut gateways, snapshot);
     let backends = Backends::new(snapshot, config);
+    let regexes = route::value::Regexes::default();
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
     // is much faster on large snapshots than in name order. Only statuses need name order.
@@ -84,6 +85,24 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             continue;
         }
         let mut outcome = RouteOutcome::default();
+        if let Some(error) = route.unreadable {
+            // Its references were not read either.
+            let unsupported = crate::status::condition::reason::UNSUPPORTED_VALUE;
+            outcome.not_accepted = Some(gateway::Problem::new(
+                unsupported,
+                format!("The route has a value Turna does not support: {error}"),
+            ));
+            outcome.unresolved = Some(gateway::Problem::new(
+                unsupported,
+                "The route's references are not resolved: it cannot be read",
+            ));
+        } else if let Some(h) = route.hostnames.iter().find(|h| !hostname::is_valid(h, true)) {
+            // The proxy could not tell its requests apart.
+            outcome.not_accepted = Some(gateway::Problem::new(
+                crate::status::condition::reason::UNSUPPORTED_VALUE,
+                format!("Invalid hostname {h:?}"),
+            ));
+        }
         attached.clear();
         // The status needs only each attachment's parent and problem: the listeners move here.
         for a in attachments.iter_mut().filter(|a| a.problem.is_none()) {
@@ -112,7 +131,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
             let (mut rules, streams, compiled) = match route.kind {
                 RouteKind::Http | RouteKind::Grpc => {
-                    let mut c = route::http::compile(route, &backends, client_certificate, &mut outcome);
+                    let mut c = route::http::compile(route, &backends, &regexes, client_certificate, &mut outcome);
                     (std::mem::take(&mut c.rules), BTreeMap::new(), c)
                 }
                 RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {
@@ -297,7 +316,8 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             + snapshot.grpc_routes.len()
             + snapshot.tls_routes.len()
             + snapshot.tcp_routes.len()
-            + snapshot.udp_routes.len(),
+            + snapshot.udp_routes.len()
+            + snapshot.unreadable_routes.len(),
     );
     if installed(RouteKind::Http) {
         routes.extend(
@@ -344,6 +364,13 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
                 .map(RouteModel::from_udp),
         );
     }
+    routes.extend(
+        snapshot
+            .unreadable_routes
+            .iter()
+            .filter(|r| installed(r.kind) && watched(r.namespace()))
+            .map(RouteModel::from_unreadable),
+    );
     routes
 }
 

@@ -1,11 +1,12 @@
 //! Property tests: random but plausible snapshots, built from small name pools so references
 //! sometimes resolve and sometimes do not, must translate without panicking, independently of
 //! object order, and keep the invariants product.md promises (statuses for everything we own,
-//! endpoints only from the snapshot, hostnames within listeners, Secrets only with grants).
+//! endpoints only from the snapshot, hostnames within listeners, Secrets only with grants, a
+//! valid route served whatever invalid objects surround it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{ROUTE_KINDS, Scenario, name_of, namespace_of, scenario};
+use common::{ROUTE_KINDS, Scenario, add_good, good_route_problem, name_of, namespace_of, scenario};
 use proptest::prelude::*;
 use serde_json::Value;
 use translator::{Output, Snapshot, translate};
@@ -44,6 +45,7 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
     rng.shuffle(&mut s.tls_routes);
     rng.shuffle(&mut s.tcp_routes);
     rng.shuffle(&mut s.udp_routes);
+    rng.shuffle(&mut s.unreadable_routes);
     rng.shuffle(&mut s.reference_grants);
     rng.shuffle(&mut s.backend_tls_policies);
     rng.shuffle(&mut s.services);
@@ -107,6 +109,16 @@ proptest! {
         for gw in &ours {
             prop_assert!(reported.contains(gw), "Gateway {gw} has no status");
         }
+        for set in scenario.of_kind("ListenerSet") {
+            let parent = &set["spec"]["parentRef"];
+            let parent_ns = parent["namespace"].as_str().map_or_else(|| namespace_of(set), str::to_string);
+            let gateway = parent.get("kind").is_none_or(|k| k == "Gateway");
+            if gateway && ours.contains(&format!("{parent_ns}/{}", parent["name"].as_str().unwrap_or_default())) {
+                let (ns, name) = (namespace_of(set), name_of(set));
+                let found = output.statuses.listener_sets.iter().any(|s| s.namespace == ns && s.name == name);
+                prop_assert!(found, "ListenerSet {ns}/{name} of our Gateway has no status");
+            }
+        }
         for kind in ROUTE_KINDS {
             for route in scenario.of_kind(kind) {
                 let (ns, name) = (namespace_of(route), name_of(route));
@@ -129,6 +141,24 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// A valid Gateway and route of their own are accepted and served beside whatever else the
+    /// snapshot holds (invalid listeners, regexes, filters and enum values, conflicts, missing
+    /// references, foreign classes), and still every object of ours gets a status.
+    #[test]
+    fn a_valid_route_is_served_beside_anything(scenario in scenario()) {
+        let mut snapshot = scenario.snapshot();
+        add_good(&mut snapshot);
+        let output = translate(&snapshot, &scenario.config);
+        if let Some(problem) = good_route_problem(&output, &scenario.config) {
+            prop_assert!(false, "{problem}");
+        }
+        let without = translate(&scenario.snapshot(), &scenario.config);
+        prop_assert!(
+            statuses_of_objects(&output) == statuses_of_objects(&without),
+            "adding the good objects changed the statuses of the others"
+        );
     }
 
     /// Endpoints come from ready EndpointSlice endpoints of the backend's Service, or are its
@@ -259,6 +289,14 @@ proptest! {
     }
 }
 
+/// The statuses of every object but the good ones of [`add_good`], serialized.
+fn statuses_of_objects(output: &Output) -> String {
+    let mut statuses = output.statuses.clone();
+    statuses.gateways.retain(|g| g.namespace != "good");
+    statuses.routes.retain(|r| r.namespace != "good");
+    serde_json::to_string(&statuses).expect("statuses serialize")
+}
+
 /// Where two renderings part, with some context.
 fn first_difference(a: &str, b: &str) -> String {
     let at = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
@@ -272,7 +310,8 @@ fn first_difference(a: &str, b: &str) -> String {
 }
 
 /// The properties above are only as strong as the generator: it must reach served rules,
-/// endpoints, TLS routes and bundle Secrets (also across namespaces) often enough.
+/// endpoints, TLS routes, bundle Secrets (also across namespaces) and unreadable routes often
+/// enough.
 #[test]
 fn generator_reaches_interesting_cases() {
     use proptest::strategy::ValueTree;
@@ -283,7 +322,7 @@ fn generator_reaches_interesting_cases() {
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for _ in 0..400 {
         let scenario = strategy.new_tree(&mut runner).expect("generates").current();
-        let (_, output) = run(&scenario);
+        let (snapshot, output) = run(&scenario);
         let listeners: Vec<_> = output
             .proxies
             .iter()
@@ -292,6 +331,7 @@ fn generator_reaches_interesting_cases() {
             .collect();
         let mut count = |what, hit: bool| *seen.entry(what).or_default() += usize::from(hit);
         count("proxy", !output.proxies.is_empty());
+        count("unreadable route", !snapshot.unreadable_routes.is_empty());
         count(
             "http rule",
             listeners
@@ -342,5 +382,5 @@ fn generator_reaches_interesting_cases() {
     for (what, n) in &seen {
         assert!(*n >= 5, "only {n} of 400 scenarios have a {what}: {seen:?}");
     }
-    assert_eq!(seen.len(), 8, "{seen:?}");
+    assert_eq!(seen.len(), 9, "{seen:?}");
 }

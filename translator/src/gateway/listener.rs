@@ -381,6 +381,19 @@ pub fn validate(
         ));
     }
 
+    if let Some(h) = model
+        .spec
+        .hostname
+        .as_deref()
+        .filter(|h| !crate::hostname::is_valid(h, true))
+    {
+        let problem = Problem::new(
+            reason::UNSUPPORTED_VALUE,
+            format!("Hostname {h:?} is not a valid hostname"),
+        );
+        model.not_accepted.get_or_insert(problem);
+    }
+
     // TLS settings per protocol.
     match proto {
         Protocol::Https if model.spec.tls_mode == Some(TlsMode::Passthrough) => {

@@ -232,6 +232,14 @@ fn validate(policy: &BackendTlsPolicy, snapshot: &Snapshot) -> (BackendTls, Opti
             reason::INVALID,
             format!("wellKnownCACertificates {other:?} is not supported"),
         ))
+    } else if !crate::hostname::is_valid(&v.hostname, false)
+        || rustls_pki_types::ServerName::try_from(v.hostname.as_str()).is_err()
+    {
+        // The proxy sends it as SNI and verifies the certificate for it.
+        Some(Problem::new(
+            reason::INVALID,
+            format!("hostname {:?} is not a server name", v.hostname),
+        ))
     } else if cas.is_empty() && !system_roots {
         Some(Problem::new(
             reason::NO_VALID_CA_CERTIFICATE,

@@ -27,6 +27,7 @@ use crate::status::condition::reason;
 use super::RouteOutcome;
 use super::model::{BackendRef, RouteKind, RouteModel, RuleSpec};
 pub use super::precedence::{PrecedenceKey, inherit_less_specific, original_hostname, precedence, precedence_key};
+use super::value::{self, Regexes};
 
 /// The compiled entries of one route for one Gateway.
 #[derive(Clone, Debug, Default)]
@@ -42,6 +43,7 @@ pub struct Compiled {
 pub fn compile(
     route: &RouteModel<'_>,
     backends: &Backends<'_>,
+    regexes: &Regexes,
     client_certificate: Option<&str>,
     outcome: &mut RouteOutcome,
 ) -> Compiled {
@@ -67,8 +69,8 @@ pub fn compile(
             rule_name: rule.name.map(SmolStr::new),
         };
         let parts = match rule.spec {
-            RuleSpec::Http(r) => http_parts(r),
-            RuleSpec::Grpc(r) => grpc_parts(r),
+            RuleSpec::Http(r) => http_parts(r, regexes),
+            RuleSpec::Grpc(r) => grpc_parts(r, regexes),
             RuleSpec::Stream => continue,
         };
         let parts = parts.and_then(|p| {
@@ -80,6 +82,10 @@ pub fn compile(
                     reason::UNSUPPORTED_VALUE,
                     "ReplacePrefixMatch requires PathPrefix matches",
                 ));
+            }
+            value::filters(&p.filters)?;
+            for b in &rule.backend_refs {
+                value::filters(&b.filters)?;
             }
             Ok(p)
         });
@@ -238,27 +244,15 @@ struct Parts<'r> {
     session_persistence: bool,
 }
 
-fn check_regex(pattern: &str) -> Result<(), Problem> {
-    regex_syntax::Parser::new().parse(pattern).map(|_| ()).map_err(|e| {
-        // The parser's message draws the pattern over several lines; its last line says why.
-        let text = e.to_string();
-        let why = text
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim_start_matches("error: ")
-            .to_string();
-        Problem::new(
-            reason::UNSUPPORTED_VALUE,
-            format!("Invalid regular expression {pattern:?}: {why}"),
-        )
-    })
-}
-
-fn value_match(name: &str, value: &str, regex: bool, lower: bool) -> Result<ValueMatch, Problem> {
+/// A header (`header`) or query parameter match.
+fn value_match(name: &str, value: &str, regex: bool, header: bool, regexes: &Regexes) -> Result<ValueMatch, Problem> {
     if regex {
-        check_regex(value)?;
+        regexes.check(value)?;
     }
+    if header {
+        value::header_name(name)?;
+    }
+    let lower = header;
     Ok(ValueMatch {
         name: if lower {
             SmolStr::from(name.to_ascii_lowercase())
@@ -274,7 +268,7 @@ fn value_match(name: &str, value: &str, regex: bool, lower: bool) -> Result<Valu
     })
 }
 
-fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
+fn http_parts<'r>(rule: &'r HttpRouteRules, regexes: &Regexes) -> Result<Parts<'r>, Problem> {
     let mut matches = SmallVec::new();
     for m in rule.matches.iter().flatten() {
         let path = match &m.path {
@@ -282,12 +276,16 @@ fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
             Some(p) => {
                 let value = p.value.as_deref().unwrap_or("/");
                 match p.r#type {
-                    Some(PathType::Exact) => PathMatch::Exact(value.into()),
+                    Some(PathType::Exact) => {
+                        value::path(value)?;
+                        PathMatch::Exact(value.into())
+                    }
                     Some(PathType::RegularExpression) => {
-                        check_regex(value)?;
+                        regexes.check(value)?;
                         PathMatch::RegularExpression(value.into())
                     }
                     Some(PathType::PathPrefix) | None => {
+                        value::path(value)?;
                         let trimmed = value.trim_end_matches('/');
                         PathMatch::Prefix(if trimmed.is_empty() { "/".into() } else { trimmed.into() })
                     }
@@ -304,6 +302,7 @@ fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
                     &h.value,
                     matches!(h.r#type, Some(HeaderType::RegularExpression)),
                     true,
+                    regexes,
                 )
             })
             .collect::<Result<_, _>>()?;
@@ -317,6 +316,7 @@ fn http_parts(rule: &HttpRouteRules) -> Result<Parts<'_>, Problem> {
                     &q.value,
                     matches!(q.r#type, Some(QueryType::RegularExpression)),
                     false,
+                    regexes,
                 )
             })
             .collect::<Result<_, _>>()?;
@@ -422,7 +422,7 @@ fn method_name(m: &HttpMethod) -> &'static str {
     }
 }
 
-fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts<'static>, Problem> {
+fn grpc_parts(rule: &GrpcRouteRules, regexes: &Regexes) -> Result<Parts<'static>, Problem> {
     let mut matches = SmallVec::new();
     for m in rule.matches.iter().flatten() {
         let path = match &m.method {
@@ -433,19 +433,24 @@ fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts<'static>, Problem> {
                     (Some(s), Some(me), false) => PathMatch::Exact(format_smolstr!("/{s}/{me}")),
                     (Some(s), None, false) => PathMatch::Prefix(format_smolstr!("/{s}")),
                     (None, Some(me), false) => {
-                        PathMatch::RegularExpression(format_smolstr!("/[^/]+/{}", regex_syntax::escape(me)))
+                        PathMatch::RegularExpression(format_smolstr!("/[^/]+/{}", regex::escape(me)))
                     }
                     (None, None, _) => PathMatch::Prefix("/".into()),
                     (s, me, true) => {
                         let s = s.unwrap_or("[^/]+");
                         let me = me.unwrap_or("[^/]+");
-                        check_regex(s)?;
-                        check_regex(me)?;
+                        // Each part alone first: its error names it.
+                        regexes.check(s)?;
+                        regexes.check(me)?;
                         PathMatch::RegularExpression(format_smolstr!("/(?:{s})/(?:{me})"))
                     }
                 }
             }
         };
+        if let PathMatch::RegularExpression(pattern) = &path {
+            // As the proxy compiles it: the parts may fit its limits while the whole does not.
+            regexes.check(pattern)?;
+        }
         let headers = m
             .headers
             .iter()
@@ -456,6 +461,7 @@ fn grpc_parts(rule: &GrpcRouteRules) -> Result<Parts<'static>, Problem> {
                     &h.value,
                     matches!(h.r#type, Some(GrpcRouteRulesMatchesHeadersType::RegularExpression)),
                     true,
+                    regexes,
                 )
             })
             .collect::<Result<_, _>>()?;

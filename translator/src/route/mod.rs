@@ -14,6 +14,7 @@ pub mod http;
 pub mod model;
 pub mod precedence;
 pub mod stream;
+pub mod value;
 
 use std::collections::BTreeMap;
 

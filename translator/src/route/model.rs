@@ -6,6 +6,7 @@ use smol_str::SmolStr;
 
 use crate::api::{GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute, grpc, http};
 use crate::object::{GROUP, Meta};
+use crate::snapshot::UnreadableRoute;
 use crate::status::ParentReference;
 
 /// The five route kinds.
@@ -102,6 +103,9 @@ pub struct RouteModel<'a> {
     pub hostnames: &'a [String],
     pub parent_refs: Vec<ParentRef<'a>>,
     pub rules: Vec<RuleModel<'a>>,
+    /// Why the route's spec cannot be read ([`UnreadableRoute`]): it has no rules and is not
+    /// accepted by any parent.
+    pub unreadable: Option<&'a str>,
 }
 
 macro_rules! parent_refs {
@@ -154,6 +158,7 @@ fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
         hostnames: &[],
         parent_refs: Vec::new(),
         rules: Vec::new(),
+        unreadable: None,
     }
 }
 
@@ -250,6 +255,16 @@ impl<'a> RouteModel<'a> {
                 spec: RuleSpec::Stream,
             })
             .collect();
+        m
+    }
+
+    pub fn from_unreadable(r: &'a UnreadableRoute) -> Self {
+        let mut m = base(r, r.kind);
+        if r.kind.has_hostnames() {
+            m.hostnames = &r.hostnames;
+        }
+        m.parent_refs = parent_refs!(r.parent_refs, m.namespace);
+        m.unreadable = Some(&r.error);
         m
     }
 

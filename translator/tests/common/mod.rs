@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use translator::snapshot::{AssignedAddress, ConfigMapFacts, SecretFacts};
-use translator::{Config, GROUP, Snapshot};
+use translator::{Config, GROUP, Output, Snapshot};
 
 pub use objects::ROUTE_KINDS;
 use objects::*;
@@ -202,4 +202,75 @@ impl Scenario {
                         .any(|t| t["group"] == "" && t["kind"] == to_kind && t.get("name").is_none_or(|n| n == to_name))
             })
     }
+}
+
+/// A valid Gateway and HTTPRoute that no generated object can disturb or be disturbed by:
+/// namespace `good` and port 8888 are outside the pools (so no generated object references them
+/// or shares their port in standalone mode), and no generated wildcard covers `good.example.org`.
+const GOOD: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: good, namespace: good, creationTimestamp: "2020-01-01T00:00:00Z"}
+spec:
+  gatewayClassName: turna
+  listeners: [{name: http, port: 8888, protocol: HTTP, hostname: good.example.org}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: good, namespace: good, creationTimestamp: "2020-01-01T00:00:00Z"}
+spec:
+  parentRefs: [{name: good}]
+  rules: [{backendRefs: [{name: good, port: 80}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: good, namespace: good}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: good, namespace: good, labels: {kubernetes.io/service-name: good}}
+addressType: IPv4
+ports: [{port: 8080}]
+endpoints: [{addresses: [10.9.9.9]}]
+"#;
+
+/// Adds the good objects to `snapshot`.
+pub fn add_good(snapshot: &mut Snapshot) {
+    snapshot.add_yaml(GOOD).expect("the good objects load");
+}
+
+/// Why the good route is not accepted, resolved and served to its endpoint, if it is not.
+pub fn good_route_problem(output: &Output, config: &Config) -> Option<String> {
+    let status = output
+        .statuses
+        .routes
+        .iter()
+        .find(|r| r.namespace == "good" && r.name == "good");
+    let conditions = status.and_then(|s| s.parents.first()).map(|p| &p.conditions);
+    let ok = |kind: &str| conditions.is_some_and(|c| c.iter().any(|c| c.kind == kind && c.is_true()));
+    if !ok("Accepted") || !ok("ResolvedRefs") {
+        return Some(format!("the good route is not accepted and resolved: {status:?}"));
+    }
+    let id = match config.mode {
+        translator::Mode::Controller => "good/good",
+        translator::Mode::Standalone => "standalone",
+    };
+    let Some(proxy) = output.proxies.iter().find(|p| p.id == id) else {
+        return Some(format!("no proxy {id}"));
+    };
+    let served = proxy
+        .ports
+        .iter()
+        .filter(|p| p.port == 8888)
+        .flat_map(|p| &p.listeners)
+        .filter(|l| l.name == "good/good/http")
+        .flat_map(|l| &l.virtual_hosts)
+        .filter(|v| v.hostname == "good.example.org")
+        .flat_map(|v| &v.rules)
+        .filter(|r| r.route.namespace == "good" && r.route.name == "good")
+        .flat_map(|r| &r.backends)
+        .filter_map(|b| proxy.backends.get(b.backend.as_ref()?))
+        .any(|b| b.endpoints.iter().any(|e| e.address == "10.9.9.9" && e.port == 8080));
+    (!served).then(|| format!("proxy {id} does not route good.example.org to 10.9.9.9:8080"))
 }

@@ -1,7 +1,7 @@
 //! Strategies for the objects of a snapshot, as Kubernetes JSON. Names come from small pools
 //! so references sometimes resolve; values are mostly valid, sometimes not (invalid
-//! protocols, ports 0, 1901 (the health port after the offset) and 65535, bad regexes, missing
-//! Secrets and Services, foreign classes).
+//! protocols, ports 0, 1901 (the health port after the offset) and 65535, bad regexes, enum
+//! values the Gateway API may add later, missing Secrets and Services, foreign classes).
 
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -356,17 +356,19 @@ pub fn http_filter() -> impl Strategy<Value = Value> {
         }),
         3 => Just(json!({"type": "CORS", "cors": {"allowOrigins": ["https://a.test"], "maxAge": 60}})),
         1 => Just(json!({"type": "ExtensionRef", "extensionRef": {"group": "example.com", "kind": "Foo", "name": "x"}})),
+        // A filter type of a later API version: the route cannot be read.
+        1 => Just(json!({"type": "RequestTeleporter"})),
     ]
 }
 
 pub fn http_match() -> impl Strategy<Value = Value> {
     let path = (
-        select(&["PathPrefix", "Exact", "RegularExpression"][..]),
+        prop_oneof![39 => select(&["PathPrefix", "Exact", "RegularExpression"][..]), 1 => Just("Glob")],
         mostly(&["/", "/foo", "/foo/", "/a/b", "/v[0-9]+"], &["[unclosed("]),
     )
         .prop_map(|(t, v)| json!({"type": t, "value": v}));
     let header = (
-        select(&["Exact", "RegularExpression"][..]),
+        prop_oneof![39 => select(&["Exact", "RegularExpression"][..]), 1 => Just("Prefix")],
         mostly(&["v", "a.*"], &["("]),
     )
         .prop_map(|(t, v)| json!([{"name": "X-Tenant", "type": t, "value": v}]));
