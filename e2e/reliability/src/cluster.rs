@@ -27,6 +27,8 @@ pub struct Cluster {
     scripts: PathBuf,
     /// The node (bridge) address, which the API server is bound to.
     pub node_ip: String,
+    /// The node's name, which prefixes the pods' network namespaces.
+    node_name: String,
     resources: Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
 }
 
@@ -44,11 +46,17 @@ impl Cluster {
             .find_map(|l| l.strip_prefix("export TURNA_NODE_IP="))
             .ok_or_else(|| anyhow!("no TURNA_NODE_IP in {}/env", dir.display()))?
             .to_string();
+        let node_name = env
+            .lines()
+            .find_map(|l| l.strip_prefix("export TURNA_NODE_NAME="))
+            .ok_or_else(|| anyhow!("no TURNA_NODE_NAME in {}/env", dir.display()))?
+            .to_string();
         Ok(Cluster {
             client,
             dir: dir.to_path_buf(),
             scripts: scripts.to_path_buf(),
             node_ip,
+            node_name,
             resources: Mutex::default(),
         })
     }
@@ -331,6 +339,17 @@ impl Cluster {
         Ok(process)
     }
 
+    /// Takes a pod's network link down or up (`eth0` in its network namespace): a network
+    /// partition of that pod.
+    pub async fn pod_link(&self, pod: &Pod, up: bool) -> Result<()> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let netns = format!("{}.{ns}.{name}.{}", self.node_name, &uid[..uid.len().min(8)]);
+        let state = if up { "up" } else { "down" };
+        self.script(&format!("ip -n {netns} link set dev eth0 {state}")).await
+    }
+
     /// Stops the API server (SIGTERM to its process group, as `apiserver.sh stop` does).
     pub async fn stop_apiserver(&self) -> Result<()> {
         self.script(&format!(
@@ -511,6 +530,20 @@ impl Process {
                 .map(|k| k * 1024)
         };
         Some((kib("VmRSS:")?, kib("VmHWM:")?))
+    }
+
+    /// Resident memory the process freed and the kernel may take back when it needs it
+    /// (LazyFree of smaps_rollup: pages the allocator returned with MADV_FREE), in bytes.
+    pub fn lazy_free(&self) -> Option<u64> {
+        let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid)).ok()?;
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix("LazyFree:"))?
+            .split_whitespace()
+            .next()?
+            .parse::<u64>()
+            .ok()
+            .map(|k| k * 1024)
     }
 
     pub fn kill(&self, signal: i32) -> Result<()> {

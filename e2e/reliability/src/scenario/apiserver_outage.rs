@@ -2,6 +2,11 @@
 //! the controllers ride it out without a restart, and once the API server is back they catch up
 //! with the changes made just before it went away (a route added is served and Accepted, a
 //! route deleted is gone), without restarting any proxy.
+//!
+//! So that the controllers cannot have seen those changes before the API server stops, their
+//! pods are cut off the network first (a partition: the proxies lose the controllers too), the
+//! changes are made, the API server is stopped, and only then are the controllers connected
+//! again. The added route must not be served while the API server is away.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -40,7 +45,12 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
 
     let running = load::start(plain_load(suite, vec![steady]));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // Changes right before the outage, not waited for.
+    // Changes right before the outage, which the controllers, cut off meanwhile, do not see.
+    let controllers = c.controller_pods().await?;
+    let stopped = running.now();
+    for pod in &controllers {
+        c.pod_link(pod, false).await?;
+    }
     c.apply(&fixture::http_route(
         ns,
         "late",
@@ -52,9 +62,13 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
     c.delete("gateway.networking.k8s.io/v1", "HTTPRoute", Some(ns), "doomed")
         .await?;
     c.stop_apiserver().await?;
-    let stopped = running.now();
+    for pod in &controllers {
+        c.pod_link(pod, true).await?;
+    }
     tracing::info!(seconds = suite.options.outage_seconds, "API server stopped");
     tokio::time::sleep(Duration::from_secs(suite.options.outage_seconds)).await;
+    // Nobody could have told the proxies about the changes.
+    let early = load::once(&late, None).await;
     c.start_control_plane().await?;
     let back = Instant::now();
     let restarted = running.now();
@@ -78,6 +92,12 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let outcomes = running.stop().await;
 
+    report.check(
+        "route added before the outage, while the API server is away",
+        early.failure().unwrap_or_else(|| "200".into()),
+        "status 404",
+        early.answer().is_some_and(|a| a.status == 404),
+    );
     report.no_failures(
         "during the outage",
         outcomes.iter().filter(|o| o.sent >= stopped && o.sent < restarted),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::{Suite, plain_load, stage, until_served};
+use super::{Suite, controller_work, explain, plain_load, stage, until_served};
 use crate::fixture;
 use crate::load::{self, Client};
 use crate::report::{Report, ms, quantile};
@@ -97,33 +97,6 @@ async fn add_routes(
         }
     }
     Ok((delays, errors))
-}
-
-/// The leading controller's translations and reconcile passes so far: (sum, count) of each.
-async fn controller_work(suite: &Suite) -> Option<[(f64, u64); 2]> {
-    let m = suite.cluster.leader_metrics().await.ok()?;
-    Some([
-        m.histogram("turna_operator_translate_duration_seconds"),
-        m.histogram("turna_operator_reconcile_duration_seconds"),
-    ])
-}
-
-/// Where the controller's share of the delay went since `before`: its mean translation and
-/// reconcile pass (snapshot, translation, pushes and status writes).
-async fn explain(suite: &Suite, report: &mut Report, what: &str, before: Option<[(f64, u64); 2]>) {
-    let (Some(before), Some(after)) = (before, controller_work(suite).await) else {
-        report.notes.push("the leader's metrics could not be read".into());
-        return;
-    };
-    let mean = |i: usize| {
-        let (sum, count) = (after[i].0 - before[i].0, after[i].1.saturating_sub(before[i].1));
-        (count, if count == 0 { 0.0 } else { sum / count as f64 * 1000.0 })
-    };
-    let ((translations, translate), (passes, pass)) = (mean(0), mean(1));
-    report.measure(
-        format!("controller during {what}: translations, mean; reconcile passes, mean"),
-        format!("{translations}, {translate:.1} ms; {passes}, {pass:.1} ms"),
-    );
 }
 
 /// The delays' quantiles against the targets, and the errors when given.

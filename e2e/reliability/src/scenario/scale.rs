@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use futures::{StreamExt, TryStreamExt};
 
-use super::{Suite, until_served};
+use super::{Suite, controller_work, explain, until_served};
 use crate::cluster::Process;
 use crate::fixture;
 use crate::load::Client;
@@ -88,6 +88,7 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
     );
 
     // A new route's delay at this scale.
+    let before = controller_work(suite).await;
     let mut delays = Vec::new();
     let mut errors = 0;
     for k in 0..SAMPLES {
@@ -130,16 +131,24 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
         ),
     );
     report.check("errors of those", errors.to_string(), "0", errors == 0);
+    explain(suite, report, "those", before).await;
 
     // Memory and CPU.
     let mut worst = 0;
     for (i, p) in controllers.iter().enumerate() {
         let (rss, peak) = p.memory().unwrap_or_default();
+        let lazy = p.lazy_free().unwrap_or_default();
         let cpu = p.cpu().unwrap_or_default().saturating_sub(cpu_before[i]);
         worst = worst.max(peak);
         report.measure(
-            format!("controller {i}: RSS now / peak, CPU during the run"),
-            format!("{} / {}, {:.1} s", mib(rss), mib(peak), cpu.as_secs_f64()),
+            format!("controller {i}: RSS now (of it freed, reclaimable) / peak, CPU during the run"),
+            format!(
+                "{} ({}) / {}, {:.1} s",
+                mib(rss),
+                mib(lazy),
+                mib(peak),
+                cpu.as_secs_f64()
+            ),
         );
     }
     report.check(
