@@ -348,6 +348,9 @@ install_crds() {
 }
 
 write_env() {
+	# Lines others added (cluster.sh: the node and pod network) survive a restart.
+	local kept=""
+	[[ -f $ENV_FILE ]] && kept="$(grep -E '^export TURNA_(NODE|POD|CLUSTER)_' "$ENV_FILE" || true)"
 	cat > "$ENV_FILE" <<EOF
 # Turna e2e control plane in $DIR (written by e2e/scripts/apiserver.sh)
 export KUBECONFIG=$KUBECONFIG_FILE
@@ -360,6 +363,7 @@ export TURNA_ETCD_URL=http://127.0.0.1:$ETCD_CLIENT_PORT
 export TURNA_TOOLS_BIN=$TOOLS_BIN
 export PATH=$TOOLS_BIN:\$PATH
 EOF
+	[[ -z $kept ]] || echo "$kept" >> "$ENV_FILE"
 }
 
 # ---------------------------------------------------------------- commands

@@ -173,6 +173,8 @@ install_turna() {
 }
 
 write_env() {
+	# apiserver.sh keeps these lines across its own restarts: replaced, not repeated.
+	sed -i -E '/^export TURNA_(NODE|POD|CLUSTER)_/d' "$DIR/env"
 	cat >> "$DIR/env" <<-EOF
 	export TURNA_NODE_NAME=$NODE_NAME
 	export TURNA_NODE_IP=$NODE_IP
