@@ -39,9 +39,10 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane) {
     let mut applied = None;
     loop {
         seen = hub.changed(seen).await;
-        let Some(message) = hub.latest(STANDALONE) else {
+        let Some(published) = hub.latest(STANDALONE) else {
             continue;
         };
+        let message = &published.message;
         if applied == Some(message.version) {
             continue;
         }

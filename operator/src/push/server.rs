@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -57,10 +57,39 @@ pub enum PushError {
 /// The latest IR of every proxy, by proxy id (the Gateway's `namespace/name`).
 #[derive(Clone, Debug, Default)]
 pub struct Hub {
-    proxies: Arc<Mutex<HashMap<String, watch::Sender<Arc<Message>>>>>,
+    proxies: Arc<Mutex<HashMap<String, watch::Sender<Arc<Published>>>>>,
     version: Arc<AtomicU64>,
     /// The latest version of any proxy, for in-process followers.
     latest: Arc<watch::Sender<u64>>,
+}
+
+/// A published version of a proxy's IR and its wire form, a line of JSON made once however
+/// many replicas of the proxy stream it (at thousands of routes, serializing is a good part of
+/// the time from a change to the proxies).
+#[derive(Debug)]
+pub struct Published {
+    pub message: Message,
+    line: OnceLock<Bytes>,
+}
+
+impl Published {
+    fn new(version: u64, proxy: ir::Proxy) -> Arc<Published> {
+        Arc::new(Published {
+            message: Message { version, proxy },
+            line: OnceLock::new(),
+        })
+    }
+
+    /// The message as one newline-terminated JSON line.
+    fn line(&self) -> Bytes {
+        self.line
+            .get_or_init(|| {
+                let mut line = serde_json::to_vec(&self.message).unwrap_or_default();
+                line.push(b'\n');
+                Bytes::from(line)
+            })
+            .clone()
+    }
 }
 
 impl Hub {
@@ -82,7 +111,7 @@ impl Hub {
     }
 
     /// The current IR of Gateway (or `standalone`) proxy `id`.
-    pub fn latest(&self, id: &str) -> Option<Arc<Message>> {
+    pub fn latest(&self, id: &str) -> Option<Arc<Published>> {
         let current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
         current.get(id).map(|s| s.borrow().clone())
     }
@@ -92,20 +121,14 @@ impl Hub {
         current.retain(|id, _| proxies.iter().any(|p| &p.id == id));
         for proxy in proxies {
             match current.get(&proxy.id) {
-                Some(sender) if sender.borrow().proxy == *proxy => {}
+                Some(sender) if sender.borrow().message.proxy == *proxy => {}
                 Some(sender) => {
                     let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-                    sender.send_replace(Arc::new(Message {
-                        version,
-                        proxy: proxy.clone(),
-                    }));
+                    sender.send_replace(Published::new(version, proxy.clone()));
                 }
                 None => {
                     let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-                    let (sender, _) = watch::channel(Arc::new(Message {
-                        version,
-                        proxy: proxy.clone(),
-                    }));
+                    let (sender, _) = watch::channel(Published::new(version, proxy.clone()));
                     current.insert(proxy.id.clone(), sender);
                 }
             }
@@ -113,7 +136,7 @@ impl Hub {
     }
 
     /// The stream of the proxy of Gateway `id`, if it is translated.
-    fn subscribe(&self, id: &str) -> Option<watch::Receiver<Arc<Message>>> {
+    fn subscribe(&self, id: &str) -> Option<watch::Receiver<Arc<Published>>> {
         let current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
         current.get(id).map(watch::Sender::subscribe)
     }
@@ -316,13 +339,11 @@ impl Server {
                 if !first && receiver.changed().await.is_err() {
                     return None;
                 }
-                let message = receiver.borrow_and_update().clone();
-                let mut line = serde_json::to_vec(&*message).unwrap_or_default();
-                line.push(b'\n');
+                let published = receiver.borrow_and_update().clone();
                 metrics.ir_pushed();
-                tracing::debug!(gateway = %gateway, version = message.version, "IR pushed");
+                tracing::debug!(gateway = %gateway, version = published.message.version, "IR pushed");
                 Some((
-                    Ok::<_, Infallible>(Frame::data(Bytes::from(line))),
+                    Ok::<_, Infallible>(Frame::data(published.line())),
                     (receiver, false, connected),
                 ))
             }
@@ -455,12 +476,24 @@ mod tests {
         let hub = Hub::default();
         hub.publish(&[proxy("a/x", 1), proxy("b/y", 1)]);
         let mut a = hub.subscribe("a/x").expect("a");
-        let first = a.borrow_and_update().version;
+        let first = a.borrow_and_update().message.version;
         hub.publish(&[proxy("a/x", 1), proxy("b/y", 2)]);
         assert!(!a.has_changed().expect("open"), "unchanged IR, no new version");
         hub.publish(&[proxy("a/x", 3)]);
-        assert!(a.borrow_and_update().version > first);
+        assert!(a.borrow_and_update().message.version > first);
         assert!(hub.subscribe("b/y").is_none(), "removed proxy");
+    }
+
+    #[test]
+    fn a_version_is_serialized_once_for_every_stream() {
+        let hub = Hub::default();
+        hub.publish(&[proxy("a/x", 1)]);
+        let (one, two) = (hub.subscribe("a/x").expect("a"), hub.subscribe("a/x").expect("a"));
+        let (first, second) = (one.borrow().line(), two.borrow().line());
+        assert_eq!(first.as_ptr(), second.as_ptr(), "one serialization, shared");
+        let parsed: Message = serde_json::from_slice(&first).expect("a JSON line");
+        assert_eq!(parsed, one.borrow().message);
+        assert!(first.ends_with(b"\n"));
     }
 
     #[test]
