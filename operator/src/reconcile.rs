@@ -6,12 +6,17 @@
 //!
 //! Failures are retried with exponential backoff from 200ms to 30s even without a new event.
 //! Every instance watches and translates; only the leader writes (see [`crate::leader`]).
+//!
+//! Statuses are written beside the loop, never in front of it ([`StatusWriter`]): a pass
+//! publishes the proxies' IR and hands its statuses over, and the next change is translated at
+//! once, even while thousands of statuses are still being written.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
+use translator::status::Statuses;
 
 use crate::admin::Readiness;
 use crate::leader::{self, Elector, Leadership};
@@ -20,6 +25,7 @@ use crate::provision::Provisioning;
 use crate::settings::Kubernetes;
 use crate::status::writer;
 use crate::watch::discovery::{self, Discovery};
+use crate::watch::snapshot::Changed;
 use crate::watch::{Changes, Scope, Snapshots, Stores};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
@@ -147,8 +153,17 @@ async fn reconcile(
     let config = settings.translator_config();
     let metrics = &options.metrics;
     let mut backoff = BACKOFF_MIN;
-    let mut unchanged = writer::Unchanged::default();
     let mut snapshots = Snapshots::new(stores);
+    let statuses = (!settings.status.disabled).then(|| {
+        StatusWriter::start(
+            client.clone(),
+            stores.clone(),
+            settings.controller_name.clone(),
+            metrics.clone(),
+            leadership.clone(),
+            changes.clone(),
+        )
+    });
     loop {
         changes.settled(settings.debounce).await;
         let started = Instant::now();
@@ -166,32 +181,12 @@ async fn reconcile(
             metrics.pass_took(started.elapsed());
             continue;
         }
-        let mut failed = 0;
+        let mut output = output;
         // What changed since the last status pass (standby passes leave it to the next one).
         let changed = snapshots.take_changed();
-        if !settings.status.disabled {
-            let written = writer::write(
-                client,
-                stores,
-                &output,
-                &settings.controller_name,
-                &changed,
-                &mut unchanged,
-            )
-            .await;
-            tracing::debug!(
-                applied = written.applied,
-                unchanged = written.unchanged,
-                failed = written.failed,
-                "status pass"
-            );
-            metrics.status_written("applied", written.applied);
-            metrics.status_written("unchanged", written.unchanged);
-            metrics.status_written("failed", written.failed);
-            metrics.status_conflicted(written.conflicts);
-            let result = if written.failed > 0 { "error" } else { "success" };
-            metrics.reconciled("status", result);
-            failed += written.failed;
+        if let Some(statuses) = &statuses {
+            // Only the statuses go to the writer: the IR is not kept twice while it writes.
+            statuses.write(Arc::new(std::mem::take(&mut output.statuses)), changed);
         }
         // Provisioning is independent of status.disabled (product.md).
         let provisioned = provisioning.provision(&output).await;
@@ -209,8 +204,7 @@ async fn reconcile(
         let result = if provisioned.failed > 0 { "error" } else { "success" };
         metrics.reconciled("provision", result);
         metrics.pass_took(started.elapsed());
-        failed += provisioned.failed;
-        if failed > 0 {
+        if provisioned.failed > 0 {
             let retry = changes.clone();
             let wait = backoff;
             tokio::spawn(async move {
@@ -221,5 +215,72 @@ async fn reconcile(
         } else {
             backoff = BACKOFF_MIN;
         }
+    }
+}
+
+/// Writes the statuses of the leader's passes on a task of its own. It always writes the newest
+/// output it was given, with the changes of the passes it skipped meanwhile, so a burst of
+/// passes costs one status pass when its writes are slow; failures are retried by waking the
+/// loop after a backoff, as before.
+struct StatusWriter {
+    passes: tokio::sync::mpsc::UnboundedSender<(Arc<Statuses>, Changed)>,
+}
+
+impl StatusWriter {
+    fn start(
+        client: Client,
+        stores: Stores,
+        controller_name: String,
+        metrics: Arc<Metrics>,
+        leadership: Leadership,
+        changes: Changes,
+    ) -> StatusWriter {
+        let (passes, mut pending) = tokio::sync::mpsc::unbounded_channel::<(Arc<Statuses>, Changed)>();
+        tokio::spawn(async move {
+            let mut unchanged = writer::Unchanged::default();
+            let mut backoff = BACKOFF_MIN;
+            while let Some((mut statuses, mut changed)) = pending.recv().await {
+                while let Ok((newer, more)) = pending.try_recv() {
+                    statuses = newer;
+                    changed.merge(more);
+                }
+                if !leadership.is_leader() {
+                    // A new leader writes everything from its own first pass.
+                    continue;
+                }
+                let written =
+                    writer::write(&client, &stores, &statuses, &controller_name, &changed, &mut unchanged).await;
+                tracing::debug!(
+                    applied = written.applied,
+                    unchanged = written.unchanged,
+                    failed = written.failed,
+                    "status pass"
+                );
+                metrics.status_written("applied", written.applied);
+                metrics.status_written("unchanged", written.unchanged);
+                metrics.status_written("failed", written.failed);
+                metrics.status_conflicted(written.conflicts);
+                let result = if written.failed > 0 { "error" } else { "success" };
+                metrics.reconciled("status", result);
+                if written.failed > 0 {
+                    let retry = changes.clone();
+                    let wait = backoff;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        retry.notify();
+                    });
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                } else {
+                    backoff = BACKOFF_MIN;
+                }
+            }
+        });
+        StatusWriter { passes }
+    }
+
+    /// Hands a pass's statuses over; returns at once.
+    fn write(&self, statuses: Arc<Statuses>, changed: Changed) {
+        // Err only when the task ended, which is when the runtime shuts down.
+        let _ = self.passes.send((statuses, changed));
     }
 }

@@ -24,7 +24,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use translator::Output;
+use translator::status::Statuses;
 
 use crate::watch::Stores;
 use crate::watch::snapshot::Changed;
@@ -230,7 +230,7 @@ impl Plan<'_> {
 pub async fn write(
     client: &Client,
     stores: &Stores,
-    output: &Output,
+    statuses: &Statuses,
     controller: &str,
     changed: &Changed,
     seen: &mut Unchanged,
@@ -244,7 +244,7 @@ pub async fn write(
         pending: Vec::new(),
     };
     let now = now();
-    let s = &output.statuses;
+    let s = statuses;
     for c in &s.gateway_classes {
         plan.add(&stores.gateway_classes, None, &c.name, c, |cur| {
             merge::gateway_class(cur, c, &now)

@@ -24,6 +24,16 @@ use super::{Stores, lock};
 pub struct Changed(HashMap<TypeId, HashMap<String, HashSet<String>>>);
 
 impl Changed {
+    /// Adds the objects of `other` (the changes of a pass whose statuses were never written).
+    pub fn merge(&mut self, other: Changed) {
+        for (kind, namespaces) in other.0 {
+            let mine = self.0.entry(kind).or_default();
+            for (namespace, names) in namespaces {
+                mine.entry(namespace).or_default().extend(names);
+            }
+        }
+    }
+
     /// Whether object `namespace/name` of kind `K` was copied anew.
     pub fn contains<K: 'static>(&self, namespace: &str, name: &str) -> bool {
         self.0
