@@ -135,12 +135,19 @@ async fn shutdown() {
 }
 
 fn main() -> anyhow::Result<()> {
-    allocator::reset_instead_of_decommit();
+    let command = Cli::parse().command;
+    // Proxies and local mode keep freed memory for the next request or translation (reset); the
+    // controller and standalone mode hold the cluster's objects for good and translate after
+    // pauses, so what they free goes back to the system once unused for a second (mimalloc's
+    // default decommit): their RSS is what they use, not their past peaks.
+    if !matches!(command, Command::Controller { .. } | Command::Standalone { .. }) {
+        allocator::reset_instead_of_decommit();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match command {
         Command::Controller {
             config,
             push_address,
