@@ -350,6 +350,15 @@ impl Cluster {
         self.script(&format!("ip -n {netns} link set dev eth0 {state}")).await
     }
 
+    /// Destroys this machine's TCP sockets to a pod (`ss -K`): the sockets a stopped API server
+    /// leaves behind would otherwise deliver what it had sent once the pod's link is up again.
+    pub async fn drop_connections_to(&self, pod: &Pod) -> Result<()> {
+        let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+            bail!("pod {:?} has no IP", pod.metadata.name);
+        };
+        self.script(&format!("ss -K dst {ip} > /dev/null")).await
+    }
+
     /// Stops the API server (SIGTERM to its process group, as `apiserver.sh stop` does).
     pub async fn stop_apiserver(&self) -> Result<()> {
         self.script(&format!(

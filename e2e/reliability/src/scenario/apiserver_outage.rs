@@ -5,8 +5,9 @@
 //!
 //! So that the controllers cannot have seen those changes before the API server stops, their
 //! pods are cut off the network first (a partition: the proxies lose the controllers too), the
-//! changes are made, the API server is stopped, and only then are the controllers connected
-//! again. The added route must not be served while the API server is away.
+//! changes are made, the API server is stopped (and the sockets it leaves behind destroyed, or
+//! they would deliver the changes' watch events late), and only then are the controllers
+//! connected again. The added route must not be served while the API server is away.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -63,6 +64,7 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
         .await?;
     c.stop_apiserver().await?;
     for pod in &controllers {
+        c.drop_connections_to(pod).await?;
         c.pod_link(pod, true).await?;
     }
     tracing::info!(seconds = suite.options.outage_seconds, "API server stopped");
