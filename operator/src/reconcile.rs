@@ -164,9 +164,26 @@ async fn reconcile(
             changes.clone(),
         )
     });
+    // The statuses of the last leader pass, checked again when only statuses changed since.
+    let mut last_statuses: Option<Arc<Statuses>> = None;
     loop {
         changes.settled(settings.debounce).await;
         let started = Instant::now();
+        if !changes.take_translate() {
+            // Only statuses changed (our own writes coming back, or someone else's): nothing to
+            // translate. The leader checks the statuses others changed against its own again.
+            match (&statuses, &last_statuses) {
+                (Some(statuses), Some(last)) if leadership.is_leader() => {
+                    snapshots.refresh();
+                    statuses.write(last.clone(), snapshots.take_changed());
+                    metrics.reconciled("status", "recheck");
+                    continue;
+                }
+                _ if !leadership.is_leader() => continue,
+                // A leader without statuses of its own yet translates.
+                _ => {}
+            }
+        }
         let snapshot = snapshots.refresh();
         provisioning.observe(&mut snapshot.facts);
         let output = translator::translate(snapshot, &config);
@@ -186,7 +203,9 @@ async fn reconcile(
         let changed = snapshots.take_changed();
         if let Some(statuses) = &statuses {
             // Only the statuses go to the writer: the IR is not kept twice while it writes.
-            statuses.write(Arc::new(std::mem::take(&mut output.statuses)), changed);
+            let written = Arc::new(std::mem::take(&mut output.statuses));
+            last_statuses = Some(written.clone());
+            statuses.write(written, changed);
         }
         // Provisioning is independent of status.disabled (product.md).
         let provisioned = provisioning.provision(&output).await;

@@ -21,7 +21,7 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::DynamicObject;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
@@ -40,15 +40,31 @@ pub const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30
 
 /// Wakes the reconcile loop; notifications coalesce.
 #[derive(Clone, Default)]
-pub struct Changes(Arc<Notify>);
+pub struct Changes {
+    notify: Arc<Notify>,
+    /// Set by every notification but [`Changes::notify_status`]: the next pass translates.
+    translate: Arc<std::sync::atomic::AtomicBool>,
+}
 
 impl Changes {
     pub fn notify(&self) {
-        self.0.notify_one();
+        self.translate.store(true, std::sync::atomic::Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// A change only of objects' statuses, which no translation reads (the leader's own status
+    /// writes coming back, mostly): the next pass only checks those statuses again.
+    pub fn notify_status(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Whether a change since the last call needs a translation (clears it).
+    pub fn take_translate(&self) -> bool {
+        self.translate.swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     pub async fn changed(&self) {
-        self.0.notified().await;
+        self.notify.notified().await;
     }
 
     /// Waits for a change, then until changes pause for a moment (a fortieth of `debounce`) or
@@ -161,6 +177,21 @@ fn forget_managed_fields<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
+/// Whether `object` differs from `stored`, the same Gateway API object, only where translation
+/// does not look: its status (and resourceVersion). Every spec change of these kinds bumps
+/// `metadata.generation` (their CRDs have a status subresource; without one, every change
+/// does), and the metadata a translation could read is compared as well.
+fn only_status_changed<K: Resource>(stored: &K, object: &K) -> bool {
+    let (old, new) = (stored.meta(), object.meta());
+    old.generation.is_some()
+        && old.generation == new.generation
+        && old.labels == new.labels
+        && old.annotations == new.annotations
+        && old.deletion_timestamp == new.deletion_timestamp
+        && old.owner_references == new.owner_references
+        && old.uid == new.uid
+}
+
 /// Completes once `store` listed its objects.
 fn ready_when_listed<K>(store: &Store<K>) -> BoxReady
 where
@@ -240,6 +271,7 @@ where
     let (source_tx, mut source_rx) = watch::channel::<Option<Source>>(None);
     let ctx = ctx.clone();
     let kind = K::kind(&()).into_owned();
+    let stored = store.clone();
     tokio::spawn(async move {
         let mut stream: Option<EventStream<K>> = None;
         loop {
@@ -286,12 +318,21 @@ where
                 }
                 event = next => match event {
                     Some(Ok(event)) => {
+                        // Status writes (ours, mostly) come back as events that change nothing
+                        // a translation reads: stored, and only their statuses checked again.
+                        let status_only = match &event {
+                            watcher::Event::Apply(object) => stored
+                                .get(&ObjectRef::from_obj(object))
+                                .is_some_and(|old| only_status_changed(&*old, object)),
+                            _ => false,
+                        };
                         writer.apply_watcher_event(&event);
                         match event {
                             watcher::Event::InitDone => {
                                 lock(&ctx.watching).insert(kind.clone());
                                 ctx.changes.notify();
                             }
+                            watcher::Event::Apply(_) if status_only => ctx.changes.notify_status(),
                             watcher::Event::Apply(_) | watcher::Event::Delete(_) => ctx.changes.notify(),
                             watcher::Event::Init | watcher::Event::InitApply(_) => {}
                         }
@@ -575,6 +616,48 @@ pub fn address_services(api: Api<Service>, config: watcher::Config, changes: Cha
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn route(generation: i64, label: &str, status: &str) -> HttpRoute {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": "ns", "uid": "u1", "generation": generation,
+                         "labels": {"team": label}, "resourceVersion": status},
+            "spec": {"parentRefs": [{"name": "gw"}]},
+            "status": {"parents": [{"parentRef": {"name": "gw"}, "controllerName": "x",
+                "conditions": [{"type": "Accepted", "status": status, "reason": "Accepted", "message": "",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": generation}]}]}
+        }))
+        .expect("an HTTPRoute")
+    }
+
+    #[test]
+    fn status_writes_are_told_from_changes_a_translation_reads() {
+        let stored = route(1, "a", "True");
+        assert!(only_status_changed(&stored, &route(1, "a", "False")), "status only");
+        assert!(
+            !only_status_changed(&stored, &route(2, "a", "True")),
+            "a spec change bumps the generation"
+        );
+        assert!(
+            !only_status_changed(&stored, &route(1, "b", "True")),
+            "labels are metadata a translation may read"
+        );
+        let mut recreated = route(1, "a", "False");
+        recreated.metadata.uid = Some("u2".into());
+        assert!(
+            !only_status_changed(&stored, &recreated),
+            "another object of the same name"
+        );
+        let mut without = route(1, "a", "False");
+        without.metadata.generation = None;
+        let mut stored_without = stored.clone();
+        stored_without.metadata.generation = None;
+        assert!(
+            !only_status_changed(&stored_without, &without),
+            "no generation: no way to tell"
+        );
+    }
 
     // Paused time: the clock moves only when every task waits, so the outcome does not depend
     // on how busy the machine is.
