@@ -119,16 +119,18 @@ impl Dataplane {
     /// Validates `proxy` and serves it. On [`ApplyError::Invalid`] nothing changed; on
     /// [`ApplyError::Ports`] the IR is served except on the listed ports.
     pub async fn apply(&self, proxy: ir::Proxy) -> Result<(), ApplyError> {
-        self.apply_with(proxy, &Material::default()).await
+        self.apply_with(&proxy, &Material::default()).await
     }
 
     /// [`Dataplane::apply`] for an IR whose TLS listeners use certificates and CA bundles of
-    /// `material` (the proxy's bundle Secret).
-    pub async fn apply_with(&self, proxy: ir::Proxy, material: &Material) -> Result<(), ApplyError> {
+    /// `material` (the proxy's bundle Secret). Borrowed: the proxies keep the last IR to apply
+    /// it again when the bundle changes, and copying thousands of routes is time on the path
+    /// from a change to its first request.
+    pub async fn apply_with(&self, proxy: &ir::Proxy, material: &Material) -> Result<(), ApplyError> {
         let mut listeners = self.inner.listeners.lock().await;
         let shared = &self.inner.shared;
         let built = Table::build(
-            &proxy,
+            proxy,
             material,
             &shared.table.load(),
             &shared.metrics,

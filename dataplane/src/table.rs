@@ -146,14 +146,19 @@ impl Table {
                 );
                 continue;
             };
+            // The port with only the listeners of `protocol`, copying nothing else: a plain
+            // HTTP port with thousands of routes costs no copy of them.
             let only = |protocol: ir::Protocol| ir::Port {
+                transport: port.transport,
+                port: port.port,
+                bind_port: port.bind_port,
                 listeners: port
                     .listeners
                     .iter()
                     .filter(|l| l.protocol == protocol)
                     .cloned()
                     .collect(),
-                ..port.clone()
+                frontend_validation: port.frontend_validation.clone(),
             };
             let https = only(ir::Protocol::Https);
             let mut validation = 0;

@@ -90,7 +90,7 @@ async fn status_with(backend: &EchoBackend, tls: ir::BackendTls, material: &Mate
     b.tls = Some(tls);
     let ir = simple(vec![rule("r", prefix("/"), &b.id.clone())], vec![b]);
     let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
-    dp.apply_with(ir, material).await.unwrap();
+    dp.apply_with(&ir, material).await.unwrap();
     let addr = dp.local_addr(80).await.unwrap();
     let reply = get(&client(), addr, "a.com", "/").await;
     if reply.status == StatusCode::OK {

@@ -143,7 +143,7 @@ async fn two_listeners(validation: Option<ir::FrontendValidation>, mut material:
     port.frontend_validation = validation;
     let ir = proxy(vec![port], vec![echo_backend(&exact), echo_backend(&wildcard)]);
     let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
-    dp.apply_with(ir, &material).await.unwrap();
+    dp.apply_with(&ir, &material).await.unwrap();
     let addr = dp.local_addr(443).await.unwrap();
     Fixture {
         _dp: dp,
@@ -376,7 +376,7 @@ async fn tls_terminate_and_passthrough_share_a_port() {
         vec![stream_backend("pass", passthrough), stream_backend("term", terminated)],
     );
     let dp = Dataplane::new(loopback());
-    dp.apply_with(ir, &material).await.unwrap();
+    dp.apply_with(&ir, &material).await.unwrap();
     let addr = dp.local_addr(443).await.unwrap();
 
     // Terminated: the backend gets the decrypted bytes.
@@ -426,7 +426,7 @@ async fn changed_client_validation_closes_connections_accepted_before() {
         proxy(vec![port], vec![echo_backend(&echo)])
     };
     let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
-    dp.apply_with(ir(ir::FrontendValidationMode::AllowInsecureFallback), &material)
+    dp.apply_with(&ir(ir::FrontendValidationMode::AllowInsecureFallback), &material)
         .await
         .unwrap();
     let addr = dp.local_addr(443).await.unwrap();
@@ -449,7 +449,7 @@ async fn changed_client_validation_closes_connections_accepted_before() {
     };
     assert_eq!(sender.send_request(request()).await.unwrap().status(), StatusCode::OK);
 
-    dp.apply_with(ir(ir::FrontendValidationMode::AllowValidOnly), &material)
+    dp.apply_with(&ir(ir::FrontendValidationMode::AllowValidOnly), &material)
         .await
         .unwrap();
     assert_eq!(dp.local_addr(443).await, Some(addr), "same local port");
@@ -494,7 +494,7 @@ async fn new_certificates_apply_to_new_connections() {
     let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
     let mut material = Material::default();
     material.certificates.insert("test/cert".into(), first);
-    dp.apply_with(ir.clone(), &material).await.unwrap();
+    dp.apply_with(&ir, &material).await.unwrap();
     let addr = dp.local_addr(443).await.unwrap();
     let trusts_first = connector(std::slice::from_ref(&first_root), None, &[b"http/1.1"]);
     let trusts_second = connector(std::slice::from_ref(&second_root), None, &[b"http/1.1"]);
@@ -505,7 +505,7 @@ async fn new_certificates_apply_to_new_connections() {
     );
 
     material.certificates.insert("test/cert".into(), second);
-    dp.apply_with(ir, &material).await.unwrap();
+    dp.apply_with(&ir, &material).await.unwrap();
     assert_eq!(dp.local_addr(443).await, Some(addr), "the socket is kept");
     assert!(
         https_get(addr, &trusts_first, "a.example.com", "a.example.com", "/")
@@ -545,7 +545,7 @@ async fn https_and_tls_passthrough_share_a_port() {
         vec![echo_backend(&echo), stream_backend("pass", passthrough)],
     );
     let dp = Dataplane::new(loopback());
-    dp.apply_with(ir, &material).await.unwrap();
+    dp.apply_with(&ir, &material).await.unwrap();
     let addr = dp.local_addr(443).await.unwrap();
 
     for alpn in [&[b"h2" as &[u8]][..], &[b"http/1.1"]] {

@@ -930,7 +930,7 @@ impl Tls {
             vec![echo_backend(&echo), stream_backend("pass", passthrough)],
         );
         let dp = Dataplane::new(Settings { limits, ..loopback() });
-        dp.apply_with(ir, &material).await.unwrap();
+        dp.apply_with(&ir, &material).await.unwrap();
         Tls {
             https: dp.local_addr(443).await.unwrap(),
             shared: dp.local_addr(8443).await.unwrap(),

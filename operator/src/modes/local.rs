@@ -144,7 +144,7 @@ pub async fn run(options: Options, signal: impl Future<Output = ()>) -> Result<(
 async fn apply(dataplane: &Dataplane, settings: &Kubernetes, input: Input) -> Result<(), ApplyError> {
     let out = translator::translate(&input.snapshot, &settings.translator_config());
     let proxy = standalone_proxy(out.proxies);
-    let result = dataplane.apply_with(proxy, &input.material).await;
+    let result = dataplane.apply_with(&proxy, &input.material).await;
     if let Err(ApplyError::Ports(errors)) = &result {
         for error in errors {
             tracing::warn!(%error, "port not served");

@@ -48,7 +48,7 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane) {
         }
         applied = Some(message.version);
         let material = material(&client, &message.proxy).await;
-        match dataplane.apply_with(message.proxy.clone(), &material).await {
+        match dataplane.apply_with(&message.proxy, &material).await {
             Ok(()) => tracing::info!(version = message.version, "standalone IR applied"),
             Err(ApplyError::Ports(errors)) => {
                 tracing::warn!(

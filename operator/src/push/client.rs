@@ -217,7 +217,7 @@ async fn follow(
 
 /// Applies one version; a rejection is reported to the operator (best effort).
 async fn apply(options: &Options, dataplane: &Dataplane, message: &Message, material: &Material) {
-    match dataplane.apply_with(message.proxy.clone(), material).await {
+    match dataplane.apply_with(&message.proxy, material).await {
         Ok(()) => tracing::info!(version = message.version, "IR version applied"),
         Err(ApplyError::Ports(errors)) => {
             tracing::warn!(

@@ -90,7 +90,7 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
     // A new route's delay at this scale.
     let before = controller_work(suite).await;
     let mut delays = Vec::new();
-    let mut errors = 0;
+    let mut errors = Vec::new();
     for k in 0..SAMPLES {
         let g = k % gateways;
         let host = format!("extra-{k}.scale.example");
@@ -111,10 +111,11 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
                     break;
                 }
                 Ok(a) if a.status == 404 => {}
-                _ => errors += 1,
+                Ok(a) => errors.push(format!("route extra-{k}: status {}", a.status)),
+                Err(e) => errors.push(format!("route extra-{k}: {e}")),
             }
             if accepted.elapsed() > Duration::from_secs(30) {
-                errors += 1;
+                errors.push(format!("route extra-{k}: not served within 30 s"));
                 break;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -130,7 +131,8 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
             ms(delays.last().copied().unwrap_or_default())
         ),
     );
-    report.check("errors of those", errors.to_string(), "0", errors == 0);
+    report.check("errors of those", errors.len().to_string(), "0", errors.is_empty());
+    report.notes.extend(errors.iter().take(5).cloned());
     explain(suite, report, "those", before).await;
 
     // Memory and CPU.
