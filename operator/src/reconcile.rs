@@ -286,7 +286,8 @@ impl StatusWriter {
                     let wait = backoff;
                     tokio::spawn(async move {
                         tokio::time::sleep(wait).await;
-                        retry.notify();
+                        // Nothing to translate: the loop writes its last statuses again.
+                        retry.notify_status();
                     });
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                 } else {

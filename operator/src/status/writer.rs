@@ -72,9 +72,13 @@ impl Unchanged {
     }
 
     fn insert<K: 'static>(&mut self, namespace: &str, name: &str, desired: Arc<dyn Any + Send + Sync>) {
+        self.insert_of(TypeId::of::<K>(), namespace, name, desired);
+    }
+
+    fn insert_of(&mut self, kind: TypeId, namespace: &str, name: &str, desired: Arc<dyn Any + Send + Sync>) {
         let pass = self.pass;
         self.objects
-            .entry(TypeId::of::<K>())
+            .entry(kind)
             .or_default()
             .entry(namespace.to_string())
             .or_default()
@@ -119,6 +123,9 @@ struct Pending {
     namespace: Option<String>,
     name: String,
     body: Value,
+    /// The kind's type and the desired status written, remembered once the write succeeded.
+    type_id: TypeId,
+    desired: Arc<dyn Any + Send + Sync>,
 }
 
 /// The status writes of one pass, found before any is sent.
@@ -193,6 +200,8 @@ impl Plan<'_> {
             namespace: namespace.map(str::to_string),
             name: name.to_string(),
             body,
+            type_id: TypeId::of::<K>(),
+            desired: Arc::new(desired_status.clone()),
         });
     }
 
@@ -211,7 +220,15 @@ impl Plan<'_> {
             .buffer_unordered(WRITES_IN_FLIGHT);
         while let Some((p, result)) = results.next().await {
             match result {
-                Ok(_) => written.applied += 1,
+                Ok(_) => {
+                    written.applied += 1;
+                    // Until the write comes back through the watch, the store still has the
+                    // old status: the passes before that would write it again (against a stale
+                    // resourceVersion). The write's own event marks it changed, and the pass
+                    // after it reads it again.
+                    let ns = p.namespace.as_deref().unwrap_or_default();
+                    self.seen.insert_of(p.type_id, ns, &p.name, p.desired);
+                }
                 Err(error) => {
                     written.failed += 1;
                     if matches!(&error, kube::Error::Api(status) if status.code == 409) {
