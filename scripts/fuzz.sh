@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bounded cargo-fuzz runs of every fuzz target (not part of `make test`): FUZZ_SECONDS per
-# target (default 60); FUZZ_TARGETS picks some (names as below). Needs a nightly toolchain;
-# installs cargo-fuzz when missing. Both fuzz crates build into target/fuzz/build of the project;
+# target (default 60); FUZZ_TARGETS picks some (names as below). Installs a nightly toolchain
+# and cargo-fuzz when missing. Both fuzz crates build into target/fuzz/build of the project;
 # the working corpus and crash artifacts live in target/fuzz too, the corpus seeded from each
 # crate's seeds/<target>. A crash fails the run; the stats of each run are in its log,
 # target/fuzz/logs/<target>.log.
@@ -20,9 +20,10 @@ declare -A CRATES=(
 )
 TARGETS=${FUZZ_TARGETS:-translate ir_validation client_hello http_front}
 
+# cargo-fuzz needs a nightly toolchain (sanitizer flags); installed when missing.
 if ! rustup toolchain list | grep -q '^nightly'; then
-  echo "cargo-fuzz needs a nightly toolchain: rustup toolchain install nightly" >&2
-  exit 1
+  echo "installing the nightly toolchain for cargo-fuzz" >&2
+  rustup toolchain install nightly --profile minimal >&2
 fi
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz >&2
 
