@@ -3,6 +3,7 @@
 //! It never decides routing semantics; that is the translator's job.
 
 pub mod admin;
+pub mod api_client;
 pub mod leader;
 pub mod local;
 pub mod material;

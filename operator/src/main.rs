@@ -159,7 +159,7 @@ fn main() -> anyhow::Result<()> {
             let settings = load(config)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
-                let client = kube::Client::try_default()
+                let client = operator::api_client::infer()
                     .await
                     .context("connecting to the Kubernetes API")?;
                 let options = operator::modes::controller::Options {
@@ -194,7 +194,7 @@ fn main() -> anyhow::Result<()> {
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
-                let client = kube::Client::try_default()
+                let client = operator::api_client::infer()
                     .await
                     .context("connecting to the Kubernetes API")?;
                 let options = operator::reconcile::Options::default();
@@ -223,7 +223,7 @@ fn main() -> anyhow::Result<()> {
                 std::fs::read_to_string(&operator_ca).with_context(|| format!("reading {}", operator_ca.display()))?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
-                let client = kube::Client::try_default()
+                let client = operator::api_client::infer()
                     .await
                     .context("connecting to the Kubernetes API")?;
                 let endpoints = match operator_service.as_deref().map(|s| s.split_once('/')) {

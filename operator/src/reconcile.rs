@@ -242,7 +242,38 @@ async fn reconcile(
 /// passes costs one status pass when its writes are slow; failures are retried by waking the
 /// loop after a backoff, as before.
 struct StatusWriter {
-    passes: tokio::sync::mpsc::UnboundedSender<(Arc<Statuses>, Changed)>,
+    next: Arc<NextPass>,
+}
+
+/// The newest pass not written yet, with the changes of every pass it replaced: however long a
+/// write hangs (an API server gone), the passes meanwhile keep one output, not one each.
+#[derive(Default)]
+struct NextPass {
+    pass: std::sync::Mutex<Option<(Arc<Statuses>, Changed)>>,
+    ready: tokio::sync::Notify,
+}
+
+impl NextPass {
+    fn put(&self, statuses: Arc<Statuses>, changed: Changed) {
+        let mut pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
+        *pass = Some(match pass.take() {
+            Some((_, mut pending)) => {
+                pending.merge(changed);
+                (statuses, pending)
+            }
+            None => (statuses, changed),
+        });
+        self.ready.notify_one();
+    }
+
+    async fn take(&self) -> (Arc<Statuses>, Changed) {
+        loop {
+            if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                return pass;
+            }
+            self.ready.notified().await;
+        }
+    }
 }
 
 impl StatusWriter {
@@ -254,15 +285,13 @@ impl StatusWriter {
         leadership: Leadership,
         changes: Changes,
     ) -> StatusWriter {
-        let (passes, mut pending) = tokio::sync::mpsc::unbounded_channel::<(Arc<Statuses>, Changed)>();
+        let next = Arc::new(NextPass::default());
+        let pending = next.clone();
         tokio::spawn(async move {
             let mut unchanged = writer::Unchanged::default();
             let mut backoff = BACKOFF_MIN;
-            while let Some((mut statuses, mut changed)) = pending.recv().await {
-                while let Ok((newer, more)) = pending.try_recv() {
-                    statuses = newer;
-                    changed.merge(more);
-                }
+            loop {
+                let (statuses, changed) = pending.take().await;
                 if !leadership.is_leader() {
                     // A new leader writes everything from its own first pass.
                     continue;
@@ -295,12 +324,32 @@ impl StatusWriter {
                 }
             }
         });
-        StatusWriter { passes }
+        StatusWriter { next }
     }
 
     /// Hands a pass's statuses over; returns at once.
     fn write(&self, statuses: Arc<Statuses>, changed: Changed) {
-        // Err only when the task ended, which is when the runtime shuts down.
-        let _ = self.passes.send((statuses, changed));
+        self.next.put(statuses, changed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn passes_waiting_for_the_writer_keep_only_the_newest_output() {
+        let next = NextPass::default();
+        let outputs: Vec<Arc<Statuses>> = (0..100).map(|_| Arc::new(Statuses::default())).collect();
+        for output in &outputs {
+            next.put(output.clone(), Changed::default());
+        }
+        // Only the newest is still referenced by the slot: the 99 before it were let go.
+        assert!(outputs[..99].iter().all(|o| Arc::strong_count(o) == 1));
+        assert_eq!(Arc::strong_count(&outputs[99]), 2);
+        let (taken, _) = next.take().await;
+        assert!(Arc::ptr_eq(&taken, &outputs[99]));
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), next.take()).await;
+        assert!(waiting.is_err(), "nothing is left once the newest was taken");
     }
 }

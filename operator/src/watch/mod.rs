@@ -6,6 +6,7 @@
 //! has a feed task that owns its store's writer and starts, switches (another served version) or
 //! stops its watch when discovery says so, keeping the same [`Store`] for readers.
 
+mod backoff;
 pub mod discovery;
 pub mod snapshot;
 
@@ -33,6 +34,7 @@ use translator::api::{
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
 
 use crate::metrics::Metrics;
+use backoff::Backoff;
 use discovery::Source;
 
 /// How long [`Stores::synced`] waits for the first lists.
@@ -152,7 +154,7 @@ where
     let stream = reflector::reflector(
         writer,
         watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(Backoff::default())
             .modify(forget_managed_fields),
     );
     tokio::spawn(async move {
@@ -290,7 +292,7 @@ where
                     stream = match source {
                         Some(Source::Typed) => Some(
                             watcher(typed(&ctx), config.clone())
-                                .default_backoff()
+                                .backoff(Backoff::default())
                                 .modify(forget_managed_fields)
                                 .boxed(),
                         ),
@@ -301,7 +303,7 @@ where
                             };
                             Some(
                                 watcher(api, config.clone())
-                                    .default_backoff()
+                                    .backoff(Backoff::default())
                                     .modify(forget_managed_fields)
                                     .filter_map(|e| std::future::ready(e.map(convert_event::<K>).transpose()))
                                     .boxed(),
@@ -546,7 +548,7 @@ where
 {
     let (listed, ready) = watch::channel(false);
     tokio::spawn(async move {
-        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).backoff(Backoff::default()));
         let mut fresh: Option<BTreeMap<String, F>> = None;
         while let Some(event) = stream.next().await {
             let key = |o: &K| {
@@ -600,7 +602,7 @@ where
 /// ownership label, or standalone mode's `status.service`).
 pub fn address_services(api: Api<Service>, config: watcher::Config, changes: Changes) -> Store<Service> {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    let stream = reflector::reflector(writer, watcher(api, config).backoff(Backoff::default()));
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
