@@ -13,7 +13,8 @@ use arc_swap::ArcSwap;
 use dataplane::http::{HttpService, ListenerContext, MAX_MIRRORS_IN_FLIGHT};
 use dataplane::metrics::Metrics;
 use dataplane::table::Table;
-use dataplane::{Material, PassiveHealth};
+use dataplane::listener::Deadlines;
+use dataplane::{Limits, Material, PassiveHealth};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -156,6 +157,9 @@ fn front() -> &'static Front {
             mirror_slots: Arc::new(tokio::sync::Semaphore::new(MAX_MIRRORS_IN_FLIGHT)),
             metrics,
             access_log: false,
+            // The proxy's default limits: what a client meets on a listener.
+            limits: Limits::default(),
+            deadlines: Deadlines::start(),
         });
         Front { runtime, context }
     })
