@@ -152,7 +152,7 @@ async fn reconcile(
     changes.notify();
     let config = settings.translator_config();
     let metrics = &options.metrics;
-    let mut backoff = BACKOFF_MIN;
+    let mut retry = Retry::default();
     let mut snapshots = Snapshots::new(stores);
     let statuses = (!settings.status.disabled).then(|| {
         StatusWriter::start(
@@ -223,17 +223,37 @@ async fn reconcile(
         let result = if provisioned.failed > 0 { "error" } else { "success" };
         metrics.reconciled("provision", result);
         metrics.pass_took(started.elapsed());
-        if provisioned.failed > 0 {
-            let retry = changes.clone();
-            let wait = backoff;
-            tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                retry.notify();
-            });
-            backoff = (backoff * 2).min(BACKOFF_MAX);
-        } else {
-            backoff = BACKOFF_MIN;
+        let again = changes.clone();
+        retry.after(provisioned.failed > 0, move || again.notify());
+    }
+}
+
+/// Wakes the loop again after a failed pass, waiting twice as long after each failure in a row
+/// (from [`BACKOFF_MIN`] to [`BACKOFF_MAX`]), even when no new event comes.
+struct Retry {
+    wait: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry { wait: BACKOFF_MIN }
+    }
+}
+
+impl Retry {
+    /// After a failed pass, calls `wake` once the wait has passed and doubles it; after a good
+    /// one, the next failure waits the least again.
+    fn after(&mut self, failed: bool, wake: impl FnOnce() + Send + 'static) {
+        if !failed {
+            self.wait = BACKOFF_MIN;
+            return;
         }
+        let wait = self.wait;
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            wake();
+        });
+        self.wait = (wait * 2).min(BACKOFF_MAX);
     }
 }
 
@@ -289,7 +309,7 @@ impl StatusWriter {
         let pending = next.clone();
         tokio::spawn(async move {
             let mut unchanged = writer::Unchanged::default();
-            let mut backoff = BACKOFF_MIN;
+            let mut retry = Retry::default();
             loop {
                 let (statuses, changed) = pending.take().await;
                 if !leadership.is_leader() {
@@ -310,18 +330,9 @@ impl StatusWriter {
                 metrics.status_conflicted(written.conflicts);
                 let result = if written.failed > 0 { "error" } else { "success" };
                 metrics.reconciled("status", result);
-                if written.failed > 0 {
-                    let retry = changes.clone();
-                    let wait = backoff;
-                    tokio::spawn(async move {
-                        tokio::time::sleep(wait).await;
-                        // Nothing to translate: the loop writes its last statuses again.
-                        retry.notify_status();
-                    });
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                } else {
-                    backoff = BACKOFF_MIN;
-                }
+                // Nothing to translate: the loop writes its last statuses again.
+                let again = changes.clone();
+                retry.after(written.failed > 0, move || again.notify_status());
             }
         });
         StatusWriter { next }

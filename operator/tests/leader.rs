@@ -6,7 +6,7 @@ mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
 
-use common::{client, within};
+use common::{client, sample, within};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,13 +67,6 @@ fn start(client: &kube::Client, settings: &operator::settings::Kubernetes, ident
 }
 
 /// The value of a counter or gauge line starting with `series` in the text exposition.
-fn sample(metrics: &Metrics, series: &str) -> f64 {
-    metrics
-        .encode()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_the_leader_writes_status_and_standbys_take_over() {

@@ -162,14 +162,6 @@ spec:
     controller.abort();
 }
 
-fn sample(metrics: &operator::metrics::Metrics, series: &str) -> f64 {
-    metrics
-        .encode()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Routes added one after another, as fast as the API server takes them: each route's status is
 /// written once, not again by the passes that run before its write comes back through the watch,
 /// and those writes coming back are not translated again.
@@ -208,10 +200,15 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
         condition(&g["status"]["conditions"], "Accepted").is_some_and(|c| c["status"] == "True")
     })
     .await;
+    // The passes the start-up and the Gateway's own status write cause are not counted: the
+    // count starts after they had time to end (their end has no event of its own to wait for).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let applied = r#"turna_operator_status_writes_total{result="applied"}"#;
     let translations = "turna_operator_translate_duration_seconds_count";
-    let (applied_before, translations_before) = (sample(&metrics, applied), sample(&metrics, translations));
+    let (applied_before, translations_before) = (
+        common::sample(&metrics, applied),
+        common::sample(&metrics, translations),
+    );
 
     let routes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("HTTPRoute", "httproutes"));
     for i in 0..ROUTES {
@@ -242,11 +239,11 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
     .await;
     // Anything still to write or translate happens within a few debounce windows.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let written = sample(&metrics, applied) - applied_before;
-    let translated = sample(&metrics, translations) - translations_before;
+    let written = common::sample(&metrics, applied) - applied_before;
+    let translated = common::sample(&metrics, translations) - translations_before;
     eprintln!(
         "{written} status writes, {translated} translations, {} conflicts",
-        sample(&metrics, "turna_operator_status_conflicts_total")
+        common::sample(&metrics, "turna_operator_status_conflicts_total")
     );
     // Each route once, and the Gateway at most once per route (its attached route count).
     assert!(

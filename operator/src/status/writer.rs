@@ -4,8 +4,8 @@
 //! it ([`super::merge`]) and applied only when the result differs. The applied object carries its
 //! `resourceVersion`, so a concurrent change fails the write and the next reconcile retries.
 //!
-//! An object found unchanged is remembered with the desired status it was compared with
-//! ([`Unchanged`]); while the object is not copied anew into the snapshot ([`Changed`]) and its
+//! An object found unchanged, or just written, is remembered with the desired status it was
+//! compared with or given ([`Unchanged`]); while the object is not copied anew into the snapshot ([`Changed`]) and its
 //! desired status stays the same, it is skipped without reading, serializing and merging it
 //! again, so a pass over thousands of routes costs only for the ones that changed. The writes a
 //! pass needs are found first and then sent [`WRITES_IN_FLIGHT`] at a time, so a new route's

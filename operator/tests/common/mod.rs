@@ -212,3 +212,12 @@ spec:
 "
     )
 }
+
+/// The value of metric `series` (name and labels as encoded) in `metrics`, 0 when absent.
+pub fn sample(metrics: &operator::metrics::Metrics, series: &str) -> f64 {
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
