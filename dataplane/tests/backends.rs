@@ -198,7 +198,10 @@ async fn idempotent_requests_an_endpoint_drops_go_to_another_endpoint() {
         swallowed.load(std::sync::atomic::Ordering::SeqCst) > 0,
         "the dying endpoint was never tried"
     );
-    // A POST may have been processed: it is not sent twice, and fails when it was dropped.
+    // A POST may have been processed: it is not sent twice, and fails when it was dropped. (A
+    // new proxy: the first has ejected the dying endpoint by now.)
+    let b = backend("dying", vec![vanishing.clone(), live.endpoint()]);
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "dying")], vec![b])).await;
     let mut failed = 0;
     for _ in 0..10 {
         let mut req = request(addr, "a.com", "POST", "/upload");
@@ -212,7 +215,8 @@ async fn idempotent_requests_an_endpoint_drops_go_to_another_endpoint() {
     }
     assert!(failed > 0, "no POST went to the dying endpoint");
 
-    // Without backend retries, its share of GETs fails.
+    // Without backend retries, its share of GETs fails until passive health ejects it after
+    // three new connections closed without an answer.
     let mut ir = simple(
         vec![rule("r", prefix("/"), "dying")],
         vec![backend("dying", vec![vanishing, live.endpoint()])],
@@ -220,7 +224,33 @@ async fn idempotent_requests_an_endpoint_drops_go_to_another_endpoint() {
     ir.connect_retries = 0;
     let (_dp, addr) = start(ir).await;
     let counts = count_backends(&client, addr, 20).await;
-    assert_eq!(counts.get("502"), Some(&10), "{counts:?}");
+    assert_eq!(counts.get("502"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("live"), Some(&17), "{counts:?}");
+}
+
+#[tokio::test]
+async fn endpoints_that_go_away_mid_request_do_not_use_up_the_retries() {
+    // A backend scaled from 10 to 1: nine pods stop while requests are on their way to them
+    // (they take the connection and the request, then close). With the default 2 retries,
+    // every GET still reaches the live one, however many stopping endpoints it meets first.
+    let live = EchoBackend::start("live").await;
+    let mut endpoints = Vec::new();
+    let mut swallowed = Vec::new();
+    for _ in 0..9 {
+        let (endpoint, count) = vanishing_endpoint().await;
+        endpoints.push(endpoint);
+        swallowed.push(count);
+    }
+    endpoints.push(live.endpoint());
+    let b = backend("scaled-down", endpoints);
+    let (_dp, addr) = start(simple(vec![rule("r", prefix("/"), "scaled-down")], vec![b])).await;
+    let counts = count_backends(&client(), addr, 30).await;
+    assert_eq!(counts.get("live"), Some(&30), "{counts:?}");
+    let met: usize = swallowed
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+        .sum();
+    assert!(met >= 9, "the stopping endpoints were met {met} times");
 }
 
 #[tokio::test]

@@ -149,9 +149,12 @@ impl Upstream {
     /// Exchanges the request on the connection of `sent`. When nothing comes back and the
     /// request may be sent again (it was not written whole, or is idempotent), a kept-alive
     /// connection is replaced by a new one to the same endpoint; and an endpoint that gives no
-    /// answer on a new connection either (it went away mid-request, or now refuses) is left for
-    /// another, up to `connect_retries` times, as nginx's `proxy_next_upstream error` does.
-    /// Returns the answering endpoint.
+    /// answer on a new connection either is left for another, as nginx's `proxy_next_upstream
+    /// error` does. Each move counts against `connect_retries`, except, when it is not zero,
+    /// moves away from endpoints that went away (they closed or reset the new connection: their
+    /// process stopped before the proxy heard of it, as when a Deployment scales down): those are
+    /// passed over until every endpoint was tried, as [`Upstream::open`] passes over endpoints
+    /// that refuse. Returns the answering endpoint.
     async fn send_direct(
         &self,
         sent: Sent,
@@ -166,8 +169,9 @@ impl Upstream {
             mut reused,
         } = sent;
         let mut request = direct::Request::encode(parts, payload.clone(), self.endpoints[index].pool.authority());
+        // Moves to another endpoint that count against `connect_retries`.
+        let mut counted = 0;
         // Endpoints this request left behind.
-        let mut moves = 0;
         let mut left = Vec::new();
         let mut head = loop {
             let error = match connection.exchange(&request).await {
@@ -176,7 +180,7 @@ impl Upstream {
                 Err(error) => return Err(self.direct_error(error)),
             };
             let endpoint = &self.endpoints[index];
-            if reused {
+            let (failure, went_away) = if reused {
                 reused = false;
                 tracing::debug!(backend = %self.id, %error, "kept-alive connection gave no answer, sending on a new one");
                 match endpoint.pool.connect_direct().await {
@@ -186,23 +190,31 @@ impl Upstream {
                     }
                     Err(source) => {
                         self.connect_failed(endpoint, &source);
-                        if moves >= connect_retries || self.endpoints.len() < 2 {
-                            return Err(ForwardError::Connect {
-                                backend: self.id.clone(),
-                                source,
-                            });
-                        }
+                        let went_away = gone(&source);
+                        let failure = ForwardError::Connect {
+                            backend: self.id.clone(),
+                            source,
+                        };
+                        (failure, went_away)
                     }
                 }
-            } else if moves >= connect_retries || self.endpoints.len() < 2 {
-                return Err(self.direct_error(error));
-            }
-            moves += 1;
-            tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %error, "endpoint gave no answer, sending to another");
-            left.push(index);
-            let Some(next) = self.pick_endpoint(&left).filter(|next| !left.contains(next)) else {
-                return Err(self.direct_error(error));
+            } else {
+                tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %error, "endpoint gave no answer on a new connection");
+                self.count_failure(endpoint);
+                let went_away = error.went_away();
+                (self.direct_error(error), went_away)
             };
+            left.push(index);
+            if connect_retries == 0 || !went_away {
+                counted += 1;
+            }
+            if counted > connect_retries || left.len() >= self.endpoints.len() {
+                return Err(failure);
+            }
+            let Some(next) = self.pick_endpoint(&left).filter(|next| !left.contains(next)) else {
+                return Err(failure);
+            };
+            tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %failure, "sending to another endpoint");
             let (next, checkout, pooled) = Box::pin(self.open(next, left.clone(), connect_retries, true)).await?;
             let Checkout::Direct(fresh) = checkout else {
                 return Err(self.direct_error(direct::Error::Invalid("connection without a request")));
@@ -226,6 +238,12 @@ impl Upstream {
     /// Counts a connect failure towards the endpoint's ejection.
     pub(super) fn connect_failed(&self, endpoint: &Endpoint, error: &std::io::Error) {
         tracing::debug!(backend = %self.id, endpoint = %endpoint.pool.authority(), %error, "endpoint unreachable");
+        self.count_failure(endpoint);
+    }
+
+    /// Counts a new connection that failed (it could not be opened, or gave no answer) towards
+    /// the endpoint's ejection.
+    fn count_failure(&self, endpoint: &Endpoint) {
         if endpoint.health.failed(self.passive_health) {
             self.ejections.inc();
             tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");

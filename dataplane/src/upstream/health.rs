@@ -1,5 +1,6 @@
-//! Passive health checks: an endpoint that fails to connect several times in a row is left out
-//! of balancing for a cool-down, then tried again.
+//! Passive health checks: an endpoint that fails several new connections in a row (they cannot
+//! be opened, or close without an answer) is left out of balancing for a cool-down, then tried
+//! again.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 /// When endpoints are ejected and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PassiveHealth {
-    /// Consecutive connect failures that eject an endpoint.
+    /// Consecutive failed new connections that eject an endpoint.
     pub eject_after: u32,
     /// How long an ejected endpoint is left out.
     pub cool_down: Duration,
@@ -56,7 +57,7 @@ impl Health {
         }
     }
 
-    /// Records a connect failure; returns true when it ejects the endpoint.
+    /// Records a failed new connection; returns true when it ejects the endpoint.
     pub fn failed(&self, policy: PassiveHealth) -> bool {
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if failures < policy.eject_after {

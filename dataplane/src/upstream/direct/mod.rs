@@ -62,6 +62,14 @@ impl Error {
             _ => false,
         }
     }
+
+    /// Whether the endpoint closed or reset the connection without an answer, as a process does
+    /// that stops.
+    pub fn went_away(&self) -> bool {
+        use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+        matches!(self, Error::Unanswered { source, .. }
+            if matches!(source.kind(), BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof))
+    }
 }
 
 fn idempotent(method: &Method) -> bool {
