@@ -46,10 +46,23 @@ pub struct Changes {
     notify: Arc<Notify>,
     /// Set by every notification but [`Changes::notify_status`]: the next pass translates.
     translate: Arc<std::sync::atomic::AtomicBool>,
+    /// When the last change to translate came, and how long after the one before it.
+    pace: Arc<Mutex<Pace>>,
+}
+
+#[derive(Default)]
+struct Pace {
+    last: Option<tokio::time::Instant>,
+    gap: Option<Duration>,
 }
 
 impl Changes {
     pub fn notify(&self) {
+        let now = tokio::time::Instant::now();
+        if let Ok(mut pace) = self.pace.lock() {
+            pace.gap = pace.last.map(|last| now.saturating_duration_since(last));
+            pace.last = Some(now);
+        }
         self.translate.store(true, std::sync::atomic::Ordering::Release);
         self.notify.notify_one();
     }
@@ -69,20 +82,37 @@ impl Changes {
         self.notify.notified().await;
     }
 
-    /// Waits for a change, then until changes pause for a moment (a fortieth of `debounce`) or
-    /// `debounce` has passed since the first one: an isolated change is translated almost at
-    /// once (its wait is part of every status and route update), a burst (an apply of many
-    /// objects, a resync) in one pass per `debounce`.
+    /// Waits for a change, then as long as it pays to wait for more:
+    /// - a change to translate that came after a pause (longer than a fortieth of `debounce`,
+    ///   5 ms by default) goes at once: its wait would be part of every route update;
+    /// - one that came on the heels of another waits until changes pause, or `debounce` after
+    ///   the first, so a burst (an apply of many objects, a resync) costs one pass per
+    ///   `debounce`, not one per object;
+    /// - changes only of statuses (our own writes coming back) wait `debounce`, or until a
+    ///   change to translate comes, whose pass checks them too.
     pub async fn settled(&self, debounce: Duration) {
         self.changed().await;
         let deadline = tokio::time::Instant::now() + debounce;
         let quiet = debounce / 40;
         loop {
+            let translate = self.translate.load(std::sync::atomic::Ordering::Acquire);
+            if translate && self.after_pause(quiet) {
+                return;
+            }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() || tokio::time::timeout(quiet.min(left), self.changed()).await.is_err() {
+            let wait = if translate { quiet.min(left) } else { left };
+            if left.is_zero() || tokio::time::timeout(wait, self.changed()).await.is_err() {
                 return;
             }
         }
+    }
+
+    /// Whether the last change to translate came more than `quiet` after the one before it.
+    fn after_pause(&self, quiet: Duration) -> bool {
+        self.pace
+            .lock()
+            .map(|pace| pace.gap.is_none_or(|gap| gap > quiet))
+            .unwrap_or(false)
     }
 }
 
@@ -669,9 +699,11 @@ mod tests {
         changes.notify();
         let start = tokio::time::Instant::now();
         changes.settled(Duration::from_secs(1)).await;
-        // After the pause (a fortieth of debounce), not after debounce.
-        assert!(start.elapsed() <= Duration::from_millis(30), "{:?}", start.elapsed());
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        changes.take_translate();
 
+        // The first of a stream goes at once, the rest after debounce.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let feeder = changes.clone();
         let feeder = tokio::spawn(async move {
             loop {
@@ -681,11 +713,49 @@ mod tests {
         });
         let start = tokio::time::Instant::now();
         changes.settled(Duration::from_secs(1)).await;
+        assert!(start.elapsed() <= Duration::from_millis(1), "{:?}", start.elapsed());
+        changes.take_translate();
+        let start = tokio::time::Instant::now();
+        changes.settled(Duration::from_secs(1)).await;
         let took = start.elapsed();
         feeder.abort();
         assert!(
             took >= Duration::from_secs(1) && took <= Duration::from_millis(1_030),
             "{took:?}"
         );
+
+        // Two changes close together, then a pause: after the pause, not after debounce.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        changes.take_translate();
+        changes.notify();
+        changes.notify();
+        let start = tokio::time::Instant::now();
+        changes.settled(Duration::from_secs(1)).await;
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(25) && took <= Duration::from_millis(30),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn status_changes_wait_for_debounce_or_a_change_to_translate() {
+        let changes = Changes::default();
+        changes.notify_status();
+        let start = tokio::time::Instant::now();
+        changes.settled(Duration::from_secs(1)).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        assert!(!changes.take_translate());
+
+        changes.notify_status();
+        let notifier = changes.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            notifier.notify();
+        });
+        let start = tokio::time::Instant::now();
+        changes.settled(Duration::from_secs(1)).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+        assert!(changes.take_translate());
     }
 }
