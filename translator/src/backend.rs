@@ -161,7 +161,7 @@ impl<'a> Backends<'a> {
             .services
             .iter()
             .filter(|s| config.watches_namespace(s.namespace()))
-            .map(|s| ((s.namespace(), s.name()), s))
+            .map(|s| ((s.namespace(), s.name()), &**s))
             .collect();
         let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
         for slice in &snapshot.endpoint_slices {

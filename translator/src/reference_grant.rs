@@ -4,6 +4,8 @@
 //! namespace whose `from` names the referrer's group, kind and namespace and whose `to` names the
 //! target's group and kind (and name, when set). Same-namespace references need none.
 
+use std::sync::Arc;
+
 use crate::api::ReferenceGrant;
 
 /// The referring side of a reference.
@@ -24,7 +26,7 @@ pub struct To<'a> {
 }
 
 /// Whether `from` may reference `to` under `grants`.
-pub fn permits(grants: &[ReferenceGrant], from: From<'_>, to: To<'_>) -> bool {
+pub fn permits(grants: &[Arc<ReferenceGrant>], from: From<'_>, to: To<'_>) -> bool {
     if from.namespace == to.namespace {
         return true;
     }

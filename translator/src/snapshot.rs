@@ -5,6 +5,7 @@
 //! only as [`SecretFacts`] and [`ConfigMapFacts`]: what the semantics need, never key material.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -20,25 +21,26 @@ use crate::api::{
 use crate::certificate;
 use crate::route::RouteKind;
 
-/// The inputs of one translation.
+/// The inputs of one translation. Objects are shared (`Arc`): the operator's snapshot holds the
+/// very objects of its reflector stores rather than copies of them.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
-    pub gateway_classes: Vec<GatewayClass>,
-    pub gateways: Vec<Gateway>,
-    pub listener_sets: Vec<ListenerSet>,
-    pub http_routes: Vec<HttpRoute>,
-    pub grpc_routes: Vec<GrpcRoute>,
-    pub tls_routes: Vec<TlsRoute>,
-    pub tcp_routes: Vec<TcpRoute>,
-    pub udp_routes: Vec<UdpRoute>,
+    pub gateway_classes: Vec<Arc<GatewayClass>>,
+    pub gateways: Vec<Arc<Gateway>>,
+    pub listener_sets: Vec<Arc<ListenerSet>>,
+    pub http_routes: Vec<Arc<HttpRoute>>,
+    pub grpc_routes: Vec<Arc<GrpcRoute>>,
+    pub tls_routes: Vec<Arc<TlsRoute>>,
+    pub tcp_routes: Vec<Arc<TcpRoute>>,
+    pub udp_routes: Vec<Arc<UdpRoute>>,
     /// Routes of every kind whose spec the typed API cannot read.
     pub unreadable_routes: Vec<UnreadableRoute>,
     /// ReferenceGrants of both `v1` and `v1beta1` (same schema).
-    pub reference_grants: Vec<ReferenceGrant>,
-    pub backend_tls_policies: Vec<BackendTlsPolicy>,
-    pub services: Vec<Service>,
-    pub endpoint_slices: Vec<EndpointSlice>,
-    pub namespaces: Vec<Namespace>,
+    pub reference_grants: Vec<Arc<ReferenceGrant>>,
+    pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    pub services: Vec<Arc<Service>>,
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
+    pub namespaces: Vec<Arc<Namespace>>,
     pub secrets: Vec<SecretFacts>,
     pub config_maps: Vec<ConfigMapFacts>,
     /// Listeners (`namespace/object/listener`) of Gateways and ListenerSets that set the v1.7
@@ -275,10 +277,10 @@ impl Snapshot {
             .and_then(|v| v.rsplit_once('/').map(|(g, _)| g.to_string()))
             .unwrap_or_default();
         match (group.as_str(), kind.as_str()) {
-            (crate::GROUP, "GatewayClass") => self.gateway_classes.push(from(value).map_err(err)?),
-            (crate::GROUP, "Gateway") => self.gateways.push(from(value).map_err(err)?),
+            (crate::GROUP, "GatewayClass") => self.gateway_classes.push(Arc::new(from(value).map_err(err)?)),
+            (crate::GROUP, "Gateway") => self.gateways.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "ListenerSet") | (crate::X_GROUP, "XListenerSet") => {
-                self.listener_sets.push(from(value).map_err(err)?)
+                self.listener_sets.push(Arc::new(from(value).map_err(err)?))
             }
             (crate::GROUP, "HTTPRoute") => self
                 .add_route(RouteKind::Http, value, |s| &mut s.http_routes)
@@ -295,11 +297,11 @@ impl Snapshot {
             (crate::GROUP, "UDPRoute") => self
                 .add_route(RouteKind::Udp, value, |s| &mut s.udp_routes)
                 .map_err(err)?,
-            (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(from(value).map_err(err)?),
-            (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(from(value).map_err(err)?),
-            ("", "Service") => self.services.push(from(value).map_err(err)?),
-            ("discovery.k8s.io", "EndpointSlice") => self.endpoint_slices.push(from(value).map_err(err)?),
-            ("", "Namespace") => self.namespaces.push(from(value).map_err(err)?),
+            (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(Arc::new(from(value).map_err(err)?)),
+            (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(Arc::new(from(value).map_err(err)?)),
+            ("", "Service") => self.services.push(Arc::new(from(value).map_err(err)?)),
+            ("discovery.k8s.io", "EndpointSlice") => self.endpoint_slices.push(Arc::new(from(value).map_err(err)?)),
+            ("", "Namespace") => self.namespaces.push(Arc::new(from(value).map_err(err)?)),
             ("", "Secret") => {
                 let secret: Secret = from(value).map_err(err)?;
                 self.secrets.push(SecretFacts::from_secret(&secret));
@@ -319,11 +321,11 @@ impl Snapshot {
         &mut self,
         kind: RouteKind,
         value: Value,
-        list: fn(&mut Snapshot) -> &mut Vec<T>,
+        list: fn(&mut Snapshot) -> &mut Vec<Arc<T>>,
     ) -> Result<(), serde_json::Error> {
         // From a reference: the value is still needed when the typed API cannot read it.
         match T::deserialize(&value) {
-            Ok(route) => list(self).push(route),
+            Ok(route) => list(self).push(Arc::new(route)),
             Err(error) => {
                 let unreadable = UnreadableRoute::read(kind, value, error.to_string()).ok_or(error)?;
                 self.unreadable_routes.push(unreadable);

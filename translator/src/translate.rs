@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -324,6 +325,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             snapshot
                 .http_routes
                 .iter()
+                .map(Arc::as_ref)
                 .filter(|r| watched(r.namespace()))
                 .map(RouteModel::from_http),
         );
@@ -333,6 +335,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             snapshot
                 .grpc_routes
                 .iter()
+                .map(Arc::as_ref)
                 .filter(|r| watched(r.namespace()))
                 .map(RouteModel::from_grpc),
         );
@@ -342,6 +345,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             snapshot
                 .tls_routes
                 .iter()
+                .map(Arc::as_ref)
                 .filter(|r| watched(r.namespace()))
                 .map(RouteModel::from_tls),
         );
@@ -351,6 +355,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             snapshot
                 .tcp_routes
                 .iter()
+                .map(Arc::as_ref)
                 .filter(|r| watched(r.namespace()))
                 .map(RouteModel::from_tcp),
         );
@@ -360,6 +365,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             snapshot
                 .udp_routes
                 .iter()
+                .map(Arc::as_ref)
                 .filter(|r| watched(r.namespace()))
                 .map(RouteModel::from_udp),
         );

@@ -1,10 +1,10 @@
 //! The snapshot the reconcile loop translates, kept from one pass to the next.
 //!
-//! The translator takes owned objects, so a snapshot built afresh deep-copies every stored object
-//! on every pass (at 5,000 routes that was a large part of a pass). Instead each kind keeps a
-//! [`Mirror`] of its store: a store replaces an object's `Arc` whenever the object changes, so a
-//! pass copies only the objects whose `Arc` it has not seen, drops the ones gone, and keeps the
-//! rest where they are.
+//! The snapshot shares the stores' objects (`Arc`s): a store replaces an object's `Arc` whenever
+//! the object changes, so each kind keeps a [`Mirror`] of where each `Arc` sits in the snapshot's
+//! vector, and a pass adds only the objects whose `Arc` it has not seen, drops the ones gone, and
+//! keeps the rest where they are. Nothing is copied: every object is in memory once, however
+//! many passes hold it.
 
 use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
@@ -58,19 +58,18 @@ fn address<K>(object: &Arc<K>) -> usize {
     Arc::as_ptr(object) as usize
 }
 
-/// One kind's copies in a [`Snapshot`] vector, in step with its reflector store.
+/// Where each stored object sits in its [`Snapshot`] vector, in step with its reflector store.
 struct Mirror<K> {
-    /// The stored object each copy was made from, at the copy's position.
-    sources: Vec<Arc<K>>,
-    /// Position of each source, by [`address`].
+    /// Position of each object in the vector, by [`address`].
     positions: HashMap<usize, usize>,
+    kind: std::marker::PhantomData<K>,
 }
 
 impl<K> Default for Mirror<K> {
     fn default() -> Self {
         Mirror {
-            sources: Vec::new(),
             positions: HashMap::new(),
+            kind: std::marker::PhantomData,
         }
     }
 }
@@ -80,14 +79,14 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    /// Brings `copies` (the snapshot's vector this mirror keeps) in step with `store`: copies of
-    /// objects the store no longer holds are removed, objects it holds anew are copied, and
-    /// unchanged ones are not touched; objects copied are added to `changed`. The order of
-    /// `copies` carries no meaning.
-    fn refresh(&mut self, store: &Store<K>, copies: &mut Vec<K>, changed: &mut Changed) {
-        debug_assert_eq!(self.sources.len(), copies.len());
+    /// Brings `objects` (the snapshot's vector this mirror keeps) in step with `store`: objects
+    /// the store no longer holds are removed, objects it holds anew are added, and unchanged ones
+    /// are not touched; objects added are added to `changed` too. The order of `objects` carries
+    /// no meaning.
+    fn refresh(&mut self, store: &Store<K>, objects: &mut Vec<Arc<K>>, changed: &mut Changed) {
+        debug_assert_eq!(self.positions.len(), objects.len());
         let current = store.state();
-        let mut kept = vec![false; self.sources.len()];
+        let mut kept = vec![false; objects.len()];
         let mut added = Vec::new();
         for object in current {
             match self.positions.get(&address(&object)) {
@@ -100,18 +99,16 @@ where
             if kept[position] {
                 continue;
             }
-            self.positions.remove(&address(&self.sources[position]));
-            self.sources.swap_remove(position);
-            copies.swap_remove(position);
-            if let Some(moved) = self.sources.get(position) {
+            self.positions.remove(&address(&objects[position]));
+            objects.swap_remove(position);
+            if let Some(moved) = objects.get(position) {
                 self.positions.insert(address(moved), position);
             }
         }
         for object in added {
             changed.insert(&*object);
-            self.positions.insert(address(&object), self.sources.len());
-            copies.push((*object).clone());
-            self.sources.push(object);
+            self.positions.insert(address(&object), objects.len());
+            objects.push(object);
         }
     }
 }
@@ -211,8 +208,8 @@ mod tests {
         s
     }
 
-    fn ports(copies: &[Service]) -> Vec<(String, i32)> {
-        let mut v: Vec<(String, i32)> = copies
+    fn ports(objects: &[Arc<Service>]) -> Vec<(String, i32)> {
+        let mut v: Vec<(String, i32)> = objects
             .iter()
             .map(|s| {
                 (
@@ -226,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn copies_follow_the_store_through_adds_changes_and_deletes() {
+    fn the_snapshot_follows_the_store_through_adds_changes_and_deletes_sharing_its_objects() {
         let (store, mut writer) = reflector::store::<Service>();
         writer.apply_watcher_event(&Event::Init);
         for (name, port) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
@@ -248,25 +245,27 @@ mod tests {
         writer.apply_watcher_event(&Event::Delete(service("a", 1)));
         writer.apply_watcher_event(&Event::Delete(service("c", 3)));
         writer.apply_watcher_event(&Event::Apply(service("e", 5)));
-        // Marks the copy of d: an unchanged object is not copied again, so the mark stays.
         let d = copies
             .iter()
-            .position(|s| s.metadata.name.as_deref() == Some("d"))
-            .unwrap();
-        copies[d].metadata.uid = Some("kept".into());
+            .find(|s| s.metadata.name.as_deref() == Some("d"))
+            .unwrap()
+            .clone();
         mirror.refresh(&store, &mut copies, &mut changed);
         assert!(changed.contains::<Service>("ns", "b") && changed.contains::<Service>("ns", "e"));
         assert!(!changed.contains::<Service>("ns", "d") && !changed.contains::<Namespace>("ns", "b"));
         assert_eq!(ports(&copies), [("b".into(), 20), ("d".into(), 4), ("e".into(), 5)]);
-        let d = copies.iter().find(|s| s.metadata.name.as_deref() == Some("d")).unwrap();
-        assert_eq!(d.metadata.uid.as_deref(), Some("kept"));
+        // Unchanged d stays where it was; every object is the store's own.
+        assert!(copies.iter().any(|s| Arc::ptr_eq(s, &d)));
         assert_eq!(copies.len(), mirror.positions.len());
-        for (position, source) in mirror.sources.iter().enumerate() {
-            assert_eq!(mirror.positions[&address(source)], position);
-            assert_eq!(source.metadata.name, copies[position].metadata.name);
+        for (position, object) in copies.iter().enumerate() {
+            assert_eq!(mirror.positions[&address(object)], position);
+            let stored = store
+                .get(&kube::runtime::reflector::ObjectRef::from_obj(&**object))
+                .unwrap();
+            assert!(Arc::ptr_eq(&stored, object));
         }
 
-        // A relist replaces every stored object: every copy is made again.
+        // A relist replaces every stored object: every object is taken again.
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitApply(service("z", 9)));
         writer.apply_watcher_event(&Event::InitDone);

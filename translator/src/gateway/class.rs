@@ -1,6 +1,7 @@
 //! GatewayClasses: which are Turna's, whether they are accepted, and their status.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::api::GatewayClass;
 use crate::config::Config;
@@ -84,6 +85,7 @@ pub fn ours<'a>(snapshot: &'a Snapshot, config: &Config) -> BTreeMap<String, (&'
     snapshot
         .gateway_classes
         .iter()
+        .map(Arc::as_ref)
         .filter(|c| c.spec.controller_name == config.controller_name)
         .filter(|c| config.gateway_class.is_empty() || c.name() == config.gateway_class)
         .map(|c| (c.name().to_string(), (c, c.spec.parameters_ref.is_none())))

@@ -9,6 +9,7 @@ pub mod listener;
 pub mod listener_set;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::api::{Gateway, GatewayClass, ListenerSet};
 use crate::config::{Config, Mode};
@@ -120,6 +121,7 @@ pub fn build<'a>(
     let mut gateways: Vec<&Gateway> = snapshot
         .gateways
         .iter()
+        .map(Arc::as_ref)
         .filter(|g| classes.get(&g.spec.gateway_class_name).is_some_and(|(_, ok)| *ok))
         .filter(|g| config.gateways.is_empty() || config.gateways.contains(&g.key()))
         .filter(|g| config.watches_namespace(g.namespace()))
@@ -131,6 +133,7 @@ pub fn build<'a>(
         snapshot
             .listener_sets
             .iter()
+            .map(Arc::as_ref)
             .filter(|l| config.watches_namespace(l.namespace()))
             .collect()
     } else {

@@ -7,6 +7,7 @@
 //! applies, marked invalid, so its backends fail instead of connecting unverified.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::api::BackendTlsPolicy;
 use crate::api::backend_tls::BackendTlsPolicyValidationSubjectAltNamesType as SanType;
@@ -63,6 +64,7 @@ impl<'a> Policies<'a> {
         let mut policies: Vec<&BackendTlsPolicy> = snapshot
             .backend_tls_policies
             .iter()
+            .map(Arc::as_ref)
             .filter(|p| config.watches_namespace(p.namespace()))
             .collect();
         policies.sort_by(|a, b| object::by_age(*a, *b));
