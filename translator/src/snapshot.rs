@@ -108,7 +108,7 @@ pub struct UnreadableRoute {
 
 impl UnreadableRoute {
     /// The parts of a route `value` of `kind` a status needs; `None` when even these do not read.
-    fn read(kind: RouteKind, value: Value, error: String) -> Option<UnreadableRoute> {
+    pub fn read(kind: RouteKind, value: &Value, error: String) -> Option<UnreadableRoute> {
         #[derive(Deserialize)]
         struct Shell {
             metadata: ObjectMeta,
@@ -122,7 +122,7 @@ impl UnreadableRoute {
             #[serde(default)]
             hostnames: Option<Vec<String>>,
         }
-        let shell: Shell = serde_json::from_value(value).ok()?;
+        let shell = Shell::deserialize(value).ok()?;
         Some(UnreadableRoute {
             kind,
             metadata: shell.metadata,
@@ -327,7 +327,7 @@ impl Snapshot {
         match T::deserialize(&value) {
             Ok(route) => list(self).push(Arc::new(route)),
             Err(error) => {
-                let unreadable = UnreadableRoute::read(kind, value, error.to_string()).ok_or(error)?;
+                let unreadable = UnreadableRoute::read(kind, &value, error.to_string()).ok_or(error)?;
                 self.unreadable_routes.push(unreadable);
             }
         }

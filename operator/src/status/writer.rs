@@ -168,11 +168,18 @@ impl Plan<'_> {
         if let Some(ns) = namespace {
             reference = reference.within(ns);
         }
-        let Some(current) = store.get(&reference) else {
-            return;
+        // A route the typed API cannot read has its status kept beside the store.
+        let (resource_version, current_status) = match store.get(&reference) {
+            Some(current) => {
+                let current_json = serde_json::to_value(&*current).unwrap_or(Value::Null);
+                let status = current_json.get("status").cloned().unwrap_or_else(|| json!({}));
+                (current.resource_version(), status)
+            }
+            None => match self.stores.unreadable_routes.status(&K::kind(&()), ns, name) {
+                Some(found) => found,
+                None => return,
+            },
         };
-        let current_json = serde_json::to_value(&*current).unwrap_or(Value::Null);
-        let current_status = current_json.get("status").cloned().unwrap_or_else(|| json!({}));
         let desired = merge_status(&current_status);
         if desired == current_status {
             self.written.unchanged += 1;
@@ -191,7 +198,7 @@ impl Plan<'_> {
         let body = json!({
             "apiVersion": resource.api_version,
             "kind": K::kind(&()),
-            "metadata": {"name": name, "resourceVersion": current.resource_version()},
+            "metadata": {"name": name, "resourceVersion": resource_version},
             "status": desired,
         });
         self.pending.push(Pending {

@@ -9,6 +9,7 @@
 mod backoff;
 pub mod discovery;
 pub mod snapshot;
+pub mod unreadable;
 
 pub use snapshot::Snapshots;
 
@@ -36,6 +37,7 @@ use translator::snapshot::{ConfigMapFacts, SecretFacts};
 use crate::metrics::Metrics;
 use backoff::Backoff;
 use discovery::Source;
+use unreadable::{Effect, Unreadable, UnreadableRoutes};
 
 /// How long [`Stores::synced`] waits for the first lists.
 pub const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -152,6 +154,8 @@ pub struct Stores {
     pub services: Store<Service>,
     pub endpoint_slices: Store<EndpointSlice>,
     pub namespaces: Store<Namespace>,
+    /// Routes of every kind that the typed API cannot read.
+    pub unreadable_routes: UnreadableRoutes,
     /// Secret and ConfigMap facts, by `namespace/name` (no key material is kept).
     pub secrets: Arc<Mutex<BTreeMap<String, SecretFacts>>>,
     pub config_maps: Arc<Mutex<BTreeMap<String, ConfigMapFacts>>>,
@@ -258,44 +262,16 @@ struct FeedContext {
     changes: Changes,
     metrics: Arc<Metrics>,
     watching: Arc<Mutex<BTreeSet<String>>>,
+    unreadable: UnreadableRoutes,
 }
 
-type EventStream<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
-
-/// Converts an object read at another served version into the typed struct (the Gateway API
-/// keeps the schemas of served versions compatible).
-fn convert<K>(object: DynamicObject) -> Option<K>
-where
-    K: Resource<DynamicType = ()> + DeserializeOwned,
-{
-    let mut value = serde_json::to_value(&object).ok()?;
-    value["apiVersion"] = serde_json::Value::String(K::api_version(&()).into_owned());
-    match serde_json::from_value(value) {
-        Ok(typed) => Some(typed),
-        Err(error) => {
-            tracing::warn!(kind = %K::kind(&()), name = ?object.metadata.name, %error, "cannot convert object; skipped");
-            None
-        }
-    }
-}
-
-fn convert_event<K>(event: watcher::Event<DynamicObject>) -> Option<watcher::Event<K>>
-where
-    K: Resource<DynamicType = ()> + DeserializeOwned,
-{
-    use watcher::Event;
-    Some(match event {
-        Event::Apply(o) => Event::Apply(convert(o)?),
-        Event::Delete(o) => Event::Delete(convert(o)?),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(convert(o)?),
-        Event::InitDone => Event::InitDone,
-    })
-}
+type EventStream = BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>;
 
 /// Spawns the feed task of a Gateway API kind: its watch follows the [`Source`] sent on the
-/// returned feed (none at first); the store stays the same across switches.
-fn feed<K>(ctx: &FeedContext, typed: fn(&FeedContext) -> Api<K>, config: watcher::Config) -> (Store<K>, Feed)
+/// returned feed (none at first); the store stays the same across switches. Objects are watched
+/// untyped and read one by one, so that one the typed API cannot read (from a newer CRD) is left
+/// out, or kept as an unreadable route, instead of failing the list of the whole kind.
+fn feed<K>(ctx: &FeedContext, config: watcher::Config) -> (Store<K>, Feed)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -305,7 +281,9 @@ where
     let kind = K::kind(&()).into_owned();
     let stored = store.clone();
     tokio::spawn(async move {
-        let mut stream: Option<EventStream<K>> = None;
+        let mut stream: Option<EventStream> = None;
+        // Unreadable routes of a list in progress.
+        let mut listing: Option<unreadable::Routes> = None;
         loop {
             let next = async {
                 match stream.as_mut() {
@@ -318,15 +296,13 @@ where
                     if changed.is_err() {
                         return;
                     }
-                    let source = source_rx.borrow_and_update().clone();
-                    stream = match source {
-                        Some(Source::Typed) => Some(
-                            watcher(typed(&ctx), config.clone())
-                                .backoff(Backoff::default())
-                                .modify(forget_managed_fields)
-                                .boxed(),
-                        ),
-                        Some(Source::Dynamic(resource)) => {
+                    let resource = match source_rx.borrow_and_update().clone() {
+                        Some(Source::Typed) => Some(kube::api::ApiResource::erase::<K>(&())),
+                        Some(Source::Dynamic(resource)) => Some(resource),
+                        None => None,
+                    };
+                    stream = match resource {
+                        Some(resource) => {
                             let api: Api<DynamicObject> = match &ctx.namespace {
                                 Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
                                 None => Api::all_with(ctx.client.clone(), &resource),
@@ -335,13 +311,13 @@ where
                                 watcher(api, config.clone())
                                     .backoff(Backoff::default())
                                     .modify(forget_managed_fields)
-                                    .filter_map(|e| std::future::ready(e.map(convert_event::<K>).transpose()))
                                     .boxed(),
                             )
                         }
                         None => {
                             writer.apply_watcher_event(&watcher::Event::Init);
                             writer.apply_watcher_event(&watcher::Event::InitDone);
+                            ctx.unreadable.replace(&kind, unreadable::Routes::new());
                             lock(&ctx.watching).remove(&kind);
                             ctx.changes.notify();
                             None
@@ -350,23 +326,15 @@ where
                 }
                 event = next => match event {
                     Some(Ok(event)) => {
-                        // Status writes (ours, mostly) come back as events that change nothing
-                        // a translation reads: stored, and only their statuses checked again.
-                        let status_only = match &event {
-                            watcher::Event::Apply(object) => stored
-                                .get(&ObjectRef::from_obj(object))
-                                .is_some_and(|old| only_status_changed(&*old, object)),
-                            _ => false,
-                        };
-                        writer.apply_watcher_event(&event);
-                        match event {
-                            watcher::Event::InitDone => {
+                        let fed = Fed { writer: &mut writer, stored: &stored, ctx: &ctx, kind: &kind };
+                        match fed.take(event, &mut listing) {
+                            Wake::Nothing => {}
+                            Wake::Status => ctx.changes.notify_status(),
+                            Wake::Translate => ctx.changes.notify(),
+                            Wake::Listed => {
                                 lock(&ctx.watching).insert(kind.clone());
                                 ctx.changes.notify();
                             }
-                            watcher::Event::Apply(_) if status_only => ctx.changes.notify_status(),
-                            watcher::Event::Apply(_) | watcher::Event::Delete(_) => ctx.changes.notify(),
-                            watcher::Event::Init | watcher::Event::InitApply(_) => {}
                         }
                     }
                     Some(Err(error)) => {
@@ -418,28 +386,19 @@ impl Stores {
             changes: changes.clone(),
             metrics: metrics.clone(),
             watching: watching.clone(),
+            unreadable: UnreadableRoutes::default(),
         };
         let cluster = FeedContext {
             namespace: None,
             ..namespaced.clone()
         };
-        fn scoped<K>(ctx: &FeedContext) -> Api<K>
-        where
-            K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-            <K as Resource>::DynamicType: Default,
-        {
-            match &ctx.namespace {
-                Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-                None => Api::all(ctx.client.clone()),
-            }
-        }
         let mut feeds = BTreeMap::new();
         macro_rules! crd {
-            ($kind:literal, $ctx:expr, $ty:ty, $api:expr) => {
-                crd!($kind, $ctx, $ty, $api, watcher::Config::default())
+            ($kind:literal, $ctx:expr, $ty:ty) => {
+                crd!($kind, $ctx, $ty, watcher::Config::default())
             };
-            ($kind:literal, $ctx:expr, $ty:ty, $api:expr, $config:expr) => {{
-                let (store, f) = feed::<$ty>($ctx, $api, $config);
+            ($kind:literal, $ctx:expr, $ty:ty, $config:expr) => {{
+                let (store, f) = feed::<$ty>($ctx, $config);
                 feeds.insert($kind, f);
                 store
             }};
@@ -449,21 +408,20 @@ impl Stores {
                 "GatewayClass",
                 &cluster,
                 GatewayClass,
-                |ctx| Api::all(ctx.client.clone()),
                 match gateway_class {
                     "" => watcher::Config::default(),
                     name => watcher::Config::default().fields(&format!("metadata.name={name}")),
                 }
             ),
-            gateways: crd!("Gateway", &namespaced, Gateway, scoped),
-            listener_sets: crd!("ListenerSet", &namespaced, ListenerSet, scoped),
-            http_routes: crd!("HTTPRoute", &namespaced, HttpRoute, scoped),
-            grpc_routes: crd!("GRPCRoute", &namespaced, GrpcRoute, scoped),
-            tls_routes: crd!("TLSRoute", &namespaced, TlsRoute, scoped),
-            tcp_routes: crd!("TCPRoute", &namespaced, TcpRoute, scoped),
-            udp_routes: crd!("UDPRoute", &namespaced, UdpRoute, scoped),
-            reference_grants: crd!("ReferenceGrant", &namespaced, ReferenceGrant, scoped),
-            backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy, scoped),
+            gateways: crd!("Gateway", &namespaced, Gateway),
+            listener_sets: crd!("ListenerSet", &namespaced, ListenerSet),
+            http_routes: crd!("HTTPRoute", &namespaced, HttpRoute),
+            grpc_routes: crd!("GRPCRoute", &namespaced, GrpcRoute),
+            tls_routes: crd!("TLSRoute", &namespaced, TlsRoute),
+            tcp_routes: crd!("TCPRoute", &namespaced, TcpRoute),
+            udp_routes: crd!("UDPRoute", &namespaced, UdpRoute),
+            reference_grants: crd!("ReferenceGrant", &namespaced, ReferenceGrant),
+            backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy),
             services: reflect::<Service>(scope.api(client), c.clone(), metrics.clone(), "Service"),
             endpoint_slices: reflect::<EndpointSlice>(scope.api(client), c.clone(), metrics.clone(), "EndpointSlice"),
             namespaces: match scope {
@@ -473,6 +431,7 @@ impl Stores {
                     reflect::<Namespace>(Api::all(client.clone()), c.clone(), metrics.clone(), "Namespace")
                 }
             },
+            unreadable_routes: namespaced.unreadable.clone(),
             secrets: Arc::default(),
             config_maps: Arc::default(),
             watching,
@@ -557,6 +516,133 @@ impl Stores {
             );
         }
     }
+}
+
+/// What a watch event asks of the reconcile loop.
+enum Wake {
+    Nothing,
+    /// Only statuses changed.
+    Status,
+    Translate,
+    /// The kind's objects were listed.
+    Listed,
+}
+
+/// A feed taking the events of its untyped watch into its typed store.
+struct Fed<'a, K: Resource<DynamicType = ()> + Clone + 'static> {
+    writer: &'a mut reflector::store::Writer<K>,
+    stored: &'a Store<K>,
+    ctx: &'a FeedContext,
+    kind: &'a str,
+}
+
+impl<K> Fed<'_, K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+{
+    /// Applies `event` to the store (or to the unreadable routes); `listing` gathers the
+    /// unreadable routes of a list in progress.
+    fn take(mut self, event: watcher::Event<DynamicObject>, listing: &mut Option<unreadable::Routes>) -> Wake {
+        use watcher::Event;
+        match event {
+            Event::Init => {
+                *listing = Some(unreadable::Routes::new());
+                self.writer.apply_watcher_event(&Event::Init);
+                Wake::Nothing
+            }
+            Event::InitApply(object) => {
+                match unreadable::read::<K>(&object) {
+                    Ok(typed) => self.writer.apply_watcher_event(&Event::InitApply(typed)),
+                    Err(error) => {
+                        if let (Some(route), Some(listing)) = (self.unreadable(&object, &error), listing.as_mut()) {
+                            listing.insert(unreadable::key(&route), route);
+                        }
+                    }
+                }
+                Wake::Nothing
+            }
+            Event::InitDone => {
+                self.writer.apply_watcher_event(&Event::InitDone);
+                self.ctx
+                    .unreadable
+                    .replace(self.kind, listing.take().unwrap_or_default());
+                Wake::Listed
+            }
+            Event::Apply(object) => match unreadable::read::<K>(&object) {
+                Ok(typed) => {
+                    // Status writes (ours, mostly) come back as events that change nothing a
+                    // translation reads: stored, and only their statuses checked again.
+                    let status_only = self
+                        .stored
+                        .get(&ObjectRef::from_obj(&typed))
+                        .is_some_and(|old| only_status_changed(&*old, &typed));
+                    let (namespace, name) = names(&object);
+                    let was_unreadable = self.ctx.unreadable.remove(self.kind, namespace, name);
+                    self.writer.apply_watcher_event(&Event::Apply(typed));
+                    if status_only && was_unreadable == Effect::None {
+                        Wake::Status
+                    } else {
+                        Wake::Translate
+                    }
+                }
+                Err(error) => {
+                    // What was stored under its name no longer is what it says.
+                    let forgotten = self.forget(&object);
+                    match self.unreadable(&object, &error) {
+                        Some(route) => match self.ctx.unreadable.insert(self.kind, route) {
+                            Effect::Status if !forgotten => Wake::Status,
+                            _ => Wake::Translate,
+                        },
+                        None => Wake::Translate,
+                    }
+                }
+            },
+            Event::Delete(object) => {
+                self.forget(&object);
+                let (namespace, name) = names(&object);
+                self.ctx.unreadable.remove(self.kind, namespace, name);
+                Wake::Translate
+            }
+        }
+    }
+
+    /// Removes the stored object named as `object` from the store; whether there was one.
+    fn forget(&mut self, object: &DynamicObject) -> bool {
+        let (namespace, name) = names(object);
+        let mut reference = ObjectRef::<K>::new(name);
+        if !namespace.is_empty() {
+            reference = reference.within(namespace);
+        }
+        match self.stored.get(&reference) {
+            Some(old) => {
+                self.writer.apply_watcher_event(&watcher::Event::Delete((*old).clone()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `object`, which the typed API cannot read for `error`, as an unreadable route; `None`
+    /// (and left out) when it is not a route or not even its parents read.
+    fn unreadable(&self, object: &DynamicObject, error: &serde_json::Error) -> Option<Unreadable> {
+        let (namespace, name) = names(object);
+        let route = unreadable::route_kind(self.kind).and_then(|kind| Unreadable::new(kind, object, error.to_string()));
+        match &route {
+            Some(_) => {
+                tracing::warn!(kind = self.kind, namespace, name, %error, "route has values Turna does not know; not accepted")
+            }
+            None => tracing::warn!(kind = self.kind, namespace, name, %error, "object cannot be read; left out"),
+        }
+        route
+    }
+}
+
+/// The namespace (empty for cluster-scoped objects) and name of `object`.
+fn names(object: &DynamicObject) -> (&str, &str) {
+    (
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
