@@ -93,6 +93,10 @@ enum Command {
         /// Provider configuration (`providers.kubernetes`).
         #[arg(short, long)]
         config: Option<PathBuf>,
+        /// Added to each listener port to get the local port, as `turna local` does (default 0,
+        /// or the configuration's `port_offset` when `--config` is given).
+        #[arg(long)]
+        port_offset: Option<u16>,
         /// What to print.
         #[arg(short, long, value_enum, default_value_t = Show::All)]
         output: Show,
@@ -107,11 +111,32 @@ enum Show {
     All,
 }
 
-fn load(config: Option<PathBuf>) -> anyhow::Result<settings::Kubernetes> {
+/// The configuration of a command that runs in `mode`: the file's, or the defaults.
+fn load(config: Option<PathBuf>, mode: settings::Mode) -> anyhow::Result<settings::Kubernetes> {
     Ok(match config {
-        Some(path) => settings::Kubernetes::load(&path)?,
-        None => settings::Kubernetes::default(),
+        Some(path) => settings::Kubernetes::load_for(&path, mode)?,
+        None => settings::Kubernetes {
+            mode,
+            ..settings::Kubernetes::default()
+        },
     })
+}
+
+/// The configuration of `turna local` and `turna translate`, which agree on defaults: the file's
+/// settings as they are, else the defaults with listeners on their own ports; `port_offset`
+/// overrides either.
+fn load_files_mode(config: Option<PathBuf>, port_offset: Option<u16>) -> anyhow::Result<settings::Kubernetes> {
+    let mut settings = match &config {
+        Some(path) => settings::Kubernetes::load(path)?,
+        None => settings::Kubernetes {
+            port_offset: 0,
+            ..settings::Kubernetes::default()
+        },
+    };
+    if let Some(offset) = port_offset {
+        settings.port_offset = offset;
+    }
+    Ok(settings)
 }
 
 /// Completes on SIGTERM (pod deletion) or Ctrl-C, so the leader Lease is released.
@@ -156,7 +181,7 @@ fn main() -> anyhow::Result<()> {
             push_service,
             push_ca_secret,
         } => {
-            let settings = load(config)?;
+            let settings = load(config, settings::Mode::Controller)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
                 let client = operator::api_client::infer()
@@ -183,7 +208,7 @@ fn main() -> anyhow::Result<()> {
             })?;
         }
         Command::Standalone { config } => {
-            let settings = load(config)?;
+            let settings = load(config, settings::Mode::Standalone)?;
             let address: std::net::IpAddr = if settings.address.is_empty() {
                 std::net::Ipv4Addr::UNSPECIFIED.into()
             } else {
@@ -218,7 +243,7 @@ fn main() -> anyhow::Result<()> {
             operator_service,
             token_file,
         } => {
-            let settings = load(config)?;
+            let settings = load(config, settings::Mode::Proxy)?;
             let ca_pem =
                 std::fs::read_to_string(&operator_ca).with_context(|| format!("reading {}", operator_ca.display()))?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -254,16 +279,7 @@ fn main() -> anyhow::Result<()> {
             address,
             port_offset,
         } => {
-            let mut settings = match &config {
-                Some(_) => load(config)?,
-                None => settings::Kubernetes {
-                    port_offset: 0,
-                    ..settings::Kubernetes::default()
-                },
-            };
-            if let Some(offset) = port_offset {
-                settings.port_offset = offset;
-            }
+            let settings = load_files_mode(config, port_offset)?;
             let options = operator::modes::local::Options {
                 files,
                 settings,
@@ -273,8 +289,13 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(operator::modes::local::run(options, shutdown()))?;
         }
-        Command::Translate { files, config, output } => {
-            let settings = load(config)?;
+        Command::Translate {
+            files,
+            config,
+            port_offset,
+            output,
+        } => {
+            let settings = load_files_mode(config, port_offset)?;
             let snapshot = local::snapshot(&files)?;
             let out = translator::translate(&snapshot, &settings.translator_config());
             let text = match output {

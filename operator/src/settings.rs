@@ -18,15 +18,16 @@ pub enum SettingsError {
     Invalid(String),
 }
 
-/// The whole file; only `providers.kubernetes` concerns Turna's Gateway API support.
+/// The whole file. Unknown keys, at the top as anywhere else, are an error: a misspelt or
+/// misplaced section would otherwise be ignored without a word.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct File {
     pub providers: Providers,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Providers {
     pub kubernetes: Kubernetes,
 }
@@ -63,6 +64,34 @@ pub enum Mode {
     Controller,
     Proxy,
     Standalone,
+}
+
+impl Mode {
+    /// The mode as the file and the command line spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Controller => "controller",
+            Mode::Proxy => "proxy",
+            Mode::Standalone => "standalone",
+        }
+    }
+}
+
+/// A configuration file's text read, and whether it sets `providers.kubernetes.mode`.
+fn parse(text: &str) -> Result<(File, bool), serde_yaml::Error> {
+    let value: serde_yaml::Value = serde_yaml::from_str(text)?;
+    let mode_set = value
+        .get("providers")
+        .and_then(|p| p.get("kubernetes"))
+        .and_then(|k| k.get("mode"))
+        .is_some_and(|m| !m.is_null());
+    // An empty file reads as null: all defaults.
+    let file = if value.is_null() {
+        File::default()
+    } else {
+        serde_yaml::from_value(value)?
+    };
+    Ok((file, mode_set))
 }
 
 /// `backend.*`.
@@ -250,14 +279,41 @@ impl Default for Proxy {
 impl Kubernetes {
     /// Reads `providers.kubernetes` from a YAML file and checks combinations product.md forbids.
     pub fn load(path: &Path) -> Result<Kubernetes, SettingsError> {
+        Ok(Self::read(path)?.0)
+    }
+
+    /// Reads the file for a command that runs in `mode`: the file's `mode`, when it sets one,
+    /// must be that one, and `enabled: false` turns the provider, and so the command, off.
+    pub fn load_for(path: &Path, mode: Mode) -> Result<Kubernetes, SettingsError> {
+        let (mut settings, mode_set) = Self::read(path)?;
+        if !settings.enabled {
+            return Err(SettingsError::Invalid(format!(
+                "providers.kubernetes.enabled is false in {}: the Kubernetes provider is off, so `turna {}` has nothing to do",
+                path.display(),
+                mode.name()
+            )));
+        }
+        if mode_set && settings.mode != mode {
+            return Err(SettingsError::Invalid(format!(
+                "providers.kubernetes.mode is {} in {}, but the command is `turna {}`",
+                settings.mode.name(),
+                path.display(),
+                mode.name()
+            )));
+        }
+        settings.mode = mode;
+        Ok(settings)
+    }
+
+    /// The settings of the file at `path`, and whether it sets `mode`.
+    fn read(path: &Path) -> Result<(Kubernetes, bool), SettingsError> {
         let display = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
             path: display.clone(),
             source,
         })?;
-        let file: File =
-            serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse { path: display, source })?;
-        file.providers.kubernetes.validate()
+        let (file, mode_set) = parse(&text).map_err(|source| SettingsError::Parse { path: display, source })?;
+        Ok((file.providers.kubernetes.validate()?, mode_set))
     }
 
     /// Checks combinations product.md forbids.
@@ -375,6 +431,53 @@ fn optional_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_keys_anywhere_are_errors() {
+        for text in [
+            "server: {port: 80}\n",
+            "providers: {file: {}}\n",
+            "providers: {kubernetes: {enabeld: true}}\n",
+            "providers: {kubernetes: {proxy: {replica: 2}}}\n",
+        ] {
+            let error = parse(text).expect_err(text).to_string();
+            assert!(error.contains("unknown field"), "{text}: {error}");
+        }
+        assert!(parse("").is_ok_and(|(file, set)| file.providers.kubernetes == Kubernetes::default() && !set));
+    }
+
+    #[test]
+    fn the_command_decides_the_mode_and_a_disabled_provider_runs_nothing() {
+        let dir = std::env::temp_dir().join(format!("turna-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let unset = file("unset.yaml", "providers: {kubernetes: {debounce: 20ms}}\n");
+        for mode in [Mode::Controller, Mode::Standalone, Mode::Proxy] {
+            assert_eq!(Kubernetes::load_for(&unset, mode).unwrap().mode, mode);
+        }
+        let standalone = file("standalone.yaml", "providers: {kubernetes: {mode: standalone}}\n");
+        assert_eq!(
+            Kubernetes::load_for(&standalone, Mode::Standalone).unwrap().mode,
+            Mode::Standalone
+        );
+        let error = Kubernetes::load_for(&standalone, Mode::Controller)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("mode is standalone") && error.contains("`turna controller`"),
+            "{error}"
+        );
+        let off = file("off.yaml", "providers: {kubernetes: {enabled: false}}\n");
+        let error = Kubernetes::load_for(&off, Mode::Controller).unwrap_err().to_string();
+        assert!(error.contains("enabled is false"), "{error}");
+        // Reading the file alone (translate, local) takes it as it is.
+        assert!(!Kubernetes::load(&off).unwrap().enabled);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn defaults_match_product_md() {
