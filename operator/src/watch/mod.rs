@@ -218,7 +218,14 @@ fn forget_managed_fields<K: Resource>(object: &mut K) {
 /// `metadata.generation` (their CRDs have a status subresource; without one, every change
 /// does), and the metadata a translation could read is compared as well.
 fn only_status_changed<K: Resource>(stored: &K, object: &K) -> bool {
-    let (old, new) = (stored.meta(), object.meta());
+    same_but_status(stored.meta(), object.meta())
+}
+
+/// [`only_status_changed`] on two versions of an object's metadata.
+pub(crate) fn same_but_status(
+    old: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    new: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
     old.generation.is_some()
         && old.generation == new.generation
         && old.labels == new.labels

@@ -70,14 +70,7 @@ impl Unreadable {
     /// Whether `self` differs from `other`, the same route, only in what no translation reads
     /// (its status and resourceVersion).
     fn only_status_differs(&self, other: &Unreadable) -> bool {
-        let (a, b) = (&self.route, &other.route);
-        a.metadata.generation.is_some()
-            && a.metadata.generation == b.metadata.generation
-            && a.metadata.labels == b.metadata.labels
-            && a.metadata.annotations == b.metadata.annotations
-            && a.metadata.deletion_timestamp == b.metadata.deletion_timestamp
-            && a.metadata.uid == b.metadata.uid
-            && a.error == b.error
+        super::same_but_status(&self.route.metadata, &other.route.metadata) && self.route.error == other.route.error
     }
 }
 
