@@ -28,6 +28,21 @@ pub struct WriteLabels {
     pub result: String,
 }
 
+/// How an IR version went to a proxy.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Push {
+    /// The whole IR.
+    Whole,
+    /// Only what changed since the version the proxy had.
+    Delta,
+}
+
+/// The `form` of an IR push: `whole` or `delta`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabels {
+    pub form: &'static str,
+}
+
 /// The watched `kind` of a watch error.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -46,7 +61,7 @@ pub struct Metrics {
     provisioned_objects: Family<WriteLabels, Counter>,
     leader: Gauge,
     watch_errors: Family<KindLabels, Counter>,
-    ir_pushes: Counter,
+    ir_pushes: Family<PushLabels, Counter>,
     ir_rejections: Counter,
     connected_proxies: Gauge,
 }
@@ -97,8 +112,12 @@ impl Metrics {
         registry.register("leader", "1 while this instance holds the leader lease", leader.clone());
         let watch_errors = Family::<KindLabels, Counter>::default();
         registry.register("watch_errors", "Watch errors by kind", watch_errors.clone());
-        let ir_pushes = Counter::default();
-        registry.register("ir_pushes", "IR versions sent to proxies", ir_pushes.clone());
+        let ir_pushes = Family::<PushLabels, Counter>::default();
+        registry.register(
+            "ir_pushes",
+            "IR versions sent to proxies, whole or as the changes since the previous one",
+            ir_pushes.clone(),
+        );
         let ir_rejections = Counter::default();
         registry.register(
             "ir_rejections",
@@ -135,8 +154,12 @@ impl Metrics {
         text
     }
 
-    pub fn ir_pushed(&self) {
-        self.ir_pushes.inc();
+    pub fn ir_pushed(&self, form: Push) {
+        let form = match form {
+            Push::Whole => "whole",
+            Push::Delta => "delta",
+        };
+        self.ir_pushes.get_or_create(&PushLabels { form }).inc();
     }
 
     pub fn ir_rejected(&self) {

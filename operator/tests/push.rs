@@ -147,7 +147,7 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
         client.clone(),
         proxy::Options {
             settings: proxy_settings,
-            push: push_options(own),
+            push: push_options(own.clone()),
         },
     )
     .await
@@ -177,6 +177,37 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
         "{}",
         metrics.encode()
     );
+    // The proxy took the change as a delta (and served it above).
+    assert!(
+        metrics
+            .encode()
+            .contains(r#"turna_operator_ir_pushes_total{form="delta"} 1"#),
+        "{}",
+        metrics.encode()
+    );
+
+    // A stream that did not ask for deltas gets whole IRs only; one that did gets the changes
+    // since the version it has, which make the same IR.
+    let whole_path = protocol::STREAM_PATH.to_string();
+    let delta_path = format!("{}?{}", protocol::STREAM_PATH, protocol::DELTAS_QUERY);
+    let mut wholes = Lines::open(&push_options(own.clone()), &whole_path).await;
+    let mut deltas = Lines::open(&push_options(own.clone()), &delta_path).await;
+    let (first, mut base) = (wholes.next().await, deltas.next().await);
+    assert_eq!(first, base, "both streams start with the whole IR");
+    plane()
+        .apply_yaml(&objects(&ns, &class, port, backend, "/again"))
+        .expect("apply changed route");
+    let (whole, changes) = (wholes.next().await, deltas.next().await);
+    assert!(whole.proxy.is_some() && whole.delta.is_none(), "{whole:?}");
+    assert_eq!(changes.base, Some(base.version));
+    assert_eq!(changes.version, whole.version);
+    let mut patched = base.proxy.take().expect("a whole IR");
+    changes.delta.expect("a delta").apply(&mut patched).expect("applies");
+    assert_eq!(Some(patched), whole.proxy);
+    eventually("the proxy serving the second change", || async {
+        (get(gateway, "/again/x").await? == (200, "app /again/x".into())).then_some(())
+    })
+    .await;
 
     // Another ServiceAccount is authenticated but serves no Gateway; one named like the proxy
     // outside the proxy namespace (here the Gateway's) does not either; a bad token is not even
@@ -211,6 +242,43 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
     push.abort();
     controller.abort();
     running.serve(async {}).await;
+}
+
+/// The messages of one push stream, read line by line.
+struct Lines {
+    body: hyper::body::Incoming,
+    buffer: Vec<u8>,
+}
+
+impl Lines {
+    async fn open(options: &client::Options, path: &str) -> Lines {
+        let response = client::request(options, http::Method::GET, path, Bytes::new())
+            .await
+            .expect("push server answers");
+        assert_eq!(response.status(), http::StatusCode::OK);
+        Lines {
+            body: response.into_body(),
+            buffer: Vec::new(),
+        }
+    }
+
+    async fn next(&mut self) -> protocol::Message {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return serde_json::from_slice(&line).expect("a message");
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(30), self.body.frame())
+                .await
+                .expect("a message within 30 s")
+                .expect("the stream goes on")
+                .expect("a frame");
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
 }
 
 /// A Pod `name` in `ns` running as ServiceAccount `account` with `labels` (never scheduled here).

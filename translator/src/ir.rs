@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 pub use smol_str::SmolStr;
 
+pub mod delta;
+
 /// Shape version of the IR. Bump on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::{ROUTE_KINDS, Scenario, add_good, good_route_problem, name_of, namespace_of, scenario};
 use proptest::prelude::*;
 use serde_json::Value;
+use translator::ir::delta::{Difference, difference};
 use translator::{Output, Snapshot, translate};
 
 mod common;
@@ -224,6 +225,53 @@ proptest! {
             for s in &listener.stream_routes {
                 for h in &s.hostnames {
                     prop_assert!(covers(lh, h), "TLS route hostname {h} on listener {} ({lh})", listener.name);
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(256))]
+
+    /// The delta between a proxy's IR before and after objects were removed (routes, Services,
+    /// endpoints, grants, Secrets), and back, turns one into exactly the other, or says it cannot.
+    #[test]
+    fn deltas_turn_one_version_into_the_next(scenario in scenario(), dropped in prop::collection::vec(any::<prop::sample::Index>(), 1..3)) {
+        // Objects a Gateway's listeners do not depend on, so that most pairs differ in routes;
+        // the good route and its endpoints are among them, so that some pairs serve routes.
+        let mut fewer = scenario.clone();
+        for index in &dropped {
+            let removable: Vec<usize> = (0..fewer.objects.len())
+                .filter(|i| !matches!(fewer.objects[*i]["kind"].as_str(), Some("Gateway" | "GatewayClass" | "ListenerSet")))
+                .collect();
+            if !removable.is_empty() {
+                fewer.objects.remove(removable[index.index(removable.len())]);
+            }
+        }
+        let mut all = scenario.snapshot();
+        add_good(&mut all);
+        let mut some = fewer.snapshot();
+        add_good(&mut some);
+        let good = |n: &str, ns: Option<&str>| n == "good" && ns == Some("good");
+        match dropped[0].index(3) {
+            0 => some.http_routes.retain(|r| !good(r.metadata.name.as_deref().unwrap_or_default(), r.metadata.namespace.as_deref())),
+            1 => some.endpoint_slices.clear(),
+            _ => {}
+        }
+        let before = translate(&all, &scenario.config);
+        let after = translate(&some, &scenario.config);
+        for (from, to) in [(&before, &after), (&after, &before)] {
+            for new in &to.proxies {
+                let Some(old) = from.proxies.iter().find(|p| p.id == new.id) else { continue };
+                match difference(old, new) {
+                    Difference::Same => prop_assert_eq!(old, new),
+                    Difference::Whole => prop_assert_ne!(old, new),
+                    Difference::Delta(delta) => {
+                        let mut patched = old.clone();
+                        prop_assert!(delta.apply(&mut patched).is_ok());
+                        prop_assert_eq!(&patched, new);
+                    }
                 }
             }
         }

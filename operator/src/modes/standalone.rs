@@ -42,22 +42,21 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane) {
         let Some(published) = hub.latest(STANDALONE) else {
             continue;
         };
-        let message = &published.message;
-        if applied == Some(message.version) {
+        if applied == Some(published.version) {
             continue;
         }
-        applied = Some(message.version);
-        let material = material(&client, &message.proxy).await;
-        match dataplane.apply_with(&message.proxy, &material).await {
-            Ok(()) => tracing::info!(version = message.version, "standalone IR applied"),
+        applied = Some(published.version);
+        let material = material(&client, &published.proxy).await;
+        match dataplane.apply_with(&published.proxy, &material).await {
+            Ok(()) => tracing::info!(version = published.version, "standalone IR applied"),
             Err(ApplyError::Ports(errors)) => {
                 tracing::warn!(
-                    version = message.version,
+                    version = published.version,
                     ports = errors.len(),
                     "IR applied, some ports not served"
                 );
             }
-            Err(error) => tracing::error!(version = message.version, %error, "standalone IR rejected"),
+            Err(error) => tracing::error!(version = published.version, %error, "standalone IR rejected"),
         }
     }
 }

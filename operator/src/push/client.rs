@@ -17,9 +17,10 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::sync::watch;
+use translator::ir;
 
 use super::endpoints::Resolver;
-use super::protocol::{Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
+use super::protocol::{DELTAS_QUERY, Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -60,6 +61,8 @@ pub enum ClientError {
     Message(#[from] serde_json::Error),
     #[error("the operator ended the stream")]
     Ended,
+    #[error("IR version {version}: {why}")]
+    Delta { version: u64, why: String },
 }
 
 /// Sends `body` to `path` on a new connection; the response, whatever its status.
@@ -151,11 +154,18 @@ async fn connect(options: &Options, host: &str, port: u16) -> Result<tokio::net:
     Err(ClientError::Connect(last))
 }
 
+/// One version of this proxy's IR, as received whole or built from deltas.
+#[derive(Debug)]
+struct Version {
+    version: u64,
+    proxy: ir::Proxy,
+}
+
 /// Receives IR versions forever, applying each with the current `material`; re-applies the last
 /// version when the material changes.
 pub async fn run(options: Options, dataplane: Dataplane, mut material: watch::Receiver<Material>) {
     let mut backoff = BACKOFF_MIN;
-    let mut last: Option<Message> = None;
+    let mut last: Option<Version> = None;
     loop {
         match follow(&options, &dataplane, &mut material, &mut last, &mut backoff).await {
             Err(ClientError::Status(code)) if code == StatusCode::UNAUTHORIZED || code == StatusCode::FORBIDDEN => {
@@ -173,10 +183,11 @@ async fn follow(
     options: &Options,
     dataplane: &Dataplane,
     material: &mut watch::Receiver<Material>,
-    last: &mut Option<Message>,
+    last: &mut Option<Version>,
     backoff: &mut Duration,
 ) -> Result<(), ClientError> {
-    let response = request(options, Method::GET, STREAM_PATH, Bytes::new()).await?;
+    let path = format!("{STREAM_PATH}?{DELTAS_QUERY}");
+    let response = request(options, Method::GET, &path, Bytes::new()).await?;
     if response.status() != StatusCode::OK {
         return Err(ClientError::Status(response.status()));
     }
@@ -194,10 +205,10 @@ async fn follow(
                 while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
                     let line = buffer.split_to(end + 1);
                     let message: Message = serde_json::from_slice(line.chunk())?;
+                    let received = receive(last, message)?;
                     *backoff = BACKOFF_MIN;
                     let current = material.borrow_and_update().clone();
-                    apply(options, dataplane, &message, &current).await;
-                    *last = Some(message);
+                    apply(options, dataplane, received, &current).await;
                 }
             }
             changed = material.changed(), if watching => {
@@ -206,17 +217,42 @@ async fn follow(
                     continue;
                 }
                 let current = material.borrow_and_update().clone();
-                if let Some(message) = last.as_ref() {
-                    tracing::info!(version = message.version, "certificate bundle changed; re-applying");
-                    apply(options, dataplane, message, &current).await;
+                if let Some(version) = last.as_ref() {
+                    tracing::info!(version = version.version, "certificate bundle changed; re-applying");
+                    apply(options, dataplane, version, &current).await;
                 }
             }
         }
     }
 }
 
+/// The version `message` makes of `last`: its whole IR, or its delta applied to the version
+/// before. A delta for a version this proxy does not have ends the stream; the operator sends
+/// the whole IR on the next connection.
+fn receive(last: &mut Option<Version>, message: Message) -> Result<&Version, ClientError> {
+    let version = message.version;
+    let refused = |why: String| ClientError::Delta { version, why };
+    match (message.proxy, message.base, message.delta) {
+        (Some(proxy), _, _) => Ok(last.insert(Version { version, proxy })),
+        (None, Some(base), Some(delta)) => {
+            let Some(mut current) = last.take_if(|c| c.version == base) else {
+                let have = last
+                    .as_ref()
+                    .map(|c| c.version.to_string())
+                    .unwrap_or_else(|| "none".into());
+                return Err(refused(format!("a delta from version {base}, this proxy has {have}")));
+            };
+            // On error, partly changed: no longer any version.
+            delta.apply(&mut current.proxy).map_err(|e| refused(e.to_string()))?;
+            current.version = version;
+            Ok(last.insert(current))
+        }
+        _ => Err(refused("neither an IR nor a delta".into())),
+    }
+}
+
 /// Applies one version; a rejection is reported to the operator (best effort).
-async fn apply(options: &Options, dataplane: &Dataplane, message: &Message, material: &Material) {
+async fn apply(options: &Options, dataplane: &Dataplane, message: &Version, material: &Material) {
     match dataplane.apply_with(&message.proxy, material).await {
         Ok(()) => tracing::info!(version = message.version, "IR version applied"),
         Err(ApplyError::Ports(errors)) => {
@@ -239,5 +275,67 @@ async fn apply(options: &Options, dataplane: &Dataplane, message: &Message, mate
                 Err(error) => tracing::warn!(%error, "cannot report the rejection"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use translator::ir::delta::{Delta, Splice};
+
+    use super::*;
+
+    fn whole(version: u64, id: &str) -> Message {
+        Message {
+            version,
+            proxy: Some(ir::Proxy {
+                id: id.into(),
+                ..ir::Proxy::default()
+            }),
+            base: None,
+            delta: None,
+        }
+    }
+
+    fn delta(version: u64, base: u64, delta: Delta) -> Message {
+        Message {
+            version,
+            proxy: None,
+            base: Some(base),
+            delta: Some(delta),
+        }
+    }
+
+    #[test]
+    fn deltas_apply_only_to_the_version_they_were_made_from() {
+        let mut last = None;
+        let removed = Delta {
+            removed_backends: vec!["a".into()],
+            ..Delta::default()
+        };
+        // No version yet: a delta is refused and nothing is made up.
+        assert!(matches!(
+            receive(&mut last, delta(2, 1, removed.clone())),
+            Err(ClientError::Delta { version: 2, .. })
+        ));
+        assert!(last.is_none());
+        receive(&mut last, whole(1, "gw")).expect("a whole IR");
+        // From another version: refused, and the version held stays.
+        assert!(receive(&mut last, delta(3, 2, removed.clone())).is_err());
+        assert_eq!(last.as_ref().map(|v| v.version), Some(1));
+        let received = receive(&mut last, delta(2, 1, removed)).expect("applies");
+        assert_eq!((received.version, received.proxy.id.as_str()), (2, "gw"));
+        // One that does not fit the IR: refused, and the IR, partly changed, is let go.
+        let misfit = Delta {
+            virtual_hosts: vec![Splice {
+                port: 0,
+                listener: 0,
+                at: 0,
+                remove: 1,
+                insert: vec![],
+            }],
+            ..Delta::default()
+        };
+        assert!(receive(&mut last, delta(3, 2, misfit)).is_err());
+        assert!(last.is_none());
     }
 }

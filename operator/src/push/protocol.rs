@@ -1,20 +1,62 @@
 //! The wire format of IR push: a long-lived HTTPS response of newline-delimited JSON
 //! [`Message`]s, and [`Rejection`]s the proxy POSTs back. Both directions authenticate the proxy
 //! with `Authorization: Bearer <ServiceAccount token>`.
+//!
+//! A message carries a proxy's whole IR, or, for a proxy that asked for them
+//! ([`DELTAS_QUERY`]) and holds the version before, only what changed since
+//! ([`ir::delta::Delta`]): a route added among thousands is a few hundred bytes, not the whole
+//! table to write, send and parse again. Proxies that do not ask get whole IRs only.
 
 use serde::{Deserialize, Serialize};
 use translator::ir;
+use translator::ir::delta::Delta;
 
 /// `GET`: the stream of [`Message`]s for the caller's Gateway.
 pub const STREAM_PATH: &str = "/v1/ir";
+/// The query of [`STREAM_PATH`] of a proxy that applies deltas.
+pub const DELTAS_QUERY: &str = "deltas=1";
 /// `POST`: one [`Rejection`].
 pub const REJECTIONS_PATH: &str = "/v1/rejections";
 
-/// One version of a proxy's IR. Versions grow with every change of any proxy's IR.
+/// One version of a proxy's IR: the whole IR (`proxy`), or the `delta` that turns version
+/// `base` into this one. Versions grow with every change of any proxy's IR.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub version: u64,
-    pub proxy: ir::Proxy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ir::Proxy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<Delta>,
+}
+
+/// The line of a whole IR, serialized from a borrowed IR (the hub keeps one copy of it).
+pub fn whole_line(version: u64, proxy: &ir::Proxy) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Whole<'a> {
+        version: u64,
+        proxy: &'a ir::Proxy,
+    }
+    line(&Whole { version, proxy })
+}
+
+/// The line of a delta from version `base`.
+pub fn delta_line(version: u64, base: u64, delta: &Delta) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Changes<'a> {
+        version: u64,
+        base: u64,
+        delta: &'a Delta,
+    }
+    line(&Changes { version, base, delta })
+}
+
+fn line(message: &impl Serialize) -> Vec<u8> {
+    // Plain data with string keys: serializing cannot fail.
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
 }
 
 /// A version the proxy could not apply; it keeps serving the previous one.
@@ -22,4 +64,29 @@ pub struct Message {
 pub struct Rejection {
     pub version: u64,
     pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_lines_read_back_as_messages() {
+        let proxy = ir::Proxy {
+            id: "default/gw".into(),
+            ..ir::Proxy::default()
+        };
+        let whole: Message = serde_json::from_slice(&whole_line(3, &proxy)).expect("a message");
+        assert_eq!(whole.version, 3);
+        assert_eq!(whole.proxy.as_ref(), Some(&proxy));
+        assert!(whole.delta.is_none() && whole.base.is_none());
+        let delta = Delta {
+            removed_backends: vec!["default/old:80".into()],
+            ..Delta::default()
+        };
+        let changes: Message = serde_json::from_slice(&delta_line(4, 3, &delta)).expect("a message");
+        assert_eq!((changes.version, changes.base), (4, Some(3)));
+        assert_eq!(changes.delta, Some(delta));
+        assert!(changes.proxy.is_none());
+    }
 }

@@ -32,9 +32,11 @@ use kube::{Api, Client};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use translator::ir;
+use translator::ir::delta::{self, Delta, Difference};
 
 use super::authority::{Authority, AuthorityError};
-use super::protocol::{Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
+use super::protocol::{self, DELTAS_QUERY, REJECTIONS_PATH, Rejection, STREAM_PATH};
+use crate::metrics::Push;
 use crate::provision::names::{self, Names};
 
 /// The extra of a bound ServiceAccount token naming its pod.
@@ -63,32 +65,47 @@ pub struct Hub {
     latest: Arc<watch::Sender<u64>>,
 }
 
-/// A published version of a proxy's IR and its wire form, a line of JSON made once however
+/// A published version of a proxy's IR and its wire forms, each a line of JSON made once however
 /// many replicas of the proxy stream it (at thousands of routes, serializing is a good part of
 /// the time from a change to the proxies).
 #[derive(Debug)]
 pub struct Published {
-    pub message: Message,
-    line: OnceLock<Bytes>,
+    pub version: u64,
+    pub proxy: ir::Proxy,
+    /// The version before this one and what changed since, when only routes and backends did.
+    delta: Option<(u64, Delta)>,
+    whole: OnceLock<Bytes>,
+    changes: OnceLock<Bytes>,
 }
 
 impl Published {
-    fn new(version: u64, proxy: ir::Proxy) -> Arc<Published> {
+    fn new(version: u64, proxy: ir::Proxy, delta: Option<(u64, Delta)>) -> Arc<Published> {
         Arc::new(Published {
-            message: Message { version, proxy },
-            line: OnceLock::new(),
+            version,
+            proxy,
+            delta,
+            whole: OnceLock::new(),
+            changes: OnceLock::new(),
         })
     }
 
-    /// The message as one newline-terminated JSON line.
-    fn line(&self) -> Bytes {
-        self.line
-            .get_or_init(|| {
-                let mut line = serde_json::to_vec(&self.message).unwrap_or_default();
-                line.push(b'\n');
-                Bytes::from(line)
-            })
-            .clone()
+    /// The line for a proxy that was last sent version `sent`: the delta when it applies to
+    /// that version and the proxy takes deltas, else the whole IR.
+    fn line(&self, sent: Option<u64>, deltas: bool) -> (Bytes, Push) {
+        match &self.delta {
+            Some((base, delta)) if deltas && sent == Some(*base) => {
+                let line = self
+                    .changes
+                    .get_or_init(|| Bytes::from(protocol::delta_line(self.version, *base, delta)));
+                (line.clone(), Push::Delta)
+            }
+            _ => {
+                let line = self
+                    .whole
+                    .get_or_init(|| Bytes::from(protocol::whole_line(self.version, &self.proxy)));
+                (line.clone(), Push::Whole)
+            }
+        }
     }
 }
 
@@ -121,14 +138,19 @@ impl Hub {
         current.retain(|id, _| proxies.iter().any(|p| &p.id == id));
         for proxy in proxies {
             match current.get(&proxy.id) {
-                Some(sender) if sender.borrow().message.proxy == *proxy => {}
                 Some(sender) => {
+                    let previous = sender.borrow().clone();
+                    let delta = match delta::difference(&previous.proxy, proxy) {
+                        Difference::Same => continue,
+                        Difference::Delta(delta) => Some((previous.version, delta)),
+                        Difference::Whole => None,
+                    };
                     let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-                    sender.send_replace(Published::new(version, proxy.clone()));
+                    sender.send_replace(Published::new(version, proxy.clone(), delta));
                 }
                 None => {
                     let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-                    let (sender, _) = watch::channel(Published::new(version, proxy.clone()));
+                    let (sender, _) = watch::channel(Published::new(version, proxy.clone(), None));
                     current.insert(proxy.id.clone(), sender);
                 }
             }
@@ -298,7 +320,13 @@ impl Server {
             }
         };
         match (req.method(), req.uri().path()) {
-            (&Method::GET, STREAM_PATH) => self.stream(&id),
+            (&Method::GET, STREAM_PATH) => {
+                let deltas = req
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.split('&').any(|p| p == DELTAS_QUERY));
+                self.stream(&id, deltas)
+            }
             (&Method::POST, REJECTIONS_PATH) => {
                 let body = match req.into_body().collect().await {
                     Ok(body) => body.to_bytes(),
@@ -323,28 +351,31 @@ impl Server {
     }
 
     /// The newline-delimited JSON stream of Gateway `id`'s IR: the current version, then every
-    /// new one.
-    fn stream(&self, id: &str) -> Response<Body> {
+    /// new one, as deltas when the proxy takes them and has the version a delta applies to.
+    fn stream(&self, id: &str, deltas: bool) -> Response<Body> {
         let Some(receiver) = self.hub.subscribe(id) else {
             return plain(StatusCode::NOT_FOUND, "no IR for this Gateway");
         };
-        tracing::info!(gateway = %id, "proxy connected");
+        tracing::info!(gateway = %id, deltas, "proxy connected");
         let connected = Connected::new(self.metrics.clone());
         let metrics = self.metrics.clone();
         let gateway = id.to_string();
-        let frames = futures::stream::unfold((receiver, true, connected), move |(mut receiver, first, connected)| {
+        // The version last sent; none yet.
+        let sent: Option<u64> = None;
+        let frames = futures::stream::unfold((receiver, sent, connected), move |(mut receiver, sent, connected)| {
             let metrics = metrics.clone();
             let gateway = gateway.clone();
             async move {
-                if !first && receiver.changed().await.is_err() {
+                if sent.is_some() && receiver.changed().await.is_err() {
                     return None;
                 }
                 let published = receiver.borrow_and_update().clone();
-                metrics.ir_pushed();
-                tracing::debug!(gateway = %gateway, version = published.message.version, "IR pushed");
+                let (line, push) = published.line(sent, deltas);
+                metrics.ir_pushed(push);
+                tracing::debug!(gateway = %gateway, version = published.version, ?push, "IR pushed");
                 Some((
-                    Ok::<_, Infallible>(Frame::data(published.line())),
-                    (receiver, false, connected),
+                    Ok::<_, Infallible>(Frame::data(line)),
+                    (receiver, Some(published.version), connected),
                 ))
             }
         });
@@ -476,11 +507,11 @@ mod tests {
         let hub = Hub::default();
         hub.publish(&[proxy("a/x", 1), proxy("b/y", 1)]);
         let mut a = hub.subscribe("a/x").expect("a");
-        let first = a.borrow_and_update().message.version;
+        let first = a.borrow_and_update().version;
         hub.publish(&[proxy("a/x", 1), proxy("b/y", 2)]);
         assert!(!a.has_changed().expect("open"), "unchanged IR, no new version");
         hub.publish(&[proxy("a/x", 3)]);
-        assert!(a.borrow_and_update().message.version > first);
+        assert!(a.borrow_and_update().version > first);
         assert!(hub.subscribe("b/y").is_none(), "removed proxy");
     }
 
@@ -489,11 +520,44 @@ mod tests {
         let hub = Hub::default();
         hub.publish(&[proxy("a/x", 1)]);
         let (one, two) = (hub.subscribe("a/x").expect("a"), hub.subscribe("a/x").expect("a"));
-        let (first, second) = (one.borrow().line(), two.borrow().line());
+        let (first, second) = (one.borrow().line(None, true).0, two.borrow().line(None, false).0);
         assert_eq!(first.as_ptr(), second.as_ptr(), "one serialization, shared");
-        let parsed: Message = serde_json::from_slice(&first).expect("a JSON line");
-        assert_eq!(parsed, one.borrow().message);
+        let parsed: protocol::Message = serde_json::from_slice(&first).expect("a JSON line");
+        assert_eq!(parsed.proxy.as_ref(), Some(&one.borrow().proxy));
         assert!(first.ends_with(b"\n"));
+    }
+
+    #[test]
+    fn a_stream_gets_a_delta_only_from_the_version_it_was_sent() {
+        let hub = Hub::default();
+        let mut served = proxy("a/x", 1);
+        served.backends.insert("b".into(), backend("b"));
+        hub.publish(std::slice::from_ref(&served));
+        let first = hub.latest("a/x").expect("published").version;
+        served.backends.insert("c".into(), backend("c"));
+        hub.publish(std::slice::from_ref(&served));
+        let second = hub.latest("a/x").expect("published");
+        assert_eq!(second.line(Some(first), true).1, Push::Delta);
+        // Not asked for, or from another version (a stream that missed one): whole.
+        assert_eq!(second.line(Some(first), false).1, Push::Whole);
+        assert_eq!(second.line(None, true).1, Push::Whole);
+        assert_eq!(second.line(Some(first - 1), true).1, Push::Whole);
+        // A change outside routes and backends is sent whole to everyone.
+        hub.publish(&[proxy("a/x", 2)]);
+        let third = hub.latest("a/x").expect("published");
+        assert_eq!(third.line(Some(second.version), true).1, Push::Whole);
+    }
+
+    fn backend(id: &str) -> ir::Backend {
+        ir::Backend {
+            id: id.into(),
+            service: id.into(),
+            port: 80,
+            protocol: ir::AppProtocol::Http,
+            endpoints: vec![],
+            tls: None,
+            strategy: Default::default(),
+        }
     }
 
     #[test]
