@@ -101,6 +101,9 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = Show::All)]
         output: Show,
     },
+    /// Print the CustomResourceDefinitions of Turna's own kinds (TurnaProxy), generated from
+    /// their types: what the chart and Kustomize install.
+    Crds,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -306,6 +309,11 @@ fn main() -> anyhow::Result<()> {
             }
             .context("rendering output")?;
             std::io::stdout().write_all(text.as_bytes()).context("writing output")?;
+        }
+        Command::Crds => {
+            std::io::stdout()
+                .write_all(translator::crds::yaml().as_bytes())
+                .context("writing output")?;
         }
     }
     Ok(())

@@ -190,7 +190,7 @@ async fn reconcile(
         metrics.translated(started.elapsed());
         // Every instance serves proxies the IR it translated, leader or not.
         if let Some(hub) = &options.push {
-            hub.publish(&output.proxies);
+            hub.publish_holding(&output.proxies, &output.held);
         }
         options.readiness.set_ready();
         if !leadership.is_leader() {

@@ -1,6 +1,7 @@
 //! The `turna` binary's handling of its configuration file, run as a user would: unknown keys,
 //! a `mode` that contradicts the command and a disabled provider stop it at start-up with an
-//! error that says why; `turna translate` and `turna local` agree on defaults.
+//! error that says why; `turna translate` and `turna local` agree on defaults; `turna crds`
+//! prints the CRDs the chart installs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -81,4 +82,14 @@ fn tempdir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("turna-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
+}
+
+#[test]
+fn crds_prints_the_generated_crds_the_chart_installs() {
+    let out = turna(&["crds"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_eq!(printed, translator::crds::yaml());
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/turna-gateway/crds/turna-crds.yaml");
+    assert_eq!(std::fs::read_to_string(chart).expect("the chart's CRDs"), printed);
 }

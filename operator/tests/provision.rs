@@ -669,3 +669,154 @@ spec:
     );
     assert!(!exists(&Api::<Deployment>::namespaced(client.clone(), &home), &names.proxy).await);
 }
+
+/// The TurnaProxy API, installed from the generated CRD.
+fn turna_proxies(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: translator::parameters::GROUP.into(),
+        version: "v1alpha1".into(),
+        api_version: format!("{}/v1alpha1", translator::parameters::GROUP),
+        kind: "TurnaProxy".into(),
+        plural: "turnaproxies".into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_parameters_shape_the_proxy_and_unusable_ones_leave_it_as_it_was() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("params");
+    let home = cp.fresh_namespace("params-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    cp.apply_yaml(&translator::crds::yaml())
+        .expect("install the generated CRD");
+    let proxies = turna_proxies(&client, &ns);
+    eventually("the TurnaProxy API served", || async {
+        proxies.list(&ListParams::default()).await.ok()
+    })
+    .await;
+    cp.apply_yaml(&format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec:
+  controllerName: rakunlabs.com/turna
+  parametersRef: {{group: gateway.turna.rakunlabs.com, kind: TurnaProxy, name: defaults, namespace: {ns}}}
+---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaProxy
+metadata: {{name: defaults, namespace: {ns}}}
+spec:
+  replicas: 3
+  nodeSelector: {{pool: edge}}
+  pod: {{labels: {{tier: edge}}}}
+---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaProxy
+metadata: {{name: own, namespace: {ns}}}
+spec:
+  image: turna:own
+  service: {{type: ClusterIP}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  infrastructure:
+    parametersRef: {{group: gateway.turna.rakunlabs.com, kind: TurnaProxy, name: own}}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+"#
+    ))
+    .expect("apply");
+    let settings = settings(&class, &home);
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let controller = start(&client, settings);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home);
+    let services: Api<Service> = Api::namespaced(client.clone(), &home);
+    let shaped = |replicas: i32| {
+        let deployments = deployments.clone();
+        let name = names.proxy.clone();
+        async move {
+            let d = deployments.get_opt(&name).await.ok()??;
+            let spec = d.spec?;
+            let pod = spec.template.spec?;
+            let tier = spec.template.metadata?.labels?.get("tier").cloned();
+            (spec.replicas == Some(replicas)
+                && pod.node_selector?.get("pool").map(String::as_str) == Some("edge")
+                && pod.containers[0].image.as_deref() == Some("turna:own")
+                && tier.as_deref() == Some("edge"))
+            .then_some(())
+        }
+    };
+    eventually("the class's and the Gateway's parameters on the Deployment", || {
+        shaped(3)
+    })
+    .await;
+    let service = services.get(&names.proxy).await.expect("the proxy Service");
+    assert_eq!(service.spec.and_then(|s| s.type_).as_deref(), Some("ClusterIP"));
+    let classes = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource {
+            group: translator::GROUP.into(),
+            version: "v1".into(),
+            api_version: format!("{}/v1", translator::GROUP),
+            kind: "GatewayClass".into(),
+            plural: "gatewayclasses".into(),
+        },
+    );
+    eventually("the GatewayClass accepted", || async {
+        let c = serde_json::to_value(classes.get(&class).await.ok()?).ok()?;
+        (condition(&c, "Accepted")?["status"] == "True").then_some(())
+    })
+    .await;
+
+    // A changed parameter reaches the proxy.
+    proxies
+        .patch(
+            "defaults",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .expect("patch the class's parameters");
+    eventually("the new replicas on the Deployment", || shaped(5)).await;
+
+    // Parameters that cannot be used: the Gateway is not accepted and its proxy stays as it was.
+    gateways(&client, &ns)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"infrastructure": {"parametersRef": {"name": "absent"}}}})),
+        )
+        .await
+        .expect("point the Gateway at missing parameters");
+    let gw = gateway_where(&gateways(&client, &ns), "web", "InvalidParameters", |g| {
+        condition(g, "Accepted").is_some_and(|c| c["reason"] == "InvalidParameters")
+    })
+    .await;
+    assert_eq!(condition(&gw, "Accepted").expect("Accepted")["status"], "False");
+    // Several passes later (debounce 50 ms), nothing of the proxy was deleted or changed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(shaped(5).await.is_some(), "the held proxy's Deployment is unchanged");
+    assert!(exists(&services, &names.proxy).await, "the held proxy's Service stays");
+    assert!(bundle_keys(&client, &home, &names).await.is_some(), "its bundle stays");
+
+    // Fixed again: served and shaped by the class's parameters only.
+    gateways(&client, &ns)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"infrastructure": null}})),
+        )
+        .await
+        .expect("drop the Gateway's parametersRef");
+    eventually("the class's image again", || async {
+        let d = deployments.get_opt(&names.proxy).await.ok()??;
+        let image = d.spec?.template.spec?.containers[0].image.clone();
+        (image.as_deref() == Some("turna:test")).then_some(())
+    })
+    .await;
+    controller.abort();
+}

@@ -48,6 +48,9 @@ pub struct Infrastructure {
     /// IP addresses requested in `spec.addresses`; an empty value asks for any address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+    /// The proxy parameters (TurnaProxy) of the Gateway merged over its class's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<crate::parameters::TurnaProxySpec>,
 }
 
 /// Transport of a socket.

@@ -60,6 +60,7 @@ meta!(
     k8s_openapi::api::core::v1::Namespace,
     k8s_openapi::api::discovery::v1::EndpointSlice,
     crate::snapshot::UnreadableRoute,
+    crate::parameters::TurnaProxy,
 );
 
 impl<T: Meta> Meta for &T {

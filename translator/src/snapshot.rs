@@ -19,6 +19,7 @@ use crate::api::{
     UdpRoute,
 };
 use crate::certificate;
+use crate::parameters::{self, TurnaProxy};
 use crate::route::RouteKind;
 
 /// The inputs of one translation. Objects are shared (`Arc`): the operator's snapshot holds the
@@ -38,6 +39,8 @@ pub struct Snapshot {
     /// ReferenceGrants of both `v1` and `v1beta1` (same schema).
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    /// Proxy parameters GatewayClasses and Gateways may name.
+    pub turna_proxies: Vec<Arc<TurnaProxy>>,
     pub services: Vec<Arc<Service>>,
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     pub namespaces: Vec<Arc<Namespace>>,
@@ -297,6 +300,7 @@ impl Snapshot {
             (crate::GROUP, "UDPRoute") => self
                 .add_route(RouteKind::Udp, value, |s| &mut s.udp_routes)
                 .map_err(err)?,
+            (parameters::GROUP, parameters::KIND) => self.turna_proxies.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(Arc::new(from(value).map_err(err)?)),
             ("", "Service") => self.services.push(Arc::new(from(value).map_err(err)?)),

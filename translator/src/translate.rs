@@ -29,6 +29,10 @@ pub struct Output {
     pub statuses: Statuses,
     /// What each proxy's certificate bundle holds, by proxy id.
     pub bundles: BTreeMap<String, Bundle>,
+    /// Controller mode: proxies (Gateway `namespace/name`) to leave as they are, neither changed
+    /// nor deleted, because the parameters of their Gateway or GatewayClass cannot be used.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub held: BTreeSet<String>,
 }
 
 /// Id of the single proxy of standalone mode.
@@ -220,6 +224,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 labels: infra.and_then(|i| i.labels.clone()).unwrap_or_default(),
                 annotations: infra.and_then(|i| i.annotations.clone()).unwrap_or_default(),
                 addresses: gw.requested_addresses.clone(),
+                parameters: gw.parameters.clone(),
             });
         }
         add_listeners(proxy, gw, &mut contributions[gi], &routes, &age_rank, config);
@@ -233,6 +238,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
         proxies: proxies.into_values().collect(),
         statuses,
         bundles: BTreeMap::new(),
+        held: held(snapshot, config, &classes, &gateways),
     };
     for proxy in &mut out.proxies {
         finish_proxy(proxy);
@@ -562,4 +568,33 @@ fn finish_proxy(proxy: &mut Proxy) {
                 .then_with(|| a.name.cmp(&b.name))
         });
     }
+}
+
+/// The Gateways whose proxies stay as they are: their parametersRef, or their class's, cannot be
+/// used (controller mode; standalone proxies are not provisioned per Gateway).
+fn held(
+    snapshot: &Snapshot,
+    config: &Config,
+    classes: &BTreeMap<String, gateway::class::Class<'_>>,
+    gateways: &[gateway::GatewayModel<'_>],
+) -> BTreeSet<String> {
+    if config.mode != Mode::Controller {
+        return BTreeSet::new();
+    }
+    let of_invalid_classes = snapshot
+        .gateways
+        .iter()
+        .filter(|g| {
+            classes
+                .get(&g.spec.gateway_class_name)
+                .is_some_and(|(_, parameters)| parameters.is_err())
+        })
+        .map(|g| g.key())
+        .filter(|key| config.gateways.is_empty() || config.gateways.contains(key));
+    gateways
+        .iter()
+        .filter(|g| g.invalid_parameters)
+        .map(|g| g.key())
+        .chain(of_invalid_classes)
+        .collect()
 }

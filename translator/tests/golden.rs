@@ -38,10 +38,13 @@ fn render(case: &Path) -> (String, String) {
     struct Ir<'a> {
         proxies: &'a [translator::ir::Proxy],
         bundles: &'a std::collections::BTreeMap<String, translator::Bundle>,
+        #[serde(skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+        held: &'a std::collections::BTreeSet<String>,
     }
     let ir = serde_yaml::to_string(&Ir {
         proxies: &output.proxies,
         bundles: &output.bundles,
+        held: &output.held,
     })
     .expect("IR serializes");
     let status = serde_yaml::to_string(&output.statuses).expect("statuses serialize");

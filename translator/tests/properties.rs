@@ -49,6 +49,7 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
     rng.shuffle(&mut s.unreadable_routes);
     rng.shuffle(&mut s.reference_grants);
     rng.shuffle(&mut s.backend_tls_policies);
+    rng.shuffle(&mut s.turna_proxies);
     rng.shuffle(&mut s.services);
     rng.shuffle(&mut s.endpoint_slices);
     rng.shuffle(&mut s.namespaces);

@@ -294,7 +294,7 @@ impl Provisioner {
             .as_ref()
             .is_some_and(|(keys, at)| *keys == wanted && at.elapsed() < REAPPLY_AFTER);
         if !recent {
-            let (deleted, failed) = self.collect_garbage(&wanted, &home).await;
+            let (deleted, failed) = self.collect_garbage(&wanted, &output.held, &home).await;
             result.deleted += deleted;
             result.failed += failed;
             self.collected = (failed == 0).then(|| (wanted, Instant::now()));
@@ -436,8 +436,20 @@ impl Provisioner {
         }
     }
 
-    /// Deletes generated objects outside `wanted`; returns (deleted, failed).
-    async fn collect_garbage(&mut self, wanted: &BTreeSet<Key>, home: &str) -> (usize, usize) {
+    /// Deletes the objects with this installation's labels that are not `wanted`, except those
+    /// of `held` Gateways (`namespace/name`), whose proxies stay as they are; returns (deleted,
+    /// failed).
+    async fn collect_garbage(&mut self, wanted: &BTreeSet<Key>, held: &BTreeSet<String>, home: &str) -> (usize, usize) {
+        let held: BTreeSet<(String, String)> = held
+            .iter()
+            .filter_map(|id| id.split_once('/'))
+            .map(|(namespace, name)| {
+                let names = Names::new(namespace, name, &self.controller_id);
+                let labels = names.labels();
+                let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+                (label(names::GATEWAY_NAMESPACE_LABEL), label(names::GATEWAY_NAME_LABEL))
+            })
+            .collect();
         let (mut deleted, mut failed) = (0, 0);
         let selector = self.selector();
         let own_rbac = !self.settings.proxy.cluster_role.is_empty();
@@ -467,7 +479,11 @@ impl Provisioner {
                     namespace: item.metadata.namespace.clone().unwrap_or_default(),
                     name: item.metadata.name.clone().unwrap_or_default(),
                 };
-                if wanted.contains(&key) {
+                let labels = item.metadata.labels.as_ref();
+                let label = |key: &str| labels.and_then(|l| l.get(key)).cloned().unwrap_or_default();
+                if wanted.contains(&key)
+                    || held.contains(&(label(names::GATEWAY_NAMESPACE_LABEL), label(names::GATEWAY_NAME_LABEL)))
+                {
                     continue;
                 }
                 let api = self.api(&resource, Some(key.namespace.as_str()).filter(|n| !n.is_empty()));

@@ -81,15 +81,28 @@ fn meta(name: &str, namespace: &str, labels: &BTreeMap<String, String>) -> Objec
     }
 }
 
-/// Infrastructure labels and annotations, which can add to but never replace Turna's labels.
+/// Labels or annotations.
+type Map = BTreeMap<String, String>;
+
+/// Labels and annotations from the proxy parameters (`extra`), then the Gateway's
+/// infrastructure (which wins over the parameters), then Turna's own labels, which nothing
+/// replaces.
 fn with_infrastructure(
-    ours: &BTreeMap<String, String>,
+    ours: &Map,
     infrastructure: Option<&ir::Infrastructure>,
-) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
-    let mut labels = infrastructure.map(|i| i.labels.clone()).unwrap_or_default();
+    extra: (Option<&Map>, Option<&Map>),
+) -> (Map, Map) {
+    let mut labels = extra.0.cloned().unwrap_or_default();
+    labels.extend(infrastructure.map(|i| i.labels.clone()).unwrap_or_default());
     labels.extend(ours.clone());
-    let annotations = infrastructure.map(|i| i.annotations.clone()).unwrap_or_default();
+    let mut annotations = extra.1.cloned().unwrap_or_default();
+    annotations.extend(infrastructure.map(|i| i.annotations.clone()).unwrap_or_default());
     (labels, annotations)
+}
+
+/// Whole seconds of a Gateway API duration, rounded up (`None` when it does not parse).
+fn seconds(duration: &str) -> Option<i64> {
+    translator::duration::parse_ms(duration).map(|ms| ms.div_ceil(1000) as i64)
 }
 
 /// Builds every object of one proxy.
@@ -105,7 +118,24 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
     };
     let ours = n.labels();
     let infrastructure = input.proxy.infrastructure.as_ref();
-    let (labels, annotations) = with_infrastructure(&ours, infrastructure);
+    let parameters = infrastructure.and_then(|i| i.parameters.as_ref());
+    let pod_meta = parameters.and_then(|p| p.pod.as_ref());
+    let (labels, annotations) = with_infrastructure(
+        &ours,
+        infrastructure,
+        (pod_meta.map(|m| &m.labels), pod_meta.map(|m| &m.annotations)),
+    );
+    let service_parameters = parameters.and_then(|p| p.service.as_ref());
+    let (service_labels, service_annotations) = with_infrastructure(
+        &ours,
+        infrastructure,
+        (
+            service_parameters.map(|s| &s.labels),
+            service_parameters.map(|s| &s.annotations),
+        ),
+    );
+    let replicas = parameters.and_then(|p| p.replicas).unwrap_or(s.proxy.replicas as i32);
+    let autoscaled = parameters.is_some_and(|p| p.autoscaling.is_some());
     let own_service_account = !s.proxy.cluster_role.is_empty();
     let service_account_name = if own_service_account {
         n.proxy.clone()
@@ -162,23 +192,40 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         }),
         ..EnvVarSource::default()
     };
-    let delay = s.proxy.shutdown_delay.map(|d| d.as_secs() as i64).filter(|d| *d > 0);
+    let delay = match parameters.and_then(|p| p.shutdown_delay.as_deref()) {
+        Some(d) => seconds(d),
+        None => s.proxy.shutdown_delay.map(|d| d.as_secs() as i64),
+    }
+    .filter(|d| *d > 0);
+    let mut env = vec![
+        EnvVar {
+            name: "POD_NAME".into(),
+            value_from: Some(field("metadata.name")),
+            ..EnvVar::default()
+        },
+        EnvVar {
+            name: "POD_NAMESPACE".into(),
+            value_from: Some(field("metadata.namespace")),
+            ..EnvVar::default()
+        },
+    ];
+    if let Some(level) = parameters.and_then(|p| p.log_level) {
+        env.push(EnvVar {
+            name: "RUST_LOG".into(),
+            value: Some(level.as_str().into()),
+            ..EnvVar::default()
+        });
+    }
     let container = Container {
         name: "proxy".into(),
-        image: Some(input.image.into()),
+        image: Some(
+            parameters
+                .and_then(|p| p.image.clone())
+                .unwrap_or_else(|| input.image.into()),
+        ),
         args: Some(args),
-        env: Some(vec![
-            EnvVar {
-                name: "POD_NAME".into(),
-                value_from: Some(field("metadata.name")),
-                ..EnvVar::default()
-            },
-            EnvVar {
-                name: "POD_NAMESPACE".into(),
-                value_from: Some(field("metadata.namespace")),
-                ..EnvVar::default()
-            },
-        ]),
+        env: Some(env),
+        resources: parameters.and_then(|p| p.resources.clone()),
         ports: Some(ports),
         readiness_probe: Some(probe("/ready")),
         liveness_probe: Some(probe("/healthz")),
@@ -223,7 +270,8 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
     let deployment = Deployment {
         metadata: meta(&n.proxy, &namespace, &ours),
         spec: Some(DeploymentSpec {
-            replicas: Some(s.proxy.replicas as i32),
+            // An autoscaled Deployment's replicas are the HorizontalPodAutoscaler's to set.
+            replicas: (!autoscaled).then_some(replicas),
             selector: LabelSelector {
                 match_labels: Some(selector.clone()),
                 ..LabelSelector::default()
@@ -238,10 +286,18 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
                     service_account_name: Some(service_account_name.clone()),
                     containers: vec![container],
                     termination_grace_period_seconds: Some(delay.unwrap_or(0) + 30),
-                    topology_spread_constraints: Some(vec![
-                        spread("kubernetes.io/hostname"),
-                        spread("topology.kubernetes.io/zone"),
-                    ]),
+                    topology_spread_constraints: Some(
+                        parameters
+                            .and_then(|p| p.topology_spread_constraints.clone())
+                            .unwrap_or_else(|| {
+                                vec![spread("kubernetes.io/hostname"), spread("topology.kubernetes.io/zone")]
+                            }),
+                    ),
+                    image_pull_secrets: parameters.and_then(|p| p.image_pull_secrets.clone()),
+                    node_selector: parameters.and_then(|p| p.node_selector.clone()),
+                    tolerations: parameters.and_then(|p| p.tolerations.clone()),
+                    affinity: parameters.and_then(|p| p.affinity.clone()),
+                    priority_class_name: parameters.and_then(|p| p.priority_class_name.clone()),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         run_as_user: Some(65532),
@@ -266,7 +322,7 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
     let requested: Vec<&String> = infrastructure
         .map(|i| i.addresses.iter().filter(|a| !a.is_empty()).collect())
         .unwrap_or_default();
-    let mut service_annotations = annotations.clone();
+    let mut service_annotations = service_annotations;
     service_annotations.insert(
         GATEWAY_ANNOTATION.into(),
         format!("{}/{}", n.gateway_namespace, n.gateway_name),
@@ -285,10 +341,18 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
     let service = Service {
         metadata: ObjectMeta {
             annotations: Some(service_annotations),
-            ..meta(&n.proxy, &namespace, &labels)
+            ..meta(&n.proxy, &namespace, &service_labels)
         },
         spec: Some(ServiceSpec {
-            type_: Some(s.proxy.service_type.clone()),
+            type_: Some(
+                service_parameters
+                    .and_then(|p| p.kind)
+                    .map_or_else(|| s.proxy.service_type.clone(), |t| t.as_str().into()),
+            ),
+            external_traffic_policy: service_parameters
+                .and_then(|p| p.external_traffic_policy)
+                .map(|p| p.as_str().into()),
+            load_balancer_class: service_parameters.and_then(|p| p.load_balancer_class.clone()),
             selector: Some(selector.clone()),
             load_balancer_ip,
             ports: Some(
@@ -310,7 +374,10 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         ..Service::default()
     };
 
-    let pod_disruption_budget = (s.proxy.replicas > 1).then(|| PodDisruptionBudget {
+    let most = parameters
+        .and_then(|p| p.autoscaling.as_ref())
+        .map_or(replicas, |a| a.max_replicas);
+    let pod_disruption_budget = (most > 1).then(|| PodDisruptionBudget {
         metadata: meta(&n.proxy, &namespace, &ours),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
@@ -481,18 +548,22 @@ mod tests {
                 ]),
                 annotations: BTreeMap::from([("lb.example.com/kind".into(), "internal".into())]),
                 addresses: vec!["10.0.0.7".into(), String::new()],
+                parameters: None,
             }),
             ..ir::Proxy::default()
         }
     }
 
     fn objects(settings: &Kubernetes) -> Objects {
+        objects_of(settings, &ir_proxy())
+    }
+
+    fn objects_of(settings: &Kubernetes, proxy: &ir::Proxy) -> Objects {
         let names = Names::new("demo", "web", "turna-system/turna");
-        let proxy = ir_proxy();
         build(&ProxyInput {
             names: &names,
             settings,
-            proxy: &proxy,
+            proxy,
             image: "turna:1",
             controller_namespace: "turna-system",
             controller_id: "turna-system/turna",
@@ -502,6 +573,123 @@ mod tests {
                 service: Some("turna-system/turna".into()),
             }),
         })
+    }
+
+    #[test]
+    fn proxy_parameters_size_schedule_and_expose_the_proxies() {
+        use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements, Toleration};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        use translator::parameters::TurnaProxySpec;
+        use translator::parameters::api::{
+            Autoscaling, ExternalTrafficPolicy, LogLevel, Metadata, ServiceParameters, ServiceType,
+        };
+
+        let mut proxy = ir_proxy();
+        let infrastructure = proxy.infrastructure.as_mut().expect("infrastructure");
+        infrastructure.parameters = Some(TurnaProxySpec {
+            replicas: Some(4),
+            image: Some("registry.example.com/turna:2".into()),
+            image_pull_secrets: Some(vec![LocalObjectReference {
+                name: "registry".into(),
+            }]),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".into(), Quantity("250m".into()))])),
+                ..ResourceRequirements::default()
+            }),
+            node_selector: Some(BTreeMap::from([("pool".into(), "edge".into())])),
+            tolerations: Some(vec![Toleration {
+                key: Some("edge".into()),
+                operator: Some("Exists".into()),
+                ..Toleration::default()
+            }]),
+            priority_class_name: Some("gateway-critical".into()),
+            pod: Some(Metadata {
+                // The Gateway's infrastructure label `team` wins over the parameters'.
+                labels: BTreeMap::from([("team".into(), "b".into()), ("tier".into(), "edge".into())]),
+                annotations: BTreeMap::from([("scrape".into(), "yes".into())]),
+            }),
+            service: Some(ServiceParameters {
+                kind: Some(ServiceType::NodePort),
+                external_traffic_policy: Some(ExternalTrafficPolicy::Local),
+                load_balancer_class: Some("example.com/lb".into()),
+                labels: BTreeMap::from([("exposed".into(), "yes".into())]),
+                ..ServiceParameters::default()
+            }),
+            shutdown_delay: Some("1500ms".into()),
+            log_level: Some(LogLevel::Debug),
+            ..TurnaProxySpec::default()
+        });
+        let o = objects_of(&Kubernetes::default(), &proxy);
+        let spec = o.deployment.spec.as_ref().expect("spec");
+        assert_eq!(spec.replicas, Some(4));
+        let template = spec.template.metadata.as_ref().expect("template metadata");
+        let labels = template.labels.as_ref().expect("labels");
+        assert_eq!(labels.get("team").map(String::as_str), Some("a"));
+        assert_eq!(labels.get("tier").map(String::as_str), Some("edge"));
+        assert_eq!(
+            labels.get(names::MANAGED_BY.0).map(String::as_str),
+            Some(names::MANAGED_BY.1)
+        );
+        assert!(template.annotations.as_ref().is_some_and(|a| a.contains_key("scrape")));
+        let pod = spec.template.spec.as_ref().expect("pod");
+        assert_eq!(
+            pod.node_selector
+                .as_ref()
+                .and_then(|n| n.get("pool"))
+                .map(String::as_str),
+            Some("edge")
+        );
+        assert_eq!(pod.tolerations.as_ref().map(Vec::len), Some(1));
+        assert_eq!(pod.priority_class_name.as_deref(), Some("gateway-critical"));
+        assert_eq!(
+            pod.image_pull_secrets.as_ref().map(|s| s[0].name.as_str()),
+            Some("registry")
+        );
+        let container = &pod.containers[0];
+        assert_eq!(container.image.as_deref(), Some("registry.example.com/turna:2"));
+        assert!(
+            container
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .is_some_and(|r| r.contains_key("cpu"))
+        );
+        let env = container.env.as_ref().expect("env");
+        assert!(
+            env.iter()
+                .any(|e| e.name == "RUST_LOG" && e.value.as_deref() == Some("debug"))
+        );
+        let sleep = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|p| p.sleep.as_ref())
+            .map(|s| s.seconds);
+        assert_eq!(sleep, Some(2), "1500ms rounds up to whole seconds");
+        let service = o.service.spec.as_ref().expect("service");
+        assert_eq!(service.type_.as_deref(), Some("NodePort"));
+        assert_eq!(service.external_traffic_policy.as_deref(), Some("Local"));
+        assert_eq!(service.load_balancer_class.as_deref(), Some("example.com/lb"));
+        let service_labels = o.service.metadata.labels.as_ref().expect("labels");
+        assert_eq!(service_labels.get("exposed").map(String::as_str), Some("yes"));
+        assert!(
+            o.pod_disruption_budget.is_some(),
+            "4 replicas keep a PodDisruptionBudget"
+        );
+
+        // Autoscaled: the Deployment leaves replicas to the autoscaler.
+        let parameters = proxy
+            .infrastructure
+            .as_mut()
+            .and_then(|i| i.parameters.as_mut())
+            .expect("parameters");
+        parameters.autoscaling = Some(Autoscaling {
+            min_replicas: Some(2),
+            max_replicas: 8,
+            ..Autoscaling::default()
+        });
+        let o = objects_of(&Kubernetes::default(), &proxy);
+        assert_eq!(o.deployment.spec.as_ref().and_then(|s| s.replicas), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! objects, so a proxy may connect to any ready replica behind the controller Service and needs
 //! no reconnect when leadership moves.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -113,7 +113,13 @@ impl Hub {
     /// Publishes a translation's proxies: a changed IR gets a new version and is sent to its
     /// connected proxies; proxies no longer translated have their streams ended.
     pub fn publish(&self, proxies: &[ir::Proxy]) {
-        self.publish_proxies(proxies);
+        self.publish_holding(proxies, &BTreeSet::new());
+    }
+
+    /// [`Hub::publish`], keeping the last version of the `held` proxies (their Gateway's
+    /// parameters cannot be used): they keep serving it.
+    pub fn publish_holding(&self, proxies: &[ir::Proxy], held: &BTreeSet<String>) {
+        self.publish_proxies(proxies, held);
         self.latest.send_replace(self.version.load(Ordering::Relaxed));
     }
 
@@ -133,9 +139,9 @@ impl Hub {
         current.get(id).map(|s| s.borrow().clone())
     }
 
-    fn publish_proxies(&self, proxies: &[ir::Proxy]) {
+    fn publish_proxies(&self, proxies: &[ir::Proxy], held: &BTreeSet<String>) {
         let mut current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
-        current.retain(|id, _| proxies.iter().any(|p| &p.id == id));
+        current.retain(|id, _| held.contains(id) || proxies.iter().any(|p| &p.id == id));
         for proxy in proxies {
             match current.get(&proxy.id) {
                 Some(sender) => {
@@ -513,6 +519,13 @@ mod tests {
         hub.publish(&[proxy("a/x", 3)]);
         assert!(a.borrow_and_update().version > first);
         assert!(hub.subscribe("b/y").is_none(), "removed proxy");
+        // A held proxy keeps its last version while it is not translated.
+        let held = BTreeSet::from(["a/x".to_string()]);
+        hub.publish_holding(&[], &held);
+        let kept = hub.latest("a/x").expect("held");
+        assert_eq!(kept.proxy.connect_retries, 3);
+        hub.publish(&[]);
+        assert!(hub.latest("a/x").is_none(), "no longer held");
     }
 
     #[test]

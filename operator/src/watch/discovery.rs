@@ -22,10 +22,38 @@ use super::{Scope, Stores};
 /// How often discovery runs by default.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 
-/// Kinds that need an access review before they are watched, with their plural.
-const REVIEWED: [(&str, &str); 2] = [
-    ("ListenerSet", "listenersets"),
-    ("BackendTLSPolicy", "backendtlspolicies"),
+/// The API groups whose kinds are watched: the Gateway API's and Turna's own.
+const GROUPS: [&str; 2] = [translator::GROUP, translator::parameters::GROUP];
+
+/// A kind that needs an access review before it is watched: installations whose RBAC predates it
+/// keep working without it.
+struct Reviewed {
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    /// Whether Turna writes its status (patch of `status` is reviewed too).
+    status: bool,
+}
+
+const REVIEWED: [Reviewed; 3] = [
+    Reviewed {
+        group: translator::GROUP,
+        kind: "ListenerSet",
+        plural: "listenersets",
+        status: true,
+    },
+    Reviewed {
+        group: translator::GROUP,
+        kind: "BackendTLSPolicy",
+        plural: "backendtlspolicies",
+        status: true,
+    },
+    Reviewed {
+        group: translator::parameters::GROUP,
+        kind: "TurnaProxy",
+        plural: "turnaproxies",
+        status: false,
+    },
 ];
 
 /// Where a kind's watch reads from.
@@ -37,21 +65,23 @@ pub enum Source {
     Dynamic(ApiResource),
 }
 
-/// The versions the API server serves for each kind of the Gateway API group, most preferred
-/// first.
+/// The versions the API server serves for each kind of the watched groups, most preferred
+/// first. Kind names do not repeat across the groups.
 pub type Served = BTreeMap<String, Vec<ApiResource>>;
 
-/// The served kinds and versions of the Gateway API group (empty when no CRD is installed).
+/// The served kinds and versions of the watched groups (empty when no CRD is installed).
 pub async fn served(client: &Client) -> Result<Served, kube::Error> {
-    let group: ApiGroup = match kube::discovery::group(client, translator::GROUP).await {
-        Ok(group) => group,
-        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => return Ok(Served::new()),
-        Err(error) => return Err(error),
-    };
     let mut served = Served::new();
-    for version in group.versions() {
-        for (resource, _) in group.versioned_resources(version) {
-            served.entry(resource.kind.clone()).or_default().push(resource);
+    for name in GROUPS {
+        let group: ApiGroup = match kube::discovery::group(client, name).await {
+            Ok(group) => group,
+            Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => continue,
+            Err(error) => return Err(error),
+        };
+        for version in group.versions() {
+            for (resource, _) in group.versioned_resources(version) {
+                served.entry(resource.kind.clone()).or_default().push(resource);
+            }
         }
     }
     Ok(served)
@@ -84,11 +114,12 @@ pub fn plan(
         .collect()
 }
 
-/// Whether this identity may do `verb` on `resource` (and `subresource`) of the Gateway API group
-/// in `namespace` (`None`: every namespace).
+/// Whether this identity may do `verb` on `resource` (and `subresource`) of `group` in
+/// `namespace` (`None`: every namespace).
 async fn allowed(
     client: &Client,
     namespace: Option<&str>,
+    group: &str,
     resource: &str,
     subresource: Option<&str>,
     verb: &str,
@@ -96,7 +127,7 @@ async fn allowed(
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
-                group: Some(translator::GROUP.into()),
+                group: Some(group.into()),
                 resource: Some(resource.into()),
                 subresource: subresource.map(Into::into),
                 verb: Some(verb.into()),
@@ -112,14 +143,15 @@ async fn allowed(
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
-/// list and watch of `plural` and patch of its status, all granted.
-async fn permitted(client: &Client, scope: &Scope, plural: &str) -> Result<bool, kube::Error> {
+/// list and watch of the kind and, when Turna writes its status, patch of its status, all granted.
+async fn permitted(client: &Client, scope: &Scope, kind: &Reviewed) -> Result<bool, kube::Error> {
     let namespace = match scope {
         Scope::Cluster => None,
         Scope::Namespace(ns) => Some(ns.as_str()),
     };
-    for (subresource, verb) in [(None, "list"), (None, "watch"), (Some("status"), "patch")] {
-        if !allowed(client, namespace, plural, subresource, verb).await? {
+    let status = kind.status.then_some((Some("status"), "patch"));
+    for (subresource, verb) in [(None, "list"), (None, "watch")].into_iter().chain(status) {
+        if !allowed(client, namespace, kind.group, kind.plural, subresource, verb).await? {
             return Ok(false);
         }
     }
@@ -149,7 +181,7 @@ impl Permissions {
                 if self.warned.insert(kind) {
                     tracing::warn!(
                         kind,
-                        "no permission to list, watch and patch the status of {kind}; its objects are not watched"
+                        "no permission to list and watch {kind} (and patch its status where Turna writes it); its objects are not watched"
                     );
                 }
             }
@@ -162,7 +194,7 @@ impl Permissions {
     /// Whether `kind` may be watched: kinds without review always, reviewed kinds only after a
     /// review said yes.
     pub fn permits(&self, kind: &str) -> bool {
-        !REVIEWED.iter().any(|(k, _)| *k == kind) || self.answers.get(kind).copied().unwrap_or(false)
+        !REVIEWED.iter().any(|r| r.kind == kind) || self.answers.get(kind).copied().unwrap_or(false)
     }
 
     /// Whether a denial of `kind` was logged and not yet lifted.
@@ -194,12 +226,12 @@ impl Discovery {
     /// One pass; on failure nothing changes and the next pass retries.
     pub async fn pass(&mut self) -> Result<(), kube::Error> {
         let served = served(&self.client).await?;
-        for (kind, plural) in REVIEWED {
-            if !served.contains_key(kind) {
+        for reviewed in &REVIEWED {
+            if !served.contains_key(reviewed.kind) {
                 continue;
             }
-            let review = permitted(&self.client, &self.scope, plural).await;
-            self.permissions.record(kind, review);
+            let review = permitted(&self.client, &self.scope, reviewed).await;
+            self.permissions.record(reviewed.kind, review);
         }
         let permissions = &self.permissions;
         let typed = self.stores.typed_versions();

@@ -32,6 +32,7 @@ use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
     UdpRoute,
 };
+use translator::parameters::TurnaProxy;
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
 
 use crate::metrics::Metrics;
@@ -151,6 +152,7 @@ pub struct Stores {
     pub udp_routes: Store<UdpRoute>,
     pub reference_grants: Store<ReferenceGrant>,
     pub backend_tls_policies: Store<BackendTlsPolicy>,
+    pub turna_proxies: Store<TurnaProxy>,
     pub services: Store<Service>,
     pub endpoint_slices: Store<EndpointSlice>,
     pub namespaces: Store<Namespace>,
@@ -429,6 +431,7 @@ impl Stores {
             udp_routes: crd!("UDPRoute", &namespaced, UdpRoute),
             reference_grants: crd!("ReferenceGrant", &namespaced, ReferenceGrant),
             backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy),
+            turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
             services: reflect::<Service>(scope.api(client), c.clone(), metrics.clone(), "Service"),
             endpoint_slices: reflect::<EndpointSlice>(scope.api(client), c.clone(), metrics.clone(), "EndpointSlice"),
             namespaces: match scope {

@@ -142,6 +142,7 @@ use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
     UdpRoute,
 };
+use translator::parameters::TurnaProxy;
 
 mirrors! {
     gateway_classes: GatewayClass,
@@ -154,6 +155,7 @@ mirrors! {
     udp_routes: UdpRoute,
     reference_grants: ReferenceGrant,
     backend_tls_policies: BackendTlsPolicy,
+    turna_proxies: TurnaProxy,
     services: Service,
     endpoint_slices: EndpointSlice,
     namespaces: Namespace,

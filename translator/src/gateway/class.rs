@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::api::GatewayClass;
 use crate::config::Config;
 use crate::object::Meta;
+use crate::parameters::{self, TurnaProxySpec};
 use crate::snapshot::Snapshot;
 use crate::status::{Condition, GatewayClassStatus, condition::kind, condition::reason};
 
@@ -80,37 +81,37 @@ pub fn supported_features(config: &Config) -> Vec<String> {
     features
 }
 
-/// A GatewayClass Turna serves, by name, with whether it is accepted.
-pub fn ours<'a>(snapshot: &'a Snapshot, config: &Config) -> BTreeMap<String, (&'a GatewayClass, bool)> {
+/// A GatewayClass Turna serves, with its parameters: `Err` (the InvalidParameters message)
+/// means it is not accepted.
+pub type Class<'a> = (&'a GatewayClass, Result<Option<&'a TurnaProxySpec>, String>);
+
+/// The GatewayClasses Turna serves, by name.
+pub fn ours<'a>(snapshot: &'a Snapshot, config: &Config) -> BTreeMap<String, Class<'a>> {
     snapshot
         .gateway_classes
         .iter()
         .map(Arc::as_ref)
         .filter(|c| c.spec.controller_name == config.controller_name)
         .filter(|c| config.gateway_class.is_empty() || c.name() == config.gateway_class)
-        .map(|c| (c.name().to_string(), (c, c.spec.parameters_ref.is_none())))
+        .map(|c| {
+            let parameters = parameters::of_class(c, snapshot).map(|p| p.map(|p| &p.spec));
+            (c.name().to_string(), (c, parameters))
+        })
         .collect()
 }
 
 /// Status of each of our classes (none in namespace-scoped installs, which cannot write it).
-pub fn statuses(classes: &BTreeMap<String, (&GatewayClass, bool)>, config: &Config) -> Vec<GatewayClassStatus> {
+pub fn statuses(classes: &BTreeMap<String, Class<'_>>, config: &Config) -> Vec<GatewayClassStatus> {
     if config.namespace_scoped {
         return Vec::new();
     }
     classes
         .iter()
-        .map(|(name, (class, accepted))| {
+        .map(|(name, (class, parameters))| {
             let g = class.generation();
-            let accepted = if *accepted {
-                Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "GatewayClass is accepted", g)
-            } else {
-                Condition::new(
-                    kind::ACCEPTED,
-                    false,
-                    reason::INVALID_PARAMETERS,
-                    "Turna takes no GatewayClass parametersRef",
-                    g,
-                )
+            let accepted = match parameters {
+                Ok(_) => Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "GatewayClass is accepted", g),
+                Err(why) => Condition::new(kind::ACCEPTED, false, reason::INVALID_PARAMETERS, why, g),
             };
             GatewayClassStatus {
                 name: name.clone(),

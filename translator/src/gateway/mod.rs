@@ -11,10 +11,11 @@ pub mod listener_set;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::api::{Gateway, GatewayClass, ListenerSet};
+use crate::api::{Gateway, ListenerSet};
 use crate::config::{Config, Mode};
 use crate::ir::FrontendValidation;
 use crate::object::{self, GROUP, Meta};
+use crate::parameters::{self, TurnaProxySpec};
 use crate::reference_grant::{self, From, To};
 use crate::snapshot::Snapshot;
 use crate::status::{Address, Condition, GatewayStatus, condition::kind, condition::reason};
@@ -30,6 +31,10 @@ pub struct GatewayModel<'a> {
     pub generation: i64,
     /// Accepted=False (the Gateway gets no proxy).
     pub not_accepted: Option<Problem>,
+    /// Its parametersRef cannot be used: its proxy is left as it is (Accepted=False).
+    pub invalid_parameters: bool,
+    /// Its proxy parameters, the Gateway's merged over its class's.
+    pub parameters: Option<TurnaProxySpec>,
     /// The Gateway's listeners first (in spec order), then accepted ListenerSets' listeners.
     pub listeners: Vec<ListenerModel>,
     pub listener_sets: Vec<ListenerSetModel<'a>>,
@@ -115,14 +120,18 @@ impl GatewayModel<'_> {
 pub fn build<'a>(
     snapshot: &'a Snapshot,
     config: &Config,
-    classes: &BTreeMap<String, (&'a GatewayClass, bool)>,
+    classes: &BTreeMap<String, class::Class<'a>>,
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Vec<GatewayModel<'a>> {
     let mut gateways: Vec<&Gateway> = snapshot
         .gateways
         .iter()
         .map(Arc::as_ref)
-        .filter(|g| classes.get(&g.spec.gateway_class_name).is_some_and(|(_, ok)| *ok))
+        .filter(|g| {
+            classes
+                .get(&g.spec.gateway_class_name)
+                .is_some_and(|(_, parameters)| parameters.is_ok())
+        })
         .filter(|g| config.gateways.is_empty() || config.gateways.contains(&g.key()))
         .filter(|g| config.watches_namespace(g.namespace()))
         .collect();
@@ -143,7 +152,12 @@ pub fn build<'a>(
 
     let mut models: Vec<GatewayModel<'a>> = gateways
         .into_iter()
-        .map(|gw| build_one(gw, snapshot, config, &listener_sets, namespace_labels))
+        .map(|gw| {
+            let class = classes
+                .get(&gw.spec.gateway_class_name)
+                .and_then(|(_, parameters)| parameters.clone().ok().flatten());
+            build_one(gw, class, snapshot, config, &listener_sets, namespace_labels)
+        })
         .collect();
     if config.mode == Mode::Standalone {
         conflict::resolve_shared_ports(&mut models);
@@ -156,6 +170,7 @@ pub fn build<'a>(
 
 fn build_one<'a>(
     gw: &'a Gateway,
+    class_parameters: Option<&TurnaProxySpec>,
     snapshot: &'a Snapshot,
     config: &Config,
     listener_sets: &[&'a ListenerSet],
@@ -169,6 +184,8 @@ fn build_one<'a>(
         name: gw.name().to_string(),
         generation,
         not_accepted: None,
+        invalid_parameters: false,
+        parameters: None,
         listeners: Vec::new(),
         listener_sets: Vec::new(),
         client_certificate: None,
@@ -179,14 +196,12 @@ fn build_one<'a>(
         addresses: Vec::new(),
     };
 
-    if let Some(p) = gw.spec.infrastructure.as_ref().and_then(|i| i.parameters_ref.as_ref()) {
-        model.not_accepted = Some(Problem::new(
-            reason::INVALID_PARAMETERS,
-            format!(
-                "infrastructure.parametersRef {}/{} {} is not supported",
-                p.group, p.kind, p.name
-            ),
-        ));
+    match parameters::of_gateway(gw, snapshot) {
+        Ok(own) => model.parameters = parameters::merge(class_parameters, own.map(|p| &p.spec)),
+        Err(why) => {
+            model.invalid_parameters = true;
+            model.not_accepted = Some(Problem::new(reason::INVALID_PARAMETERS, why));
+        }
     }
     address::requested(&mut model);
 

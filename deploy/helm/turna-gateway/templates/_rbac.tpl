@@ -22,6 +22,13 @@ deploy tests check both directions). "read" is get, list and watch.
   verbs: ["get", "list", "watch"]
 {{- end -}}
 
+{{/* Read Turna's own kinds: the proxy parameters GatewayClasses and Gateways name. */}}
+{{- define "turna.rules.turnaRead" -}}
+- apiGroups: ["gateway.turna.rakunlabs.com"]
+  resources: ["turnaproxies"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}
+
 {{/* Status is written with server-side apply (patch); GatewayClass status only cluster-wide. */}}
 {{- define "turna.rules.gatewayApiStatus" -}}
 - apiGroups: ["gateway.networking.k8s.io"]
