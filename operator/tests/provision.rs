@@ -820,3 +820,103 @@ spec:
     .await;
     controller.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_objects_deleted_or_edited_by_hand_are_repaired_within_two_seconds() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("drift");
+    let home = cp.fresh_namespace("drift-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let mut settings = settings(&class, &home);
+    settings.proxy.replicas = 2;
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let controller = start(&client, settings);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &home);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &home);
+    let image = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers[0].image.clone())
+    };
+    eventually("the proxy objects", || async {
+        let all = exists(&deployments, &names.proxy).await
+            && exists(&config_maps, &names.proxy).await
+            && exists(&budgets, &names.proxy).await;
+        all.then_some(())
+    })
+    .await;
+    // Let the first passes finish, so what follows is repair rather than first provisioning.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let uid = |meta: &kube::api::ObjectMeta| meta.uid.clone().unwrap_or_default();
+
+    // Deleted by hand: a new one within two seconds.
+    let old = uid(&deployments.get(&names.proxy).await.expect("Deployment").metadata);
+    deployments
+        .delete(&names.proxy, &DeleteParams::default())
+        .await
+        .expect("delete");
+    common::within(Duration::from_secs(2), "the deleted Deployment back", || async {
+        let d = deployments.get_opt(&names.proxy).await.ok()??;
+        (uid(&d.metadata) != old).then_some(())
+    })
+    .await;
+    let old = uid(&config_maps.get(&names.proxy).await.expect("ConfigMap").metadata);
+    config_maps
+        .delete(&names.proxy, &DeleteParams::default())
+        .await
+        .expect("delete");
+    common::within(Duration::from_secs(2), "the deleted ConfigMap back", || async {
+        let c = config_maps.get_opt(&names.proxy).await.ok()??;
+        (uid(&c.metadata) != old).then_some(())
+    })
+    .await;
+    let old = uid(&budgets.get(&names.proxy).await.expect("PodDisruptionBudget").metadata);
+    budgets
+        .delete(&names.proxy, &DeleteParams::default())
+        .await
+        .expect("delete");
+    common::within(
+        Duration::from_secs(2),
+        "the deleted PodDisruptionBudget back",
+        || async {
+            let b = budgets.get_opt(&names.proxy).await.ok()??;
+            (uid(&b.metadata) != old).then_some(())
+        },
+    )
+    .await;
+
+    // Edited by hand (another field manager takes the image): Turna's value back.
+    deployments
+        .patch(
+            &names.proxy,
+            &PatchParams::apply("someone").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "spec": {"template": {"spec": {"containers": [{"name": "proxy", "image": "evil:1"}]}}},
+            })),
+        )
+        .await
+        .expect("edit the Deployment");
+    common::within(Duration::from_secs(2), "the edited image back", || async {
+        let d = deployments.get_opt(&names.proxy).await.ok()??;
+        (image(&d).as_deref() == Some("turna:test")).then_some(())
+    })
+    .await;
+    controller.abort();
+}

@@ -51,6 +51,20 @@ pub struct Infrastructure {
     /// The proxy parameters (TurnaProxy) of the Gateway merged over its class's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<crate::parameters::TurnaProxySpec>,
+    /// The objects the proxy's objects belong to, so that Kubernetes collects them with their
+    /// owner even while no controller runs. `None` when either has no UID (objects not from
+    /// an API server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owners: Option<Owners>,
+}
+
+/// The Gateway and GatewayClass of a proxy, by UID.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Owners {
+    pub gateway_uid: String,
+    pub gateway_class: String,
+    pub gateway_class_uid: String,
 }
 
 /// Transport of a socket.

@@ -225,6 +225,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
                 annotations: infra.and_then(|i| i.annotations.clone()).unwrap_or_default(),
                 addresses: gw.requested_addresses.clone(),
                 parameters: gw.parameters.clone(),
+                owners: owners(gw, &classes),
             });
         }
         add_listeners(proxy, gw, &mut contributions[gi], &routes, &age_rank, config);
@@ -597,4 +598,15 @@ fn held(
         .map(|g| g.key())
         .chain(of_invalid_classes)
         .collect()
+}
+
+/// The UIDs of `gw` and its class, when both have one.
+fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Class<'_>>) -> Option<ir::Owners> {
+    let class_name = &gw.gateway.spec.gateway_class_name;
+    let (class, _) = classes.get(class_name)?;
+    Some(ir::Owners {
+        gateway_uid: gw.gateway.metadata.uid.clone()?,
+        gateway_class: class_name.clone(),
+        gateway_class_uid: class.metadata.uid.clone()?,
+    })
 }

@@ -14,22 +14,27 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde_json::Value;
 use translator::{Output, ir};
 
+use super::drift::Drift;
 use super::names::{self, CONTROLLER_ID_LABEL, MANAGED_BY, Names};
 use super::{bundle, objects};
 use crate::settings::Kubernetes;
+use crate::watch::Changes;
 
 /// Field manager of Turna's server-side applies.
 pub const FIELD_MANAGER: &str = "turna-gateway";
-/// An unchanged object is applied again after this long (repairs edits by hand).
+/// An unchanged object is applied again after this long: a safety net beside drift repair
+/// ([`Drift`]), which applies an object changed by someone else at once.
 const REAPPLY_AFTER: Duration = Duration::from_secs(60);
 /// Proxies provisioned at once.
 const CONCURRENCY: usize = 4;
@@ -80,10 +85,10 @@ pub struct Provisioned {
 
 /// Identity of one generated object (`namespace` empty when cluster-scoped).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Key {
-    kind: String,
-    namespace: String,
-    name: String,
+pub struct Key {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// What happened to one object: its key, the digest applied, and whether it was written
@@ -130,9 +135,14 @@ enum Place {
 
 /// Kinds garbage collection looks at, and whether listing them needs the RBAC that comes with
 /// `proxy.cluster_role` (without it a refused list is not a failure).
-fn collected_kinds() -> [(ApiResource, Place, bool); 9] {
+fn collected_kinds() -> [(ApiResource, Place, bool); 10] {
     [
         (ApiResource::erase::<Deployment>(&()), Place::Proxies, false),
+        (
+            ApiResource::erase::<HorizontalPodAutoscaler>(&()),
+            Place::Proxies,
+            false,
+        ),
         (ApiResource::erase::<Service>(&()), Place::Proxies, false),
         (ApiResource::erase::<ConfigMap>(&()), Place::Proxies, false),
         (ApiResource::erase::<PodDisruptionBudget>(&()), Place::Proxies, false),
@@ -152,6 +162,8 @@ struct Plan {
     objects: Vec<Desired>,
     /// Objects kept from garbage collection without being applied.
     kept: Vec<Key>,
+    /// The owners of the bundle Secret too.
+    owners: objects::Owners,
 }
 
 /// Provisions proxies; keeps what it applied to skip unchanged objects.
@@ -165,6 +177,8 @@ pub struct Provisioner {
     push: Option<super::objects::Push>,
     applied: HashMap<Key, (u64, Instant)>,
     collected: Option<(BTreeSet<Key>, Instant)>,
+    /// Objects changed by someone else since they were applied.
+    drift: Drift,
 }
 
 impl Provisioner {
@@ -186,6 +200,63 @@ impl Provisioner {
             push: None,
             applied: HashMap::new(),
             collected: None,
+            drift: Drift::default(),
+        }
+    }
+
+    /// Watches every kind of proxy object where it may live, so that one deleted or edited by
+    /// someone else is applied again on a pass woken at once (see [`Drift`]).
+    pub fn watch_drift(&self, changes: &Changes) {
+        let selector = self.selector();
+        let own_rbac = !self.settings.proxy.cluster_role.is_empty();
+        let proxies = if self.settings.proxy.gateway_namespace {
+            None
+        } else {
+            self.home.as_deref()
+        };
+        let home = self.home.as_deref();
+        let client = &self.client;
+        fn api<K>(client: &Client, namespace: Option<&str>) -> Api<PartialObjectMeta<K>>
+        where
+            K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+        {
+            match namespace {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            }
+        }
+        if self.settings.proxy.gateway_namespace || proxies.is_some() {
+            self.drift
+                .watch(api::<Deployment>(client, proxies), &selector, changes.clone());
+            self.drift
+                .watch(api::<Service>(client, proxies), &selector, changes.clone());
+            self.drift
+                .watch(api::<ConfigMap>(client, proxies), &selector, changes.clone());
+            self.drift
+                .watch(api::<PodDisruptionBudget>(client, proxies), &selector, changes.clone());
+            self.drift.watch(
+                api::<HorizontalPodAutoscaler>(client, proxies),
+                &selector,
+                changes.clone(),
+            );
+            if own_rbac {
+                self.drift
+                    .watch(api::<ServiceAccount>(client, proxies), &selector, changes.clone());
+            }
+        }
+        if let Some(home) = home {
+            self.drift
+                .watch(api::<Secret>(client, Some(home)), &selector, changes.clone());
+            if own_rbac {
+                self.drift
+                    .watch(api::<Role>(client, Some(home)), &selector, changes.clone());
+                self.drift
+                    .watch(api::<RoleBinding>(client, Some(home)), &selector, changes.clone());
+            }
+        }
+        if own_rbac {
+            let bindings: Api<PartialObjectMeta<ClusterRoleBinding>> = Api::all(client.clone());
+            self.drift.watch(bindings, &selector, changes.clone());
         }
     }
 
@@ -232,6 +303,9 @@ impl Provisioner {
     /// Applies the proxies of `output` and deletes the generated objects no proxy owns.
     pub async fn provision(&mut self, output: &Output) -> Provisioned {
         let mut result = Provisioned::default();
+        for key in self.drift.take() {
+            self.applied.remove(&key);
+        }
         let proxies: Vec<&ir::Proxy> = output.proxies.iter().filter(|p| p.id.contains('/')).collect();
         let Some(home) = self.home.clone() else {
             if !proxies.is_empty() {
@@ -361,9 +435,11 @@ impl Provisioner {
         }
         list.push(desired(&o.deployment));
         list.extend(o.pod_disruption_budget.as_ref().map(desired));
+        list.extend(o.horizontal_pod_autoscaler.as_ref().map(desired));
         Some(Plan {
             proxy: proxy.id.clone(),
             bundle: output.bundles.get(&proxy.id).cloned().unwrap_or_default(),
+            owners: objects::Owners::of(proxy, &names),
             names,
             objects: list,
             kept,
@@ -388,7 +464,9 @@ impl Provisioner {
                 return out;
             }
         };
-        let secret = desired(&bundle::build(&plan.names, home, &contents));
+        let mut secret = bundle::build(&plan.names, home, &contents);
+        plan.owners.own(&mut secret.metadata);
+        let secret = desired(&secret);
         for object in std::iter::once(secret).chain(plan.objects) {
             if self
                 .applied
@@ -413,18 +491,20 @@ impl Provisioner {
             &object.resource,
             Some(object.key.namespace.as_str()).filter(|n| !n.is_empty()),
         );
-        api.patch(
-            &object.key.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&object.body),
-        )
-        .await
-        .map_err(|source| ProvisionError::Apply {
-            kind: object.key.kind.clone(),
-            namespace: object.key.namespace.clone(),
-            name: object.key.name.clone(),
-            source,
-        })?;
+        let applied = api
+            .patch(
+                &object.key.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object.body),
+            )
+            .await
+            .map_err(|source| ProvisionError::Apply {
+                kind: object.key.kind.clone(),
+                namespace: object.key.namespace.clone(),
+                name: object.key.name.clone(),
+                source,
+            })?;
+        self.drift.wrote(object.key.clone(), &applied.metadata);
         tracing::debug!(kind = %object.key.kind, namespace = %object.key.namespace, name = %object.key.name, "applied");
         Ok(())
     }
@@ -489,6 +569,7 @@ impl Provisioner {
                 let api = self.api(&resource, Some(key.namespace.as_str()).filter(|n| !n.is_empty()));
                 match api.delete(&key.name, &DeleteParams::background()).await {
                     Ok(_) => {
+                        self.drift.forget(&key);
                         deleted += 1;
                         tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, "deleted proxy object no Gateway needs");
                     }

@@ -7,6 +7,7 @@
 pub mod addresses;
 pub mod apply;
 pub mod bundle;
+pub mod drift;
 pub mod names;
 pub mod objects;
 
@@ -51,6 +52,7 @@ impl Provisioning {
                     let config = watcher::Config::default().labels(&provisioner.selector());
                     watch::address_services(api, config, changes.clone())
                 });
+                provisioner.watch_drift(changes);
                 provisioning.provisioner = Some(provisioner);
             }
             Mode::Standalone if settings.status.addresses.is_empty() => {

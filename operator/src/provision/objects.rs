@@ -1,8 +1,13 @@
-//! Deployment, Service, ConfigMap, PodDisruptionBudget and RBAC of one proxy.
+//! Deployment, Service, ConfigMap, PodDisruptionBudget, HorizontalPodAutoscaler and RBAC of one
+//! proxy.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec, MetricTarget,
+    ResourceMetricSource,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     Lifecycle, LifecycleHandler, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
@@ -11,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use translator::ir;
 
@@ -65,6 +70,8 @@ pub struct Objects {
     pub service: Service,
     pub config_map: ConfigMap,
     pub pod_disruption_budget: Option<PodDisruptionBudget>,
+    /// With `autoscaling` in the proxy parameters.
+    pub horizontal_pod_autoscaler: Option<HorizontalPodAutoscaler>,
     /// With `proxy.cluster_role`: the proxy's own ServiceAccount and its bindings.
     pub service_account: Option<ServiceAccount>,
     pub role: Option<Role>,
@@ -390,6 +397,10 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         ..PodDisruptionBudget::default()
     });
 
+    let horizontal_pod_autoscaler = parameters
+        .and_then(|p| p.autoscaling.as_ref())
+        .map(|a| autoscaler(a, &n.proxy, &namespace, &ours));
+
     let subject = Subject {
         kind: "ServiceAccount".into(),
         name: service_account_name.clone(),
@@ -446,16 +457,76 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
     } else {
         (None, None, None, None)
     };
-    Objects {
+    let mut objects = Objects {
         namespace,
         deployment,
         service,
         config_map,
         pod_disruption_budget,
+        horizontal_pod_autoscaler,
         service_account,
         role,
         role_binding,
         cluster_role_binding,
+    };
+    let owners = Owners::of(input.proxy, n);
+    let metas = [
+        Some(&mut objects.deployment.metadata),
+        Some(&mut objects.service.metadata),
+        Some(&mut objects.config_map.metadata),
+        objects.pod_disruption_budget.as_mut().map(|o| &mut o.metadata),
+        objects.horizontal_pod_autoscaler.as_mut().map(|o| &mut o.metadata),
+        objects.service_account.as_mut().map(|o| &mut o.metadata),
+        objects.role.as_mut().map(|o| &mut o.metadata),
+        objects.role_binding.as_mut().map(|o| &mut o.metadata),
+        objects.cluster_role_binding.as_mut().map(|o| &mut o.metadata),
+    ];
+    for meta in metas.into_iter().flatten() {
+        owners.own(meta);
+    }
+    objects
+}
+
+/// Who owns a proxy's objects, so that Kubernetes garbage collection removes them with it, even
+/// while no controller runs: the Gateway for objects in its own namespace (owners must be in the
+/// namespace of what they own, or cluster-scoped), the GatewayClass for the rest (the
+/// controller namespace's and cluster-scoped ones). Turna's own label-based collection stays for
+/// objects made before owner references.
+#[derive(Clone, Debug, Default)]
+pub struct Owners {
+    gateway_namespace: String,
+    gateway: Option<OwnerReference>,
+    class: Option<OwnerReference>,
+}
+
+impl Owners {
+    pub fn of(proxy: &ir::Proxy, names: &Names) -> Owners {
+        let Some(uids) = proxy.infrastructure.as_ref().and_then(|i| i.owners.as_ref()) else {
+            return Owners::default();
+        };
+        let reference = |kind: &str, name: &str, uid: &str| OwnerReference {
+            api_version: format!("{}/v1", translator::GROUP),
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            // Not a blocking owner: that would need the finalizers of Gateways and classes.
+            block_owner_deletion: None,
+            controller: Some(true),
+        };
+        Owners {
+            gateway_namespace: names.gateway_namespace.clone(),
+            gateway: Some(reference("Gateway", &names.gateway_name, &uids.gateway_uid)),
+            class: Some(reference("GatewayClass", &uids.gateway_class, &uids.gateway_class_uid)),
+        }
+    }
+
+    /// Sets the owner of the object of `meta`, by its namespace.
+    pub fn own(&self, meta: &mut ObjectMeta) {
+        let owner = match meta.namespace.as_deref() {
+            Some(namespace) if namespace == self.gateway_namespace => self.gateway.as_ref(),
+            _ => self.class.as_ref(),
+        };
+        meta.owner_references = owner.map(|o| vec![o.clone()]);
     }
 }
 
@@ -493,6 +564,50 @@ fn transport(t: ir::Transport) -> &'static str {
 }
 
 /// The proxy's own configuration file: proxy mode, its Gateway and its bundle Secret.
+/// The HorizontalPodAutoscaler of the proxy Deployment `name`: the average CPU and memory use
+/// targets asked for (the API's default, 80% CPU, when neither is).
+fn autoscaler(
+    a: &translator::parameters::api::Autoscaling,
+    name: &str,
+    namespace: &str,
+    labels: &Map,
+) -> HorizontalPodAutoscaler {
+    let target = |resource: &str, percent: i32| MetricSpec {
+        type_: "Resource".into(),
+        resource: Some(ResourceMetricSource {
+            name: resource.into(),
+            target: MetricTarget {
+                type_: "Utilization".into(),
+                average_utilization: Some(percent),
+                ..MetricTarget::default()
+            },
+        }),
+        ..MetricSpec::default()
+    };
+    let metrics: Vec<MetricSpec> = [
+        a.target_cpu_utilization_percentage.map(|p| target("cpu", p)),
+        a.target_memory_utilization_percentage.map(|p| target("memory", p)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    HorizontalPodAutoscaler {
+        metadata: meta(name, namespace, labels),
+        spec: HorizontalPodAutoscalerSpec {
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: "Deployment".into(),
+                name: name.into(),
+            },
+            min_replicas: a.min_replicas,
+            max_replicas: a.max_replicas,
+            metrics: (!metrics.is_empty()).then_some(metrics),
+            ..HorizontalPodAutoscalerSpec::default()
+        },
+        ..HorizontalPodAutoscaler::default()
+    }
+}
+
 fn proxy_config(input: &ProxyInput<'_>) -> String {
     let s = input.settings;
     let gateway = format!("{}/{}", input.names.gateway_namespace, input.names.gateway_name);
@@ -549,6 +664,7 @@ mod tests {
                 annotations: BTreeMap::from([("lb.example.com/kind".into(), "internal".into())]),
                 addresses: vec!["10.0.0.7".into(), String::new()],
                 parameters: None,
+                owners: None,
             }),
             ..ir::Proxy::default()
         }
@@ -686,10 +802,25 @@ mod tests {
         parameters.autoscaling = Some(Autoscaling {
             min_replicas: Some(2),
             max_replicas: 8,
+            target_cpu_utilization_percentage: Some(70),
             ..Autoscaling::default()
         });
         let o = objects_of(&Kubernetes::default(), &proxy);
         assert_eq!(o.deployment.spec.as_ref().and_then(|s| s.replicas), None);
+        let hpa = o.horizontal_pod_autoscaler.expect("an autoscaler").spec;
+        assert_eq!((hpa.min_replicas, hpa.max_replicas), (Some(2), 8));
+        assert_eq!(
+            hpa.scale_target_ref.name,
+            o.deployment.metadata.name.clone().unwrap_or_default()
+        );
+        let metrics = hpa.metrics.expect("metrics");
+        assert_eq!(metrics.len(), 1);
+        let cpu = metrics[0].resource.as_ref().expect("a resource metric");
+        assert_eq!((cpu.name.as_str(), cpu.target.average_utilization), ("cpu", Some(70)));
+        assert!(
+            o.pod_disruption_budget.is_some(),
+            "up to 8 replicas keep a PodDisruptionBudget"
+        );
     }
 
     #[test]

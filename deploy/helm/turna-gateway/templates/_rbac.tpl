@@ -68,10 +68,13 @@ ConfigMaps are already listed by coreRead. */}}
 {{- define "turna.rules.proxyObjects" -}}
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["create", "patch", "delete"]
@@ -81,7 +84,7 @@ ConfigMaps are already listed by coreRead. */}}
 {{- define "turna.rules.proxyServiceAccounts" -}}
 - apiGroups: [""]
   resources: ["serviceaccounts"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 {{- end -}}
 
 {{/* The controller's namespace: its own pod (the proxies' image), the leader Lease, the
