@@ -82,6 +82,13 @@ daemon_stop() {
 			log "$name (pid $pid) still running ${secs}s after SIGTERM: SIGKILL"
 		fi
 		kill -KILL -- "-$pid" 2> /dev/null || true
+		# SIGKILL is delivered, not done: until the process has exited, its sockets are still
+		# open, and whoever tears down what it leaves behind (its connections) must not start
+		# before that.
+		for ((i = 0; i < 100; i++)); do
+			[[ "$(proc_start_time "$pid" 2> /dev/null)" ]] || break
+			sleep 0.1
+		done
 		log "$name stopped (pid $pid)"
 	fi
 	rm -f "$pidfile"

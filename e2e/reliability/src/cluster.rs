@@ -29,6 +29,8 @@ pub struct Cluster {
     pub node_ip: String,
     /// The node's name, which prefixes the pods' network namespaces.
     node_name: String,
+    /// The API server's port.
+    apiserver_port: u16,
     resources: Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
 }
 
@@ -39,6 +41,10 @@ impl Cluster {
         let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
         // The suite makes thousands of requests in bursts; the API server's own limits apply.
         config.read_timeout = Some(Duration::from_secs(30));
+        let apiserver_port = config
+            .cluster_url
+            .port_u16()
+            .ok_or_else(|| anyhow!("the kubeconfig's server has no port"))?;
         let client = kube::Client::try_from(config)?;
         let env = std::fs::read_to_string(dir.join("env")).context("reading the cluster's env file")?;
         let node_ip = env
@@ -57,6 +63,7 @@ impl Cluster {
             scripts: scripts.to_path_buf(),
             node_ip,
             node_name,
+            apiserver_port,
             resources: Mutex::default(),
         })
     }
@@ -305,6 +312,26 @@ impl Cluster {
         .await
     }
 
+    /// The controller processes of this cluster running on the machine (`turna controller` from
+    /// the cluster's image), by pid: one per controller pod, unless a stopped pod left one.
+    pub fn controller_processes(&self) -> Vec<i32> {
+        let image = self.dir.join("image/turna");
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut pids: Vec<i32> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                    let mut args = cmdline.split(|b| *b == 0);
+                    args.next() == Some(image.as_os_str().as_encoded_bytes()) && args.next() == Some(b"controller")
+                })
+            })
+            .collect();
+        pids.sort();
+        pids
+    }
+
     /// The controller pods of the installation.
     pub async fn controller_pods(&self) -> Result<Vec<Pod>> {
         self.pods(
@@ -350,13 +377,21 @@ impl Cluster {
         self.script(&format!("ip -n {netns} link set dev eth0 {state}")).await
     }
 
-    /// Destroys this machine's TCP sockets to a pod (`ss -K`): the sockets a stopped API server
+    /// Destroys the API server's TCP sockets to a pod (`ss -K`): the sockets a stopped API server
     /// leaves behind would otherwise deliver what it had sent once the pod's link is up again.
+    /// Checks that none is left: a socket that a process still exiting closes after `ss -K` ran
+    /// would go on retransmitting what it holds (a watch event the pod must not see).
     pub async fn drop_connections_to(&self, pod: &Pod) -> Result<()> {
         let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
             bail!("pod {:?} has no IP", pod.metadata.name);
         };
-        self.script(&format!("ss -K dst {ip} > /dev/null")).await
+        self.script(&format!(
+            "for i in $(seq 50); do ss -K {filter} > /dev/null; \
+             [[ -z $(ss -Htn {filter}) ]] && exit 0; sleep 0.1; done; \
+             echo 'API server sockets to {ip} left:' >&2; ss -tn {filter} >&2; exit 1",
+            filter = format_args!("dst {ip} sport = :{}", self.apiserver_port)
+        ))
+        .await
     }
 
     /// Stops the API server (SIGTERM to its process group, as `apiserver.sh stop` does).

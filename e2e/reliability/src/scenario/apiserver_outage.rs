@@ -48,8 +48,26 @@ pub async fn run(suite: &Suite, ns: &str, report: &mut Report) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Changes right before the outage, which the controllers, cut off meanwhile, do not see.
     let controllers = c.controller_pods().await?;
+    // A controller process that outlived its pod would see the changes: the partition would
+    // not hold, and that is a leak of the node agent's to report, not Turna's.
+    let processes = c.controller_processes();
+    report.check(
+        "controller processes on the node, controller pods",
+        format!("{}, {}", processes.len(), controllers.len()),
+        "equal",
+        processes.len() == controllers.len(),
+    );
     let stopped = running.now();
     for pod in &controllers {
+        tracing::info!(
+            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            ip = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_deref())
+                .unwrap_or_default(),
+            "cutting a controller pod off"
+        );
         c.pod_link(pod, false).await?;
     }
     c.apply(&fixture::http_route(
