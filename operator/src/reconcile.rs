@@ -31,14 +31,20 @@ use crate::watch::{Changes, Scope, Snapshots, Stores};
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// The watch scope the settings ask for.
+/// The watch scope the settings ask for: every namespace, or each one listed (a
+/// namespace-scoped installation without a list: its pod's).
 pub fn scope(settings: &Kubernetes) -> Scope {
+    let read_namespaces = !settings.namespace_scoped;
     match settings.namespaces.as_slice() {
-        [one] => Scope::Namespace(one.clone()),
-        [] if settings.namespace_scoped => {
-            Scope::Namespace(std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into()))
-        }
-        _ => Scope::Cluster,
+        [] if settings.namespace_scoped => Scope::Namespaces {
+            names: vec![std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into())],
+            read_namespaces,
+        },
+        [] => Scope::Cluster,
+        names => Scope::Namespaces {
+            names: names.to_vec(),
+            read_namespaces,
+        },
     }
 }
 
@@ -81,10 +87,10 @@ pub async fn run(client: Client, settings: Kubernetes) {
 pub async fn run_with(client: Client, settings: Kubernetes, options: Options, shutdown: impl Future<Output = ()>) {
     let changes = Changes::default();
     let mut settings = settings;
-    if let Scope::Namespace(ns) = scope(&settings)
+    if let Scope::Namespaces { names, .. } = scope(&settings)
         && settings.namespaces.is_empty()
     {
-        settings.namespaces = vec![ns];
+        settings.namespaces = names;
     }
     let scope = scope(&settings);
     let stores = Stores::start(&client, &scope, &settings.gateway_class, &changes, &options.metrics);

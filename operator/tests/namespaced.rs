@@ -1,7 +1,7 @@
 //! A namespace-scoped installation against a real kube-apiserver, with exactly the permissions
 //! product.md gives it: Roles in the tenant namespace (as the chart's `scope=namespace` renders
 //! them, deploy/tests/rbac-needs.txt) plus what the cluster administrator grants once per tenant
-//! (deploy/examples/namespace-scoped-admin.yaml: read of its GatewayClass by name, TokenReview).
+//! (examples/namespace-scoped-admin.yaml: read of its GatewayClass by name, TokenReview).
 //! The controller runs with its ServiceAccount's token, writes Gateway and route status,
 //! provisions its proxy, and leaves the GatewayClass status alone.
 
@@ -27,7 +27,33 @@ fn rbac(ns: &str, class: &str) -> String {
 kind: ServiceAccount
 metadata: {{name: turna-controller, namespace: {ns}}}
 ---
+{role}---
 apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {ns}-admin-grants}}
+rules:
+  - apiGroups: [gateway.networking.k8s.io]
+    resources: [gatewayclasses]
+    resourceNames: [{class}]
+    verbs: [get, list, watch]
+  - apiGroups: [authentication.k8s.io]
+    resources: [tokenreviews]
+    verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {ns}-admin-grants}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-admin-grants}}
+subjects: [{{kind: ServiceAccount, name: turna-controller, namespace: {ns}}}]
+"#,
+        role = role(ns, ns)
+    )
+}
+
+/// The controller's Role in namespace `ns`, bound to its ServiceAccount in `controller_ns`.
+fn role(ns: &str, controller_ns: &str) -> String {
+    format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {{name: turna-controller, namespace: {ns}}}
 rules:
@@ -76,25 +102,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: {{name: turna-controller, namespace: {ns}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: turna-controller}}
-subjects: [{{kind: ServiceAccount, name: turna-controller, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {ns}-admin-grants}}
-rules:
-  - apiGroups: [gateway.networking.k8s.io]
-    resources: [gatewayclasses]
-    resourceNames: [{class}]
-    verbs: [get, list, watch]
-  - apiGroups: [authentication.k8s.io]
-    resources: [tokenreviews]
-    verbs: [create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {ns}-admin-grants}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-admin-grants}}
-subjects: [{{kind: ServiceAccount, name: turna-controller, namespace: {ns}}}]
+subjects: [{{kind: ServiceAccount, name: turna-controller, namespace: {controller_ns}}}]
 "#
     )
 }
@@ -238,5 +246,130 @@ async fn a_namespace_scoped_controller_works_with_only_roles() {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .unwrap_or(0.0);
     assert_eq!(failed, 0.0, "no status write was refused: {text}");
+    task.abort();
+}
+
+/// A controller given two namespaces watches each on its own: Roles in those two namespaces are
+/// all its access to namespaced kinds (a cluster-wide watch would be refused), a route in the
+/// second namespace attaches to the Gateway of the first, and a route in a third namespace is
+/// not seen at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_controller_of_several_namespaces_watches_each_with_only_its_roles() {
+    let cp = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
+    let ns = cp.fresh_namespace("home");
+    let other = cp.fresh_namespace("other");
+    let outside = cp.fresh_namespace("outside");
+    let class = format!("turna-{ns}");
+    cp.apply_yaml(&rbac(&ns, &class)).expect("apply RBAC");
+    cp.apply_yaml(&role(&other, &ns))
+        .expect("apply the Role of the second namespace");
+    let gateway = common::class_and_gateway(
+        &class,
+        &format!("rakunlabs.com/turna-{ns}"),
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}]",
+    );
+    let route = |route_ns: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: app, namespace: {route_ns}}}
+spec:
+  parentRefs: [{{name: web, namespace: {ns}}}]
+  rules: [{{backendRefs: [{{name: app, port: 8080}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: app, namespace: {route_ns}}}
+spec:
+  ports: [{{name: http, port: 8080}}]
+"
+        )
+    };
+    cp.apply_yaml(&format!("{gateway}{}---\n{}", route(&other), route(&outside)))
+        .expect("apply objects");
+    let admin = common::client(&cp.kubeconfig()).await;
+    let token = common::service_account_token(&admin, &ns, "turna-controller", None).await;
+    let tenant = common::token_client(&cp.kubeconfig(), &token).await;
+
+    let settings = Kubernetes {
+        controller_name: format!("rakunlabs.com/turna-{ns}"),
+        controller_id: format!("{ns}/turna"),
+        gateway_class: class.clone(),
+        namespace_scoped: true,
+        namespaces: vec![ns.clone(), other.clone()],
+        debounce: Duration::from_millis(50),
+        status: operator::settings::Status {
+            leader_election: operator::settings::LeaderElection {
+                namespace: ns.clone(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        proxy: operator::settings::Proxy {
+            namespace: ns.clone(),
+            image: "turna:test".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let started = controller::start(
+        tenant.clone(),
+        controller::Options {
+            reconcile: operator::reconcile::Options {
+                metrics: metrics.clone(),
+                ..Default::default()
+            },
+            push_service: Some("turna".into()),
+            namespace: Some(ns.clone()),
+            ..controller::Options::from_env(settings.clone(), (common::LOOPBACK, 0).into())
+        },
+    )
+    .await
+    .expect("controller starts with the Roles of its namespaces");
+    let task = tokio::spawn(started.run(std::future::pending()));
+
+    let routes = |route_ns: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(admin.clone(), route_ns, &gateway_api("HTTPRoute", "httproutes"))
+    };
+    let gateways: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &gateway_api("Gateway", "gateways"));
+    eventually(
+        "the route of the second namespace Accepted and its backend resolved",
+        || async {
+            let route = routes(&other).get("app").await.ok()?;
+            let accepted = condition(&route, "/status/parents/0/conditions", "Accepted")?;
+            let resolved = condition(&route, "/status/parents/0/conditions", "ResolvedRefs")?;
+            (accepted == "True" && resolved == "True").then_some(())
+        },
+    )
+    .await;
+    eventually("one route attached to the listener", || async {
+        let gateway = gateways.get("web").await.ok()?;
+        let value = serde_json::to_value(&gateway).ok()?;
+        (value.pointer("/status/listeners/0/attachedRoutes")?.as_i64()? == 1).then_some(())
+    })
+    .await;
+    eventually("a clean provisioning pass", || async {
+        metrics
+            .encode()
+            .contains(r#"turna_operator_reconciles_total{kind="provision",result="success"}"#)
+            .then_some(())
+    })
+    .await;
+    let unseen = routes(&outside).get("app").await.expect("the route outside");
+    assert!(
+        serde_json::to_value(&unseen)
+            .unwrap()
+            .pointer("/status/parents/0")
+            .is_none(),
+        "a route of a namespace not watched gets no status: {:?}",
+        unseen.data.get("status")
+    );
+    let text = metrics.encode();
+    assert!(
+        !text.contains("turna_operator_watch_errors_total{"),
+        "no watch was refused: {text}"
+    );
     task.abort();
 }

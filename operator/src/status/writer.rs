@@ -19,15 +19,15 @@ use std::fmt::Debug;
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use translator::status::Statuses;
 
-use crate::watch::Stores;
 use crate::watch::snapshot::Changed;
+use crate::watch::{Stores, Watched};
 
 use super::merge;
 
@@ -143,7 +143,7 @@ impl Plan<'_> {
     /// object is gone or its status already is what merging gives.
     fn add<K, D>(
         &mut self,
-        store: &Store<K>,
+        store: &Watched<K>,
         namespace: Option<&str>,
         name: &str,
         desired_status: &D,

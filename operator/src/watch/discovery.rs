@@ -143,16 +143,15 @@ async fn allowed(
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
-/// list and watch of the kind and, when Turna writes its status, patch of its status, all granted.
+/// list and watch of the kind and, when Turna writes its status, patch of its status, all granted
+/// in every namespace of the scope.
 async fn permitted(client: &Client, scope: &Scope, kind: &Reviewed) -> Result<bool, kube::Error> {
-    let namespace = match scope {
-        Scope::Cluster => None,
-        Scope::Namespace(ns) => Some(ns.as_str()),
-    };
     let status = kind.status.then_some((Some("status"), "patch"));
-    for (subresource, verb) in [(None, "list"), (None, "watch")].into_iter().chain(status) {
-        if !allowed(client, namespace, kind.group, kind.plural, subresource, verb).await? {
-            return Ok(false);
+    for namespace in scope.targets() {
+        for (subresource, verb) in [(None, "list"), (None, "watch")].into_iter().chain(status) {
+            if !allowed(client, namespace.as_deref(), kind.group, kind.plural, subresource, verb).await? {
+                return Ok(false);
+            }
         }
     }
     Ok(true)

@@ -10,8 +10,10 @@ mod backoff;
 pub mod discovery;
 pub mod snapshot;
 pub mod unreadable;
+mod watched;
 
 pub use snapshot::Snapshots;
+pub use watched::Watched;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -119,43 +121,61 @@ impl Changes {
     }
 }
 
-/// Where to watch: every namespace, or one.
-#[derive(Clone, Debug)]
+/// Where to watch: every namespace, or each namespace of a list.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scope {
     Cluster,
-    Namespace(String),
+    /// Each namespace with watches of its own, never the whole cluster, so that Roles in these
+    /// namespaces are all the access to namespaced kinds the controller needs. Namespace
+    /// objects (which `allowedRoutes` selectors read) are watched one by one by name when
+    /// `read_namespaces`; a namespace-scoped installation cannot read them.
+    Namespaces {
+        names: Vec<String>,
+        read_namespaces: bool,
+    },
 }
 
 impl Scope {
-    fn api<K>(&self, client: &Client) -> Api<K>
+    /// The namespace of each watch of a namespaced kind; `None` watches every namespace.
+    pub fn targets(&self) -> Vec<Option<String>> {
+        match self {
+            Scope::Cluster => vec![None],
+            Scope::Namespaces { names, .. } => names.iter().cloned().map(Some).collect(),
+        }
+    }
+
+    fn apis<K>(&self, client: &Client) -> Vec<Api<K>>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         <K as Resource>::DynamicType: Default,
     {
-        match self {
-            Scope::Cluster => Api::all(client.clone()),
-            Scope::Namespace(ns) => Api::namespaced(client.clone(), ns),
-        }
+        self.targets()
+            .into_iter()
+            .map(|target| match target {
+                None => Api::all(client.clone()),
+                Some(ns) => Api::namespaced(client.clone(), &ns),
+            })
+            .collect()
     }
 }
 
 /// The stores of every watched kind.
 #[derive(Clone)]
 pub struct Stores {
-    pub gateway_classes: Store<GatewayClass>,
-    pub gateways: Store<Gateway>,
-    pub listener_sets: Store<ListenerSet>,
-    pub http_routes: Store<HttpRoute>,
-    pub grpc_routes: Store<GrpcRoute>,
-    pub tls_routes: Store<TlsRoute>,
-    pub tcp_routes: Store<TcpRoute>,
-    pub udp_routes: Store<UdpRoute>,
-    pub reference_grants: Store<ReferenceGrant>,
-    pub backend_tls_policies: Store<BackendTlsPolicy>,
-    pub turna_proxies: Store<TurnaProxy>,
-    pub services: Store<Service>,
-    pub endpoint_slices: Store<EndpointSlice>,
-    pub namespaces: Store<Namespace>,
+    pub gateway_classes: Watched<GatewayClass>,
+    pub gateways: Watched<Gateway>,
+    pub listener_sets: Watched<ListenerSet>,
+    pub http_routes: Watched<HttpRoute>,
+    pub grpc_routes: Watched<GrpcRoute>,
+    pub tls_routes: Watched<TlsRoute>,
+    pub tcp_routes: Watched<TcpRoute>,
+    pub udp_routes: Watched<UdpRoute>,
+    pub reference_grants: Watched<ReferenceGrant>,
+    pub backend_tls_policies: Watched<BackendTlsPolicy>,
+    pub turna_proxies: Watched<TurnaProxy>,
+    pub services: Watched<Service>,
+    pub endpoint_slices: Watched<EndpointSlice>,
+    pub namespaces: Watched<Namespace>,
     /// Routes of every kind that the typed API cannot read.
     pub unreadable_routes: UnreadableRoutes,
     /// Secret and ConfigMap facts, by `namespace/name` (no key material is kept).
@@ -180,8 +200,32 @@ struct Feed {
 
 type BoxReady = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
-/// Spawns a reflector for `api`, waking `changes` on every event, and returns its store.
-fn reflect<K>(api: Api<K>, changes: Changes, metrics: Arc<Metrics>, kind: &'static str) -> Store<K>
+/// Spawns a reflector for each of `apis`, waking `changes` on every event, and returns their
+/// stores.
+fn reflect<K>(
+    apis: Vec<(Api<K>, watcher::Config)>,
+    changes: &Changes,
+    metrics: &Arc<Metrics>,
+    kind: &'static str,
+) -> Watched<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    Watched::new(
+        apis.into_iter()
+            .map(|(api, config)| reflect_one(api, config, changes.clone(), metrics.clone(), kind))
+            .collect(),
+    )
+}
+
+fn reflect_one<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changes: Changes,
+    metrics: Arc<Metrics>,
+    kind: &'static str,
+) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -189,7 +233,7 @@ where
     let (store, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default())
+        watcher(api, config)
             .backoff(Backoff::default())
             .modify(forget_managed_fields),
     );
@@ -237,37 +281,53 @@ pub(crate) fn same_but_status(
         && old.uid == new.uid
 }
 
-/// Completes once `store` listed its objects.
-fn ready_when_listed<K>(store: &Store<K>) -> BoxReady
+/// Completes once every store of `watched` listed its objects.
+fn ready_when_listed<K>(watched: &Watched<K>) -> BoxReady
 where
     K: Resource + Clone + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let store = store.clone();
+    let watched = watched.clone();
     Box::new(move || {
-        let store = store.clone();
-        Box::pin(async move {
-            // Err only when the writer is gone, which is when the runtime shuts down.
-            let _ = store.wait_until_ready().await;
-        })
+        let watched = watched.clone();
+        Box::pin(async move { watched.wait_until_ready().await })
     })
 }
 
-/// A store that is never filled (a kind the scope cannot read).
-fn idle<K>() -> Store<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    reflector::store().0
+/// Each of `apis` with the default watch configuration.
+fn with_default<K>(apis: Vec<Api<K>>) -> Vec<(Api<K>, watcher::Config)> {
+    apis.into_iter().map(|api| (api, watcher::Config::default())).collect()
+}
+
+/// The watches of Namespace objects: all of them in the cluster scope, each watched namespace by
+/// name when the scope may read them, none otherwise (a namespace-scoped installation).
+fn namespace_watches(client: &Client, scope: &Scope) -> Vec<(Api<Namespace>, watcher::Config)> {
+    match scope {
+        Scope::Cluster => vec![(Api::all(client.clone()), watcher::Config::default())],
+        Scope::Namespaces {
+            names,
+            read_namespaces: true,
+        } => names
+            .iter()
+            .map(|name| {
+                (
+                    Api::all(client.clone()),
+                    watcher::Config::default().fields(&format!("metadata.name={name}")),
+                )
+            })
+            .collect(),
+        Scope::Namespaces {
+            read_namespaces: false, ..
+        } => Vec::new(),
+    }
 }
 
 /// What a feed task needs besides its kind.
 #[derive(Clone)]
 struct FeedContext {
     client: Client,
-    /// `None`: cluster-scoped kind or cluster scope.
-    namespace: Option<String>,
+    /// The namespace of each watch: `[None]` for a cluster-scoped kind or the cluster scope.
+    namespaces: Vec<Option<String>>,
     changes: Changes,
     metrics: Arc<Metrics>,
     watching: Arc<Mutex<BTreeSet<String>>>,
@@ -276,16 +336,44 @@ struct FeedContext {
 
 type EventStream = BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>;
 
-/// Spawns the feed task of a Gateway API kind: its watch follows the [`Source`] sent on the
-/// returned feed (none at first); the store stays the same across switches. Objects are watched
-/// untyped and read one by one, so that one the typed API cannot read (from a newer CRD) is left
-/// out, or kept as an unreadable route, instead of failing the list of the whole kind.
-fn feed<K>(ctx: &FeedContext, config: watcher::Config) -> (Store<K>, Feed)
+/// Spawns the feed tasks of a Gateway API kind, one per namespace of `ctx`: their watches follow
+/// the [`Source`] sent on the returned feed (none at first); the stores stay the same across
+/// switches. Objects are watched untyped and read one by one, so that one the typed API cannot
+/// read (from a newer CRD) is left out, or kept as an unreadable route, instead of failing the
+/// list of the whole kind.
+fn feed<K>(ctx: &FeedContext, config: watcher::Config) -> (Watched<K>, Feed)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (source_tx, _) = watch::channel::<Option<Source>>(None);
+    let stores = ctx
+        .namespaces
+        .iter()
+        .map(|namespace| feed_namespace::<K>(ctx, namespace.clone(), config.clone(), source_tx.subscribe()))
+        .collect();
+    let watched = Watched::new(stores);
+    let ready = ready_when_listed(&watched);
+    (
+        watched,
+        Feed {
+            typed_version: K::version(&()).into_owned(),
+            source: source_tx,
+            ready,
+        },
+    )
+}
+
+/// The feed task of a Gateway API kind in one namespace (`None`: all, or a cluster-scoped kind).
+fn feed_namespace<K>(
+    ctx: &FeedContext,
+    namespace: Option<String>,
+    config: watcher::Config,
+    mut source_rx: watch::Receiver<Option<Source>>,
+) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (store, mut writer) = reflector::store::<K>();
-    let (source_tx, mut source_rx) = watch::channel::<Option<Source>>(None);
     let ctx = ctx.clone();
     let kind = K::kind(&()).into_owned();
     let stored = store.clone();
@@ -312,7 +400,7 @@ where
                     };
                     stream = match resource {
                         Some(resource) => {
-                            let api: Api<DynamicObject> = match &ctx.namespace {
+                            let api: Api<DynamicObject> = match &namespace {
                                 Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
                                 None => Api::all_with(ctx.client.clone(), &resource),
                             };
@@ -326,7 +414,7 @@ where
                         None => {
                             writer.apply_watcher_event(&watcher::Event::Init);
                             writer.apply_watcher_event(&watcher::Event::InitDone);
-                            ctx.unreadable.replace(&kind, unreadable::Routes::new());
+                            ctx.unreadable.replace(&kind, namespace.as_deref(), unreadable::Routes::new());
                             lock(&ctx.watching).remove(&kind);
                             ctx.changes.notify();
                             None
@@ -335,7 +423,13 @@ where
                 }
                 event = next => match event {
                     Some(Ok(event)) => {
-                        let fed = Fed { writer: &mut writer, stored: &stored, ctx: &ctx, kind: &kind };
+                        let fed = Fed {
+                            writer: &mut writer,
+                            stored: &stored,
+                            ctx: &ctx,
+                            kind: &kind,
+                            namespace: namespace.as_deref(),
+                        };
                         match fed.take(event, &mut listing) {
                             Wake::Nothing => {}
                             Wake::Status => ctx.changes.notify_status(),
@@ -355,22 +449,7 @@ where
             }
         }
     });
-    let waiter = store.clone();
-    let ready: BoxReady = Box::new(move || {
-        let waiter = waiter.clone();
-        Box::pin(async move {
-            // Err only when the feed task ended, which is when the runtime shuts down.
-            let _ = waiter.wait_until_ready().await;
-        })
-    });
-    (
-        store,
-        Feed {
-            typed_version: K::version(&()).into_owned(),
-            source: source_tx,
-            ready,
-        },
-    )
+    store
 }
 
 impl Stores {
@@ -384,21 +463,17 @@ impl Stores {
         changes: &Changes,
         metrics: &Arc<Metrics>,
     ) -> Stores {
-        let c = changes.clone();
         let watching = Arc::new(Mutex::new(BTreeSet::new()));
         let namespaced = FeedContext {
             client: client.clone(),
-            namespace: match scope {
-                Scope::Cluster => None,
-                Scope::Namespace(ns) => Some(ns.clone()),
-            },
+            namespaces: scope.targets(),
             changes: changes.clone(),
             metrics: metrics.clone(),
             watching: watching.clone(),
             unreadable: UnreadableRoutes::default(),
         };
         let cluster = FeedContext {
-            namespace: None,
+            namespaces: vec![None],
             ..namespaced.clone()
         };
         let mut feeds = BTreeMap::new();
@@ -432,15 +507,14 @@ impl Stores {
             reference_grants: crd!("ReferenceGrant", &namespaced, ReferenceGrant),
             backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy),
             turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
-            services: reflect::<Service>(scope.api(client), c.clone(), metrics.clone(), "Service"),
-            endpoint_slices: reflect::<EndpointSlice>(scope.api(client), c.clone(), metrics.clone(), "EndpointSlice"),
-            namespaces: match scope {
-                // Namespace-scoped installs cannot read Namespace objects.
-                Scope::Namespace(_) => idle(),
-                Scope::Cluster => {
-                    reflect::<Namespace>(Api::all(client.clone()), c.clone(), metrics.clone(), "Namespace")
-                }
-            },
+            services: reflect::<Service>(with_default(scope.apis(client)), changes, metrics, "Service"),
+            endpoint_slices: reflect::<EndpointSlice>(
+                with_default(scope.apis(client)),
+                changes,
+                metrics,
+                "EndpointSlice",
+            ),
+            namespaces: reflect::<Namespace>(namespace_watches(client, scope), changes, metrics, "Namespace"),
             unreadable_routes: namespaced.unreadable.clone(),
             secrets: Arc::default(),
             config_maps: Arc::default(),
@@ -451,24 +525,28 @@ impl Stores {
         let mut core_ready = vec![
             ready_when_listed(&stores.services),
             ready_when_listed(&stores.endpoint_slices),
+            ready_when_listed(&stores.namespaces),
         ];
-        if let Scope::Cluster = scope {
-            core_ready.push(ready_when_listed(&stores.namespaces));
+        for (target, api) in scope.targets().into_iter().zip(scope.apis::<Secret>(client)) {
+            core_ready.push(facts(
+                api,
+                target,
+                stores.secrets.clone(),
+                changes.clone(),
+                metrics.clone(),
+                SecretFacts::from_secret,
+            ));
         }
-        core_ready.push(facts::<Secret, SecretFacts>(
-            scope.api(client),
-            stores.secrets.clone(),
-            c.clone(),
-            metrics.clone(),
-            SecretFacts::from_secret,
-        ));
-        core_ready.push(facts::<ConfigMap, ConfigMapFacts>(
-            scope.api(client),
-            stores.config_maps.clone(),
-            c,
-            metrics.clone(),
-            ConfigMapFacts::from_config_map,
-        ));
+        for (target, api) in scope.targets().into_iter().zip(scope.apis::<ConfigMap>(client)) {
+            core_ready.push(facts(
+                api,
+                target,
+                stores.config_maps.clone(),
+                changes.clone(),
+                metrics.clone(),
+                ConfigMapFacts::from_config_map,
+            ));
+        }
         Stores {
             core_ready: Arc::new(core_ready),
             ..stores
@@ -544,6 +622,8 @@ struct Fed<'a, K: Resource<DynamicType = ()> + Clone + 'static> {
     stored: &'a Store<K>,
     ctx: &'a FeedContext,
     kind: &'a str,
+    /// The namespace of the watch (`None`: all).
+    namespace: Option<&'a str>,
 }
 
 impl<K> Fed<'_, K>
@@ -575,7 +655,7 @@ where
                 self.writer.apply_watcher_event(&Event::InitDone);
                 self.ctx
                     .unreadable
-                    .replace(self.kind, listing.take().unwrap_or_default());
+                    .replace(self.kind, self.namespace, listing.take().unwrap_or_default());
                 Wake::Listed
             }
             Event::Apply(object) => match unreadable::read::<K>(&object) {
@@ -659,9 +739,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Watches `api` and keeps only the facts `extract` derives, by `namespace/name`.
+/// Watches `api` (of `namespace`, `None` for all) and keeps only the facts `extract` derives, by
+/// `namespace/name`, in `map`, which the watches of other namespaces share.
 fn facts<K, F>(
     api: Api<K>,
+    namespace: Option<String>,
     map: Arc<Mutex<BTreeMap<String, F>>>,
     changes: Changes,
     metrics: Arc<Metrics>,
@@ -699,7 +781,15 @@ where
                 }
                 Ok(watcher::Event::InitDone) => {
                     if let Some(f) = fresh.take() {
-                        *lock(&map) = f;
+                        let mut map = lock(&map);
+                        match &namespace {
+                            None => *map = f,
+                            Some(ns) => {
+                                let prefix = format!("{ns}/");
+                                map.retain(|key, _| !key.starts_with(&prefix));
+                                map.extend(f);
+                            }
+                        }
                     }
                     listed.send_replace(true);
                 }

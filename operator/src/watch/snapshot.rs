@@ -10,8 +10,8 @@ use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::Watched;
 use kube::Resource;
-use kube::runtime::reflector::Store;
 use translator::Snapshot;
 use translator::snapshot::Facts;
 
@@ -83,7 +83,7 @@ where
     /// the store no longer holds are removed, objects it holds anew are added, and unchanged ones
     /// are not touched; objects added are added to `changed` too. The order of `objects` carries
     /// no meaning.
-    fn refresh(&mut self, store: &Store<K>, objects: &mut Vec<Arc<K>>, changed: &mut Changed) {
+    fn refresh(&mut self, store: &Watched<K>, objects: &mut Vec<Arc<K>>, changed: &mut Changed) {
         debug_assert_eq!(self.positions.len(), objects.len());
         let current = store.state();
         let mut kept = vec![false; objects.len()];
@@ -228,6 +228,7 @@ mod tests {
     #[test]
     fn the_snapshot_follows_the_store_through_adds_changes_and_deletes_sharing_its_objects() {
         let (store, mut writer) = reflector::store::<Service>();
+        let watched = Watched::new(vec![store.clone()]);
         writer.apply_watcher_event(&Event::Init);
         for (name, port) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
             writer.apply_watcher_event(&Event::InitApply(service(name, port)));
@@ -236,7 +237,7 @@ mod tests {
         let mut mirror = Mirror::default();
         let mut copies = Vec::new();
         let mut changed = Changed::default();
-        mirror.refresh(&store, &mut copies, &mut changed);
+        mirror.refresh(&watched, &mut copies, &mut changed);
         assert!(changed.contains::<Service>("ns", "a") && changed.contains::<Service>("ns", "d"));
         let mut changed = Changed::default();
         assert_eq!(
@@ -253,7 +254,7 @@ mod tests {
             .find(|s| s.metadata.name.as_deref() == Some("d"))
             .unwrap()
             .clone();
-        mirror.refresh(&store, &mut copies, &mut changed);
+        mirror.refresh(&watched, &mut copies, &mut changed);
         assert!(changed.contains::<Service>("ns", "b") && changed.contains::<Service>("ns", "e"));
         assert!(!changed.contains::<Service>("ns", "d") && !changed.contains::<Namespace>("ns", "b"));
         assert_eq!(ports(&copies), [("b".into(), 20), ("d".into(), 4), ("e".into(), 5)]);
@@ -272,9 +273,9 @@ mod tests {
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitApply(service("z", 9)));
         writer.apply_watcher_event(&Event::InitDone);
-        mirror.refresh(&store, &mut copies, &mut changed);
+        mirror.refresh(&watched, &mut copies, &mut changed);
         assert_eq!(ports(&copies), [("z".into(), 9)]);
-        mirror.refresh(&store, &mut copies, &mut changed);
+        mirror.refresh(&watched, &mut copies, &mut changed);
         assert_eq!(ports(&copies), [("z".into(), 9)]);
     }
 }

@@ -131,9 +131,19 @@ impl UnreadableRoutes {
         }
     }
 
-    /// Replaces the routes of `kind` with those of a new list.
-    pub fn replace(&self, kind: &str, routes: Routes) {
-        lock(&self.0).insert(kind.to_string(), routes);
+    /// Replaces the routes of `kind` in `namespace` (`None`: in all) with those of a new list.
+    pub fn replace(&self, kind: &str, namespace: Option<&str>, routes: Routes) {
+        let mut map = lock(&self.0);
+        match namespace {
+            None => {
+                map.insert(kind.to_string(), routes);
+            }
+            Some(ns) => {
+                let kept = map.entry(kind.to_string()).or_default();
+                kept.retain(|(namespace, _), _| namespace != ns);
+                kept.extend(routes);
+            }
+        }
     }
 }
 
@@ -188,5 +198,24 @@ mod tests {
         assert_eq!(routes.remove("HTTPRoute", "ns", "r"), Effect::None);
         assert!(routes.routes().is_empty());
         assert!(route_kind("Gateway").is_none());
+    }
+
+    #[test]
+    fn a_new_list_in_one_namespace_replaces_only_its_routes() {
+        let kind = route_kind("HTTPRoute").unwrap();
+        let in_namespace = |ns: &str| {
+            let mut object = object("ExampleFilter", 1, Value::Null);
+            object.metadata.namespace = Some(ns.into());
+            let error = read::<HttpRoute>(&object).unwrap_err();
+            Unreadable::new(kind, &object, error.to_string()).unwrap()
+        };
+        let routes = UnreadableRoutes::default();
+        routes.insert("HTTPRoute", in_namespace("a"));
+        routes.insert("HTTPRoute", in_namespace("b"));
+        routes.replace("HTTPRoute", Some("b"), Routes::new());
+        assert!(routes.status("HTTPRoute", "a", "r").is_some());
+        assert!(routes.status("HTTPRoute", "b", "r").is_none());
+        routes.replace("HTTPRoute", None, Routes::new());
+        assert!(routes.routes().is_empty());
     }
 }
