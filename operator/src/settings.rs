@@ -139,6 +139,9 @@ pub struct Proxy {
     /// `None` when negative: no preStop sleep.
     #[serde(deserialize_with = "optional_duration")]
     pub shutdown_delay: Option<Duration>,
+    /// Secrets every proxy pod pulls its image with (in the namespace it runs in), unless its
+    /// TurnaProxy names its own: the ServiceAccounts Turna creates for proxies carry none.
+    pub image_pull_secrets: Vec<String>,
 }
 
 /// `limits.*`: what clients may ask of the proxies (every mode that serves traffic). The
@@ -272,6 +275,7 @@ impl Default for Proxy {
             service_type: "LoadBalancer".into(),
             health_port: 9901,
             shutdown_delay: Some(Duration::from_secs(5)),
+            image_pull_secrets: Vec::new(),
         }
     }
 }

@@ -10,9 +10,9 @@ use k8s_openapi::api::autoscaling::v2::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    Lifecycle, LifecycleHandler, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, SleepAction, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    Lifecycle, LifecycleHandler, LocalObjectReference, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, SleepAction,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -105,6 +105,16 @@ fn with_infrastructure(
     let mut annotations = extra.1.cloned().unwrap_or_default();
     annotations.extend(infrastructure.map(|i| i.annotations.clone()).unwrap_or_default());
     (labels, annotations)
+}
+
+/// `proxy.image_pull_secrets` as a pod's `imagePullSecrets` (none when empty).
+fn pull_secrets(names: &[String]) -> Option<Vec<LocalObjectReference>> {
+    (!names.is_empty()).then(|| {
+        names
+            .iter()
+            .map(|name| LocalObjectReference { name: name.clone() })
+            .collect()
+    })
 }
 
 /// Whole seconds of a Gateway API duration, rounded up (`None` when it does not parse).
@@ -300,7 +310,9 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
                                 vec![spread("kubernetes.io/hostname"), spread("topology.kubernetes.io/zone")]
                             }),
                     ),
-                    image_pull_secrets: parameters.and_then(|p| p.image_pull_secrets.clone()),
+                    image_pull_secrets: parameters
+                        .and_then(|p| p.image_pull_secrets.clone())
+                        .or_else(|| pull_secrets(&s.proxy.image_pull_secrets)),
                     node_selector: parameters.and_then(|p| p.node_selector.clone()),
                     tolerations: parameters.and_then(|p| p.tolerations.clone()),
                     affinity: parameters.and_then(|p| p.affinity.clone()),
@@ -693,7 +705,7 @@ mod tests {
 
     #[test]
     fn proxy_parameters_size_schedule_and_expose_the_proxies() {
-        use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements, Toleration};
+        use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
         use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
         use translator::parameters::TurnaProxySpec;
         use translator::parameters::api::{
@@ -999,5 +1011,38 @@ mod tests {
                 "turna-system/turna"
             ]
         );
+    }
+
+    #[test]
+    fn the_configured_pull_secrets_reach_every_proxy_pod_unless_its_parameters_name_others() {
+        let pulled_with = |o: &Objects| -> Vec<String> {
+            let pod = o
+                .deployment
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .expect("pod");
+            pod.image_pull_secrets
+                .iter()
+                .flatten()
+                .map(|s| s.name.clone())
+                .collect()
+        };
+        assert!(pulled_with(&objects(&Kubernetes::default())).is_empty());
+        let mut settings = Kubernetes::default();
+        settings.proxy.image_pull_secrets = vec!["regcred".into(), "mirror".into()];
+        // Its own ServiceAccount (proxy.cluster_role) carries none: the pod names them.
+        settings.proxy.cluster_role = "turna-reader".into();
+        assert_eq!(pulled_with(&objects(&settings)), ["regcred", "mirror"]);
+
+        let mut proxy = ir_proxy();
+        proxy.infrastructure.as_mut().expect("infrastructure").parameters =
+            Some(translator::parameters::TurnaProxySpec {
+                image_pull_secrets: Some(vec![LocalObjectReference {
+                    name: "registry".into(),
+                }]),
+                ..Default::default()
+            });
+        assert_eq!(pulled_with(&objects_of(&settings, &proxy)), ["registry"]);
     }
 }
