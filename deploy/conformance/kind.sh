@@ -14,7 +14,7 @@
 # (on macOS/Windows Docker's network is not routable from the host: run the suite in a
 # container on the kind network instead).
 # The Gateway API CRDs are the experimental channel of the suite's version, applied from the Go
-# module cache. Turna is installed from deploy/kustomize (default -> turna-gateway,
+# module cache. Turna is installed from kustomize (default -> turna-gateway,
 # gateway-namespace -> turna-gateway-gateway-namespace) with the image built from ./Dockerfile.
 # Reports: e2e/conformance/reports/<version>/kind/turna-<mode>-report.yaml (+ -summary.md).
 #
@@ -53,7 +53,7 @@ install_turna() {
 		apiVersion: kustomize.config.k8s.io/v1beta1
 		kind: Kustomization
 		resources:
-		  - $(realpath --relative-to="$dir" "$ROOT/deploy/kustomize/$(overlay_of "$mode")")
+		  - $(realpath --relative-to="$dir" "$ROOT/kustomize/$(overlay_of "$mode")")
 		images:
 		  - name: ghcr.io/rakunlabs/turna
 		    newName: $name

@@ -23,7 +23,7 @@ namespace; Kustomize: the base and both overlays):
 7. deleting the Gateway garbage-collects the proxy objects; neither process logs a forbidden
    request or an error.
 
-The three deploy/examples files pass a server-side dry-run (namespace-scoped-admin.yaml is
+The three examples files pass a server-side dry-run (namespace-scoped-admin.yaml is
 applied: the namespace variants need it).
 
 Environment: TURNA_DEPLOY_KEEP=1 keeps the work directory (rendered files, control plane logs,
@@ -53,9 +53,9 @@ import urllib.request
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "deploy/helm/turna-gateway"
-KUSTOMIZE = ROOT / "deploy/kustomize"
-EXAMPLES = ROOT / "deploy/examples"
+CHART = ROOT / "charts/turna-gateway"
+KUSTOMIZE = ROOT / "kustomize"
+EXAMPLES = ROOT / "examples"
 NEEDS = ROOT / "deploy/tests/rbac-needs.txt"
 # TURNA_BIN: an already built turna binary (skips the cargo build).
 TURNA = Path(os.environ.get("TURNA_BIN") or ROOT / "target/debug/turna")
@@ -111,6 +111,12 @@ class Variant:
     gateway_class: str
     render: list[str]  # the command printing the manifests
     lint: list[str] | None = None
+    # imagePullSecrets the values name, which every provisioned proxy pod must carry.
+    pull_secrets: list[str] = field(default_factory=list)
+    # spec.replicas of the provisioned proxy Deployment, when the values set a default TurnaProxy.
+    proxy_replicas: int | None = None
+    # The labels the chart's PodMonitor selects proxy pods by (check_monitors fills it).
+    pod_monitor_selector: dict = field(default_factory=dict)
     rendered: list[dict] = field(default_factory=list)
 
     @property
@@ -161,12 +167,15 @@ def variants(helm: str, kustomize: str) -> list[Variant]:
     # Kustomize variants share names: the base is checked before the gateway overlay (a
     # superset), and the namespaced overlay after the chart's namespace variant (same Roles).
     return [
-        chart("helm scope=cluster placement=controller", "hc", "helm-cluster",
-              scope="cluster", placement="controller", gateway_class="turna"),
+        chart("helm scope=cluster placement=controller", "hc", "helm-cluster", "imagePullSecrets[0].name=regcred",
+              "proxyParameters.create=true", "proxyParameters.spec.replicas=3",
+              scope="cluster", placement="controller", gateway_class="turna", pull_secrets=["regcred"],
+              proxy_replicas=3),
         chart("helm scope=cluster placement=gateway", "hg", "helm-gateway", "proxy.placement=gateway",
-              scope="cluster", placement="gateway", gateway_class="turna"),
-        chart("helm scope=namespace", "turna", "team-a", *tenant,
-              scope="namespace", placement="controller", gateway_class="turna-team-a"),
+              "imagePullSecrets[0].name=regcred",
+              scope="cluster", placement="gateway", gateway_class="turna", pull_secrets=["regcred"]),
+        chart("helm scope=namespace", "turna", "team-a", *tenant, "imagePullSecrets[0].name=regcred",
+              scope="namespace", placement="controller", gateway_class="turna-team-a", pull_secrets=["regcred"]),
         overlay("kustomize turna-gateway", "turna-gateway", "turna-system",
                 scope="cluster", placement="controller", gateway_class="turna"),
         overlay("kustomize turna-gateway-gateway-namespace", "turna-gateway-gateway-namespace", "turna-system",
@@ -603,10 +612,23 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
             return True
 
         wait_for(f"proxy objects in {proxies}", provisioned, 60, log_file)
-        proxy_args = cluster.json("get", "deployments", "-n", proxies, "-l", selector)["items"][0]["spec"][
-            "template"]["spec"]["containers"][0]["args"]
+        pod = cluster.json("get", "deployments", "-n", proxies, "-l", selector)["items"][0]["spec"]["template"]["spec"]
+        proxy_args = pod["containers"][0]["args"]
         if f"{home}/{service}" not in proxy_args:
             raise CheckFailed(f"{variant.name}: the proxy is not told the controller Service: {proxy_args}")
+        pulled_with = [s["name"] for s in pod.get("imagePullSecrets") or []]
+        if variant.pull_secrets and pulled_with != variant.pull_secrets:
+            raise CheckFailed(f"{variant.name}: proxy pods pull with {pulled_with}, not {variant.pull_secrets}")
+        proxy_deployment = cluster.json("get", "deployments", "-n", proxies, "-l", selector)["items"][0]
+        replicas = proxy_deployment["spec"].get("replicas")
+        if variant.proxy_replicas is not None and replicas != variant.proxy_replicas:
+            raise CheckFailed(f"{variant.name}: the proxy Deployment has {replicas} replicas, not the default "
+                              f"TurnaProxy's {variant.proxy_replicas}")
+        pod_labels = proxy_deployment["spec"]["template"]["metadata"]["labels"]
+        missing = {k: v for k, v in variant.pod_monitor_selector.items() if pod_labels.get(k) != v}
+        if missing:
+            raise CheckFailed(f"{variant.name}: the chart's PodMonitor selects {missing}, "
+                              f"which the proxy pods do not carry: {pod_labels}")
         log(f"{variant.name}: turna controller accepted the Gateway, wrote status and provisioned its proxy in {proxies}")
         check_proxy(cluster, variant, work, proxies, selector, bind_port, log_file)
 
@@ -720,7 +742,7 @@ def check_namespace_change(kustomize: str, work: Path) -> None:
     base = copy / "turna-gateway/kustomization.yaml"
     text = base.read_text()
     if "namespace: turna-system\n" not in text:
-        raise CheckFailed("deploy/kustomize/turna-gateway/kustomization.yaml sets no namespace: turna-system")
+        raise CheckFailed("kustomize/turna-gateway/kustomization.yaml sets no namespace: turna-system")
     base.write_text(text.replace("namespace: turna-system\n", "namespace: gateways\n"))
     for name in ("turna-gateway", "turna-gateway-gateway-namespace"):
         docs = load_all(run([kustomize, "build", str(copy / name)]))
@@ -730,6 +752,32 @@ def check_namespace_change(kustomize: str, work: Path) -> None:
         if namespaces != {"gateways"}:
             raise CheckFailed(f"kustomize {name} with the base in namespace gateways uses namespaces {namespaces}")
     log("kustomize: a namespace set in the base's kustomization.yaml moves every object and subject")
+
+
+def check_monitors(helm: str, variants: list[Variant]) -> None:
+    """The ServiceMonitor selects the controller Service and names a port it has; the PodMonitor's
+    selector is kept for check_operator to compare with the proxy pods it provisions. The
+    Prometheus Operator's CRDs are not installed here: checked as rendered."""
+    for variant in variants:
+        if variant.lint is None or variant.scope != "cluster":
+            continue
+        sets = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true"]
+        docs = load_all(run([*variant.render, *sets]))
+        service = next(d for d in docs if d["kind"] == "Service")
+        monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+        selected = monitor["spec"]["selector"]["matchLabels"]
+        if any(service["metadata"]["labels"].get(k) != v for k, v in selected.items()):
+            raise CheckFailed(f"{variant.name}: the ServiceMonitor selects {selected}, not the controller Service")
+        ports = {p["name"] for p in service["spec"]["ports"]}
+        if any(e["port"] not in ports for e in monitor["spec"]["endpoints"]):
+            raise CheckFailed(f"{variant.name}: the ServiceMonitor scrapes a port the Service lacks ({ports})")
+        pod_monitor = next(d for d in docs if d["kind"] == "PodMonitor")
+        variant.pod_monitor_selector = pod_monitor["spec"]["selector"]["matchLabels"]
+        namespaces = pod_monitor["spec"]["namespaceSelector"]
+        wanted = {"any": True} if variant.placement == "gateway" else {"matchNames": [variant.home]}
+        if namespaces != wanted:
+            raise CheckFailed(f"{variant.name}: the PodMonitor looks in {namespaces}, not {wanted}")
+        log(f"{variant.name}: ServiceMonitor and PodMonitor render for the controller and its proxies")
 
 
 def check_extra_config(helm: str, work: Path) -> None:
@@ -785,6 +833,7 @@ def main() -> int:
         check_image_override(kustomize, work)
         check_namespace_change(kustomize, work)
         check_extra_config(helm, work)
+        check_monitors(helm, all_variants)
         # Values product.md forbids are refused.
         for values in (["scope=namespace", "gatewayClass.create=false", "proxy.placement=gateway"],
                        ["scope=namespace"],
@@ -804,11 +853,15 @@ def main() -> int:
         log("starting the control plane")
         run([ROOT / "e2e/scripts/apiserver.sh", "start", cluster_dir, "--crds", "--stop-with", str(os.getpid())])
         cluster = Cluster(cluster_dir)
+        # What `helm install` applies before the templates: the chart's crds/ (TurnaProxy).
+        cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
+        cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
+                        "crd/turnaproxies.gateway.turna.rakunlabs.com")
 
         for name in ("gateway-demo.yaml", "gateway-streams.yaml"):
             text = (EXAMPLES / name).read_text()
-            cluster.dry_run_and_apply(f"deploy/examples/{name}", text, load_all(text), apply=False)
-        cluster.dry_run_and_apply("deploy/examples/namespace-scoped-admin.yaml", admin_text, admin)
+            cluster.dry_run_and_apply(f"examples/{name}", text, load_all(text), apply=False)
+        cluster.dry_run_and_apply("examples/namespace-scoped-admin.yaml", admin_text, admin)
 
         # Users apply the Kustomize configurations with `kubectl apply -k`: kubectl's own
         # kustomize must render the same objects.

@@ -11,8 +11,8 @@
 #    network, e.g. next to a development cluster) and turna-lb on the bridge unless cluster-up
 #    started it;
 # 3. per mode, installs Turna the way users do (kubectl apply -k of the Kustomize base:
-#    default -> deploy/kustomize/turna-gateway, gateway-namespace ->
-#    deploy/kustomize/turna-gateway-gateway-namespace), waits for the controller and the
+#    default -> kustomize/turna-gateway, gateway-namespace ->
+#    kustomize/turna-gateway-gateway-namespace), waits for the controller and the
 #    GatewayClass, runs e2e/conformance/run.sh run --mode <mode>, uninstalls;
 # 4. `make cluster-down` (unless --keep).
 # --smoke runs the smoke subset in the default mode only. Exits non-zero when a test failed.
@@ -43,8 +43,8 @@ export TURNA_CONFORMANCE_USABLE_ADDRESS="${TURNA_CONFORMANCE_USABLE_ADDRESS-$o1.
 export TURNA_CONFORMANCE_UNUSABLE_ADDRESS="${TURNA_CONFORMANCE_UNUSABLE_ADDRESS-$o1.$o2.254.250}"
 overlay_of() {
 	case "$1" in
-	default) echo "$ROOT/deploy/kustomize/turna-gateway" ;;
-	gateway-namespace) echo "$ROOT/deploy/kustomize/turna-gateway-gateway-namespace" ;;
+	default) echo "$ROOT/kustomize/turna-gateway" ;;
+	gateway-namespace) echo "$ROOT/kustomize/turna-gateway-gateway-namespace" ;;
 	*) die "unknown mode $1 (default, gateway-namespace)" ;;
 	esac
 }

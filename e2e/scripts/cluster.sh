@@ -16,7 +16,7 @@
 # Environment (defaults): TURNA_CLUSTER_BRIDGE (turna0), TURNA_POD_CIDR (10.244.0.0/16; the
 # bridge and node IP is its first address), TURNA_NODE_NAME (turna-node, or turna-node-<bridge> on another bridge), TURNA_IMAGE_MAP
 # (e2e/cluster/images.yaml), TURNA_NODE_AGENT_BIN (default: built with cargo into target/debug),
-# TURNA_KUSTOMIZE_DIR (deploy/kustomize/turna-gateway), TURNA_LB_POOL (the CIDR's last /24).
+# TURNA_KUSTOMIZE_DIR (kustomize/turna-gateway), TURNA_LB_POOL (the CIDR's last /24).
 set -euo pipefail
 # shellcheck source=e2e/scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -45,7 +45,7 @@ POD_CIDR="${TURNA_POD_CIDR:-10.244.0.0/16}"
 # bridge gets its own default node name and never cleans up the pods of this machine's other clusters.
 if [[ $BRIDGE == turna0 ]]; then NODE_NAME="${TURNA_NODE_NAME:-turna-node}"; else NODE_NAME="${TURNA_NODE_NAME:-turna-node-$BRIDGE}"; fi
 IMAGE_MAP="${TURNA_IMAGE_MAP:-$E2E_DIR/cluster/images.yaml}"
-KUSTOMIZE_DIR="${TURNA_KUSTOMIZE_DIR:-$ROOT/deploy/kustomize/turna-gateway}"
+KUSTOMIZE_DIR="${TURNA_KUSTOMIZE_DIR:-$ROOT/kustomize/turna-gateway}"
 AGENT_BIN="${TURNA_NODE_AGENT_BIN:-}"
 PREFIX="${POD_CIDR#*/}"
 IFS=. read -r o1 o2 o3 o4 <<< "${POD_CIDR%/*}"

@@ -90,6 +90,6 @@ fn crds_prints_the_generated_crds_the_chart_installs() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let printed = String::from_utf8(out.stdout).expect("UTF-8");
     assert_eq!(printed, translator::crds::yaml());
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/turna-gateway/crds/turna-crds.yaml");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/turna-gateway/crds/turna-crds.yaml");
     assert_eq!(std::fs::read_to_string(chart).expect("the chart's CRDs"), printed);
 }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 /// Where the generated YAML is installed from.
 const COPIES: &[&str] = &[
-    "deploy/kustomize/crds/turna-crds.yaml",
-    "deploy/helm/turna-gateway/crds/turna-crds.yaml",
+    "kustomize/crds/turna-crds.yaml",
+    "charts/turna-gateway/crds/turna-crds.yaml",
 ];
 
 #[test]

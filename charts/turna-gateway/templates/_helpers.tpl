@@ -49,6 +49,8 @@ namespace and one GatewayClass. extraConfig is merged over the result.
 */}}
 {{- define "turna.config" -}}
 {{- $namespaced := eq .Values.scope "namespace" -}}
+{{- $pull := list -}}
+{{- range .Values.imagePullSecrets -}}{{- $pull = append $pull .name -}}{{- end -}}
 {{- $proxy := dict
   "gateway_namespace" (eq .Values.proxy.placement "gateway")
   "cluster_role" (ternary "" (include "turna.reader" .) $namespaced)
@@ -58,6 +60,7 @@ namespace and one GatewayClass. extraConfig is merged over the result.
   "replicas" (int .Values.proxy.replicas)
   "service_type" .Values.proxy.serviceType
   "shutdown_delay" (toString .Values.proxy.shutdownDelay)
+  "image_pull_secrets" $pull
 -}}
 {{- $k := dict
   "enabled" true
