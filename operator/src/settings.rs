@@ -54,6 +54,49 @@ pub struct Kubernetes {
     pub status: Status,
     pub proxy: Proxy,
     pub limits: Limits,
+    /// One log line per HTTP request (every mode that serves traffic).
+    pub access_log: bool,
+    pub passive_health: PassiveHealth,
+}
+
+/// `passive_health.*`: endpoints that fail new connections are left out of balancing for a
+/// while (every mode that serves traffic).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PassiveHealth {
+    /// Consecutive failed new connections that eject an endpoint.
+    pub eject_after: u32,
+    #[serde(deserialize_with = "duration", serialize_with = "go_duration")]
+    pub cool_down: Duration,
+}
+
+impl Default for PassiveHealth {
+    fn default() -> Self {
+        let d = dataplane::PassiveHealth::default();
+        PassiveHealth {
+            eject_after: d.eject_after,
+            cool_down: d.cool_down,
+        }
+    }
+}
+
+impl PassiveHealth {
+    /// These settings with the fields a TurnaProxy sets (durations the translator checked; one
+    /// that does not parse keeps the value here).
+    pub fn with_parameters(&self, p: &translator::parameters::api::PassiveHealth) -> PassiveHealth {
+        PassiveHealth {
+            eject_after: p.eject_after.unwrap_or(self.eject_after),
+            cool_down: parameter_duration(&p.cool_down, self.cool_down),
+        }
+    }
+}
+
+/// A TurnaProxy's duration, or `base` when unset (or unreadable).
+fn parameter_duration(value: &Option<String>, base: Duration) -> Duration {
+    match value.as_deref().and_then(parse_duration) {
+        Some((false, d)) => d,
+        _ => base,
+    }
 }
 
 /// Operating mode of the binary.
@@ -177,6 +220,37 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// These limits with the fields a TurnaProxy sets (durations the translator checked; one
+    /// that does not parse keeps the value here).
+    pub fn with_parameters(&self, p: &translator::parameters::api::Limits) -> Limits {
+        let count = |v: Option<u64>, base: usize| v.map_or(base, |v| usize::try_from(v).unwrap_or(usize::MAX));
+        Limits {
+            max_connections: count(p.max_connections, self.max_connections),
+            max_header_bytes: count(p.max_header_bytes, self.max_header_bytes),
+            max_headers: count(p.max_headers, self.max_headers),
+            max_uri_bytes: count(p.max_uri_bytes, self.max_uri_bytes),
+            header_timeout: parameter_duration(&p.header_timeout, self.header_timeout),
+            idle_timeout: parameter_duration(&p.idle_timeout, self.idle_timeout),
+            request_body_timeout: parameter_duration(&p.request_body_timeout, self.request_body_timeout),
+            tls_handshake_timeout: parameter_duration(&p.tls_handshake_timeout, self.tls_handshake_timeout),
+            http2_max_concurrent_streams: p
+                .http2_max_concurrent_streams
+                .unwrap_or(self.http2_max_concurrent_streams),
+            http2_max_pending_accept_reset_streams: count(
+                p.http2_max_pending_accept_reset_streams,
+                self.http2_max_pending_accept_reset_streams,
+            ),
+            http2_max_local_error_reset_streams: count(
+                p.http2_max_local_error_reset_streams,
+                self.http2_max_local_error_reset_streams,
+            ),
+            http2_keep_alive_interval: parameter_duration(&p.http2_keep_alive_interval, self.http2_keep_alive_interval),
+            http2_keep_alive_timeout: parameter_duration(&p.http2_keep_alive_timeout, self.http2_keep_alive_timeout),
+        }
+    }
+}
+
 impl From<&dataplane::Limits> for Limits {
     fn from(l: &dataplane::Limits) -> Self {
         Limits {
@@ -237,6 +311,8 @@ impl Default for Kubernetes {
             status: Status::default(),
             proxy: Proxy::default(),
             limits: Limits::default(),
+            access_log: false,
+            passive_health: PassiveHealth::default(),
         }
     }
 }
@@ -338,6 +414,11 @@ impl Kubernetes {
         dataplane::Limits::from(&self.limits)
             .validate()
             .map_err(|error| SettingsError::Invalid(format!("limits: {error}")))?;
+        if self.passive_health.eject_after == 0 {
+            return Err(SettingsError::Invalid(
+                "passive_health.eject_after must be at least 1".into(),
+            ));
+        }
         for g in &self.gateways {
             if g.split_once('/')
                 .is_none_or(|(ns, name)| ns.is_empty() || name.is_empty())
@@ -354,6 +435,11 @@ impl Kubernetes {
     pub fn dataplane_settings(&self, address: std::net::IpAddr) -> dataplane::Settings {
         dataplane::Settings {
             limits: dataplane::Limits::from(&self.limits),
+            access_log: self.access_log,
+            passive_health: dataplane::PassiveHealth {
+                eject_after: self.passive_health.eject_after,
+                cool_down: self.passive_health.cool_down,
+            },
             ..dataplane::Settings::on(address)
         }
     }

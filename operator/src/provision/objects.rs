@@ -622,6 +622,17 @@ fn autoscaler(
 
 fn proxy_config(input: &ProxyInput<'_>) -> String {
     let s = input.settings;
+    // The proxy settings of its TurnaProxy over the installation's.
+    let parameters = input.proxy.infrastructure.as_ref().and_then(|i| i.parameters.as_ref());
+    let limits = match parameters.and_then(|p| p.limits.as_ref()) {
+        Some(l) => s.limits.with_parameters(l),
+        None => s.limits.clone(),
+    };
+    let passive_health = match parameters.and_then(|p| p.passive_health.as_ref()) {
+        Some(p) => s.passive_health.with_parameters(p),
+        None => s.passive_health.clone(),
+    };
+    let access_log = parameters.and_then(|p| p.access_log).unwrap_or(s.access_log);
     let gateway = format!("{}/{}", input.names.gateway_namespace, input.names.gateway_name);
     let config = serde_json::json!({
         "providers": {"kubernetes": {
@@ -637,7 +648,9 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
                 "use_service_ip": s.backend.use_service_ip,
                 "allow_external_name": s.backend.allow_external_name,
             },
-            "limits": s.limits,
+            "limits": limits,
+            "access_log": access_log,
+            "passive_health": passive_health,
         }}
     });
     serde_yaml::to_string(&config).unwrap_or_default()
@@ -1044,5 +1057,48 @@ mod tests {
                 ..Default::default()
             });
         assert_eq!(pulled_with(&objects_of(&settings, &proxy)), ["registry"]);
+    }
+
+    #[test]
+    fn a_turna_proxy_sets_the_proxy_settings_over_the_installations() {
+        use translator::parameters::api::{Limits, PassiveHealth};
+        let mut settings = Kubernetes::default();
+        settings.limits.max_connections = 123;
+        settings.passive_health.eject_after = 7;
+        let read = |o: &Objects| {
+            let text = &o.config_map.data.as_ref().expect("data")["turna.yaml"];
+            // What `turna proxy --config` reads.
+            let file: crate::settings::File = serde_yaml::from_str(text).expect("a settings file");
+            file.providers.kubernetes.validate().expect("valid")
+        };
+        let plain = read(&objects(&settings));
+        assert!(!plain.access_log);
+        assert_eq!(plain.passive_health, settings.passive_health);
+
+        let mut proxy = ir_proxy();
+        proxy.infrastructure.as_mut().expect("infrastructure").parameters =
+            Some(translator::parameters::TurnaProxySpec {
+                access_log: Some(true),
+                passive_health: Some(PassiveHealth {
+                    cool_down: Some("2s".into()),
+                    ..PassiveHealth::default()
+                }),
+                limits: Some(Limits {
+                    idle_timeout: Some("7s".into()),
+                    http2_max_concurrent_streams: Some(50),
+                    ..Limits::default()
+                }),
+                ..Default::default()
+            });
+        let tuned = read(&objects_of(&settings, &proxy));
+        assert!(tuned.access_log);
+        assert_eq!(tuned.passive_health.eject_after, 7, "unset: the installation's");
+        assert_eq!(tuned.passive_health.cool_down, Duration::from_secs(2));
+        assert_eq!(tuned.limits.max_connections, 123, "unset: the installation's");
+        assert_eq!(tuned.limits.idle_timeout, Duration::from_secs(7));
+        assert_eq!(tuned.limits.http2_max_concurrent_streams, 50);
+        let dataplane = tuned.dataplane_settings([0, 0, 0, 0].into());
+        assert!(dataplane.access_log);
+        assert_eq!(dataplane.passive_health.cool_down, Duration::from_secs(2));
     }
 }

@@ -69,6 +69,126 @@ pub struct TurnaProxySpec {
     /// The proxies' log level (`RUST_LOG`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<LogLevel>,
+    /// One log line per HTTP request (target `turna::access`); the installation's `access_log`
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<bool>,
+    /// When endpoints that fail to connect are left out of balancing; unset fields keep the
+    /// installation's `passive_health`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passive_health: Option<PassiveHealth>,
+    /// What clients may ask of the proxies; unset fields keep the installation's `limits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// Passive health: endpoints that fail new connections are ejected for a while.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PassiveHealth {
+    /// Consecutive failed new connections that eject an endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub eject_after: Option<u32>,
+    /// How long an ejected endpoint is left out (a duration such as `10s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cool_down: Option<String>,
+}
+
+/// The proxies' limits, as the configuration's `limits` (durations such as `30s`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Limits {
+    /// Connections per proxy over all TCP listeners; more are closed at accept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_connections: Option<u64>,
+    /// Request line and headers (HTTP/2: the header list); 431 beyond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_header_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_headers: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_uri_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_body_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_handshake_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub http2_max_concurrent_streams: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_max_pending_accept_reset_streams: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_max_local_error_reset_streams: Option<u64>,
+    /// `0s` turns the pings off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_keep_alive_interval: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_keep_alive_timeout: Option<String>,
+}
+
+impl PassiveHealth {
+    /// `self` (the Gateway's) over `class`, field by field.
+    pub fn over(&self, class: &PassiveHealth) -> PassiveHealth {
+        PassiveHealth {
+            eject_after: self.eject_after.or(class.eject_after),
+            cool_down: self.cool_down.clone().or_else(|| class.cool_down.clone()),
+        }
+    }
+
+    /// The durations, for checking.
+    pub fn durations(&self) -> Vec<(&'static str, &str)> {
+        self.cool_down.iter().map(|d| ("coolDown", d.as_str())).collect()
+    }
+}
+
+impl Limits {
+    /// `self` (the Gateway's) over `class`, field by field.
+    pub fn over(&self, class: &Limits) -> Limits {
+        macro_rules! over {
+            ($($field:ident),*) => {
+                Limits { $($field: self.$field.clone().or_else(|| class.$field.clone()),)* }
+            };
+        }
+        over!(
+            max_connections,
+            max_header_bytes,
+            max_headers,
+            max_uri_bytes,
+            header_timeout,
+            idle_timeout,
+            request_body_timeout,
+            tls_handshake_timeout,
+            http2_max_concurrent_streams,
+            http2_max_pending_accept_reset_streams,
+            http2_max_local_error_reset_streams,
+            http2_keep_alive_interval,
+            http2_keep_alive_timeout
+        )
+    }
+
+    /// The durations by field name, for checking.
+    pub fn durations(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("headerTimeout", &self.header_timeout),
+            ("idleTimeout", &self.idle_timeout),
+            ("requestBodyTimeout", &self.request_body_timeout),
+            ("tlsHandshakeTimeout", &self.tls_handshake_timeout),
+            ("http2KeepAliveInterval", &self.http2_keep_alive_interval),
+            ("http2KeepAliveTimeout", &self.http2_keep_alive_timeout),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| value.as_deref().map(|v| (name, v)))
+        .collect()
+    }
 }
 
 /// A HorizontalPodAutoscaler for the proxies.

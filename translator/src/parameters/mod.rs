@@ -102,6 +102,37 @@ fn check(spec: &TurnaProxySpec) -> Result<(), String> {
     {
         return Err(format!("shutdownDelay {delay:?} is not a duration such as 5s"));
     }
+    let durations = spec
+        .passive_health
+        .iter()
+        .flat_map(|p| {
+            p.durations()
+                .into_iter()
+                .map(|(field, value)| ("passiveHealth", field, value))
+        })
+        .chain(
+            spec.limits
+                .iter()
+                .flat_map(|l| l.durations().into_iter().map(|(field, value)| ("limits", field, value))),
+        );
+    for (part, field, value) in durations {
+        if duration::parse_ms(value).is_none() {
+            return Err(format!("{part}.{field} {value:?} is not a duration such as 30s"));
+        }
+    }
+    if spec.passive_health.as_ref().is_some_and(|p| p.eject_after == Some(0)) {
+        return Err("passiveHealth.ejectAfter must be at least 1".into());
+    }
+    let zero = |v: Option<u64>| v == Some(0);
+    if let Some(l) = &spec.limits
+        && (zero(l.max_connections)
+            || zero(l.max_header_bytes)
+            || zero(l.max_headers)
+            || zero(l.max_uri_bytes)
+            || l.http2_max_concurrent_streams == Some(0))
+    {
+        return Err("limits: connection, header, URI and stream counts must be at least 1".into());
+    }
     if let Some(a) = &spec.autoscaling {
         if a.max_replicas < 1 || a.min_replicas.is_some_and(|m| m < 1 || m > a.max_replicas) {
             return Err(format!(
@@ -165,6 +196,15 @@ pub fn merge(class: Option<&TurnaProxySpec>, gateway: Option<&TurnaProxySpec>) -
         service,
         shutdown_delay: pick(&class.shutdown_delay, &gateway.shutdown_delay),
         log_level: gateway.log_level.or(class.log_level),
+        access_log: gateway.access_log.or(class.access_log),
+        passive_health: match (&class.passive_health, &gateway.passive_health) {
+            (Some(c), Some(g)) => Some(g.over(c)),
+            (c, g) => pick(c, g),
+        },
+        limits: match (&class.limits, &gateway.limits) {
+            (Some(c), Some(g)) => Some(g.over(c)),
+            (c, g) => pick(c, g),
+        },
     })
 }
 
@@ -177,7 +217,7 @@ fn pick<T: Clone>(class: &Option<T>, gateway: &Option<T>) -> Option<T> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::api::{Autoscaling, Metadata, ServiceParameters, ServiceType};
+    use super::api::{Autoscaling, Limits, Metadata, PassiveHealth, ServiceParameters, ServiceType};
     use super::*;
 
     #[test]
@@ -222,6 +262,47 @@ mod tests {
     }
 
     #[test]
+    fn proxy_settings_merge_field_by_field() {
+        let class = TurnaProxySpec {
+            access_log: Some(true),
+            passive_health: Some(PassiveHealth {
+                eject_after: Some(5),
+                cool_down: Some("30s".into()),
+            }),
+            limits: Some(Limits {
+                max_connections: Some(1000),
+                idle_timeout: Some("30s".into()),
+                ..Limits::default()
+            }),
+            ..TurnaProxySpec::default()
+        };
+        let gateway = TurnaProxySpec {
+            passive_health: Some(PassiveHealth {
+                cool_down: Some("1s".into()),
+                ..PassiveHealth::default()
+            }),
+            limits: Some(Limits {
+                idle_timeout: Some("5s".into()),
+                ..Limits::default()
+            }),
+            ..TurnaProxySpec::default()
+        };
+        let merged = merge(Some(&class), Some(&gateway)).expect("merged");
+        assert_eq!(merged.access_log, Some(true));
+        assert_eq!(
+            merged.passive_health,
+            Some(PassiveHealth {
+                eject_after: Some(5),
+                cool_down: Some("1s".into())
+            })
+        );
+        let limits = merged.limits.expect("limits");
+        assert_eq!(limits.max_connections, Some(1000));
+        assert_eq!(limits.idle_timeout.as_deref(), Some("5s"));
+        assert!(check(&class).is_ok());
+    }
+
+    #[test]
     fn values_that_do_not_make_sense_are_refused() {
         let bad = [
             TurnaProxySpec {
@@ -238,6 +319,27 @@ mod tests {
             },
             TurnaProxySpec {
                 replicas: Some(-1),
+                ..TurnaProxySpec::default()
+            },
+            TurnaProxySpec {
+                limits: Some(Limits {
+                    idle_timeout: Some("forever".into()),
+                    ..Limits::default()
+                }),
+                ..TurnaProxySpec::default()
+            },
+            TurnaProxySpec {
+                limits: Some(Limits {
+                    max_connections: Some(0),
+                    ..Limits::default()
+                }),
+                ..TurnaProxySpec::default()
+            },
+            TurnaProxySpec {
+                passive_health: Some(PassiveHealth {
+                    eject_after: Some(0),
+                    ..PassiveHealth::default()
+                }),
                 ..TurnaProxySpec::default()
             },
         ];
