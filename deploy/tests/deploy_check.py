@@ -103,7 +103,7 @@ class Variant:
 
     name: str
     scope: str  # cluster or namespace
-    placement: str  # controller or gateway
+    placement: str  # controller or gateway (mode controller)
     home: str  # the controller namespace
     deployment: str  # controller Deployment name (also the Lease name of the chart)
     lease: str
@@ -111,6 +111,7 @@ class Variant:
     gateway_class: str
     render: list[str]  # the command printing the manifests
     lint: list[str] | None = None
+    mode: str = "controller"  # or standalone
     # imagePullSecrets the values name, which every provisioned proxy pod must carry.
     pull_secrets: list[str] = field(default_factory=list)
     # spec.replicas of the provisioned proxy Deployment, when the values set a default TurnaProxy.
@@ -174,6 +175,9 @@ def variants(helm: str, kustomize: str) -> list[Variant]:
         chart("helm scope=cluster placement=gateway", "hg", "helm-gateway", "proxy.placement=gateway",
               "imagePullSecrets[0].name=regcred",
               scope="cluster", placement="gateway", gateway_class="turna", pull_secrets=["regcred"]),
+        chart("helm mode=standalone", "hs", "helm-standalone", "mode=standalone",
+              "standalone.service.ports[0].name=http", "standalone.service.ports[0].port=80",
+              scope="cluster", placement="controller", gateway_class="turna", mode="standalone"),
         chart("helm scope=namespace", "turna", "team-a", *tenant, "imagePullSecrets[0].name=regcred",
               scope="namespace", placement="controller", gateway_class="turna-team-a", pull_secrets=["regcred"]),
         overlay("kustomize turna-gateway", "turna-gateway", "turna-system",
@@ -200,9 +204,11 @@ def needs(variant: Variant) -> dict[str, set[Rule]]:
             continue
         if line.startswith("["):
             conditions = dict(c.split("=", 1) for c in line.strip("[]").split())
-            applies = conditions.get("scope") == variant.scope and conditions.get(
-                "placement", variant.placement
-            ) == variant.placement
+            applies = (
+                conditions.get("mode", "controller") == variant.mode
+                and conditions.get("scope", variant.scope) == variant.scope
+                and conditions.get("placement", variant.placement) == variant.placement
+            )
             continue
         if not applies:
             continue
@@ -653,6 +659,103 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
         cluster.kubectl("delete", "pod", pod, "-n", home, "--ignore-not-found", "--wait=false", check=False)
 
 
+def check_standalone(cluster: Cluster, variant: Variant, work: Path) -> None:
+    """Runs `turna standalone` as the variant's ServiceAccount with the rendered arguments and
+    configuration: it accepts a Gateway, writes its status and the route's, and serves a request
+    itself on the port its Service forwards to."""
+    home = variant.home
+    deployment = next(d for d in variant.rendered if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    if container["args"][0] != "standalone":
+        raise CheckFailed(f"{variant.name}: the Deployment runs {container['args']}, not turna standalone")
+    config_map = next(d for d in variant.rendered if d["kind"] == "ConfigMap")
+    config = yaml.safe_load(config_map["data"]["turna.yaml"])
+    provider = config["providers"]["kubernetes"]
+    services = {d["metadata"]["name"]: d for d in variant.rendered if d["kind"] == "Service"}
+    exposed = services.get(provider["status"]["service"].split("/", 1)[1])
+    if exposed is None:
+        raise CheckFailed(f"{variant.name}: status.service {provider['status']['service']} is not rendered")
+    offset = int(provider.get("port_offset", 8000))
+    container_ports = {p["containerPort"] for p in container["ports"]}
+    for port in exposed["spec"]["ports"]:
+        if port["targetPort"] != port["port"] + offset or port["targetPort"] not in container_ports:
+            raise CheckFailed(f"{variant.name}: Service port {port} does not reach listener port + {offset} "
+                              f"on the pods ({sorted(container_ports)})")
+    provider["health_address"] = f"127.0.0.1:{free_port()}"
+    provider["address"] = "127.0.0.1"
+    provider.setdefault("backend", {})["allow_external_name"] = True
+    bind_port = free_port()
+    listener_port = bind_port - offset
+    slug = variant.slug
+    config_file = work / f"{slug}.turna.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    args = [str(config_file) if a == "/etc/turna/turna.yaml" else a for a in container["args"]]
+    token = cluster.kubectl("create", "token", variant.controller_sa, "-n", home, "--duration=1h").strip()
+    kubeconfig = work / f"{slug}.kubeconfig"
+    write_kubeconfig(cluster, kubeconfig, token, home)
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(KUBECONFIG=str(kubeconfig), POD_NAME=f"{variant.deployment}-check", POD_NAMESPACE=home,
+               RUST_LOG="info,kube=warn", NO_COLOR="1")
+    log_file = work / f"{slug}.standalone.log"
+    apps = f"{slug[:40].strip('-')}-apps"
+    gateway = "web"
+    with open(log_file, "w") as out:
+        process = subprocess.Popen([str(TURNA), *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    backend = Backend()
+    try:
+        manifests = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": apps}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": apps},
+             "spec": {"type": "ExternalName", "externalName": "localhost",
+                      "ports": [{"name": "http", "port": backend.port}]}},
+            {"apiVersion": f"{GROUP}/v1", "kind": "Gateway", "metadata": {"name": gateway, "namespace": apps},
+             "spec": {"gatewayClassName": variant.gateway_class,
+                      "listeners": [{"name": "http", "port": listener_port, "protocol": "HTTP"}]}},
+            {"apiVersion": f"{GROUP}/v1", "kind": "HTTPRoute", "metadata": {"name": "echo", "namespace": apps},
+             "spec": {"parentRefs": [{"name": gateway}],
+                      "rules": [{"backendRefs": [{"name": "echo", "port": backend.port}]}]}},
+        ]
+        cluster.kubectl("apply", "--server-side", "-f", "-",
+                        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
+
+        def accepted():
+            if process.poll() is not None:
+                raise ControllerExited(f"turna standalone exited with {process.returncode}")
+            route = cluster.json("get", "httproute", "echo", "-n", apps)
+            parents = (route.get("status") or {}).get("parents") or []
+            route_accepted = any(c.get("type") == "Accepted" and c.get("status") == "True"
+                                 for p in parents for c in p.get("conditions", []))
+            return condition(cluster.json("get", "gateway", gateway, "-n", apps), "Accepted") == "True" \
+                and route_accepted
+
+        wait_for(f"Gateway {apps}/{gateway} and its route Accepted", accepted, 60, log_file)
+
+        def served():
+            if process.poll() is not None:
+                raise ControllerExited(f"turna standalone exited with {process.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{bind_port}/", timeout=2) as response:
+                    return response.status == 200 and response.read() == Backend.BODY
+            except OSError:
+                return False
+
+        wait_for(f"a request through turna standalone (127.0.0.1:{bind_port})", served, 60, log_file)
+        refused = [line for line in log_file.read_text().splitlines()
+                   if "forbidden" in line.lower() or " ERROR " in line]
+        if refused:
+            raise CheckFailed(f"{variant.name}: turna standalone logged refusals or errors:\n" + "\n".join(refused[:10]))
+        log(f"{variant.name}: turna standalone accepted the Gateway, wrote status and served a request; "
+            "nothing refused, no error logged")
+    finally:
+        stop(process)
+        backend.close()
+        # No namespace controller runs here: the objects themselves go, or the next variants'
+        # controllers would serve this Gateway too.
+        cluster.kubectl("delete", "gateway", gateway, "-n", apps, "--ignore-not-found", "--wait=false", check=False)
+        cluster.kubectl("delete", "httproute,service", "echo", "-n", apps, "--ignore-not-found", "--wait=false",
+                        check=False)
+
+
 def check_proxy(cluster: Cluster, variant: Variant, work: Path, proxies: str, selector: str, bind_port: int,
                 controller_log: Path) -> None:
     """Runs the provisioned proxy as its ServiceAccount, with a token bound to a pod of its
@@ -759,7 +862,7 @@ def check_monitors(helm: str, variants: list[Variant]) -> None:
     selector is kept for check_operator to compare with the proxy pods it provisions. The
     Prometheus Operator's CRDs are not installed here: checked as rendered."""
     for variant in variants:
-        if variant.lint is None or variant.scope != "cluster":
+        if variant.lint is None or variant.scope != "cluster" or variant.mode != "controller":
             continue
         sets = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true"]
         docs = load_all(run([*variant.render, *sets]))
@@ -838,7 +941,12 @@ def main() -> int:
         for values in (["scope=namespace", "gatewayClass.create=false", "proxy.placement=gateway"],
                        ["scope=namespace"],
                        ["scope=namespace", "gatewayClass.create=false", "gatewayClass.name="],
-                       ["proxy.placement=elsewhere"]):
+                       ["proxy.placement=elsewhere"],
+                       ["mode=elsewhere"],
+                       ["mode=standalone", "proxy.placement=gateway"],
+                       ["mode=standalone", "metrics.podMonitor.enabled=true"],
+                       ["mode=standalone", "scope=namespace", "gatewayClass.create=false",
+                        "gatewayClass.name=t"]):
             sets = [a for v in values for a in ("--set", v)]
             result = subprocess.run([helm, "template", "x", str(CHART), *sets], capture_output=True, text=True)
             if result.returncode == 0:
@@ -876,7 +984,10 @@ def main() -> int:
             text = (work / f"{variant.slug}.yaml").read_text()
             cluster.dry_run_and_apply(variant.name, text, variant.rendered)
             check_live_rbac(cluster, variant)
-            check_operator(cluster, variant, work)
+            if variant.mode == "standalone":
+                check_standalone(cluster, variant, work)
+            else:
+                check_operator(cluster, variant, work)
     except CheckFailed as error:
         failures += 1
         log(f"FAILED: {error}")

@@ -4,6 +4,8 @@
 {{- define "turna.proxy" -}}{{ include "turna.name" . }}-proxy{{- end -}}
 {{- define "turna.reader" -}}{{ include "turna.name" . }}-reader{{- end -}}
 {{- define "turna.gatewayNamespace" -}}{{ include "turna.name" . }}-gateway-namespace{{- end -}}
+{{- define "turna.standaloneService" -}}{{ include "turna.name" . }}-gateways{{- end -}}
+{{- define "turna.standalone" -}}{{ eq .Values.mode "standalone" }}{{- end -}}
 
 {{- define "turna.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
@@ -28,6 +30,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if not (has .Values.scope (list "cluster" "namespace")) -}}
 {{- fail (printf "scope must be cluster or namespace, not %q" .Values.scope) -}}
 {{- end -}}
+{{- if not (has .Values.mode (list "controller" "standalone")) -}}
+{{- fail (printf "mode must be controller or standalone, not %q" .Values.mode) -}}
+{{- end -}}
+{{- if and (eq .Values.mode "standalone") (eq .Values.scope "namespace") -}}
+{{- fail "mode=standalone needs scope=cluster" -}}
+{{- end -}}
+{{- if and (eq .Values.mode "standalone") (eq .Values.proxy.placement "gateway") -}}
+{{- fail "mode=standalone has no proxies to place: proxy.placement=gateway does not apply" -}}
+{{- end -}}
+{{- if and (eq .Values.mode "standalone") .Values.metrics.podMonitor.enabled -}}
+{{- fail "mode=standalone has no proxy pods: use metrics.serviceMonitor" -}}
+{{- end -}}
 {{- if not (has .Values.proxy.placement (list "controller" "gateway")) -}}
 {{- fail (printf "proxy.placement must be controller or gateway, not %q" .Values.proxy.placement) -}}
 {{- end -}}
@@ -45,7 +59,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/*
 The provider configuration (providers.kubernetes). Scope cluster: a ServiceAccount per proxy
 bound to the reader ClusterRole. Scope namespace: the shared proxy ServiceAccount, the release
-namespace and one GatewayClass. extraConfig is merged over the result.
+namespace and one GatewayClass. Mode standalone: no proxies; the Gateways' addresses are the
+standalone Service's. extraConfig is merged over the result.
 */}}
 {{- define "turna.config" -}}
 {{- $namespaced := eq .Values.scope "namespace" -}}
@@ -62,9 +77,10 @@ namespace and one GatewayClass. extraConfig is merged over the result.
   "shutdown_delay" (toString .Values.proxy.shutdownDelay)
   "image_pull_secrets" $pull
 -}}
+{{- $standalone := eq .Values.mode "standalone" -}}
 {{- $k := dict
   "enabled" true
-  "mode" "controller"
+  "mode" .Values.mode
   "controller_name" .Values.controllerName
   "controller_id" (.Values.controllerId | default (printf "%s/%s" .Release.Namespace .Release.Name))
   "namespace_scoped" $namespaced
@@ -75,8 +91,12 @@ namespace and one GatewayClass. extraConfig is merged over the result.
       "disabled" (not .Values.leaderElection.enabled)
       "namespace" .Release.Namespace
       "name" .Release.Name))
-  "proxy" $proxy
 -}}
+{{- if $standalone -}}
+{{- $_ := set $k.status "service" (printf "%s/%s" .Release.Namespace (include "turna.standaloneService" .)) -}}
+{{- else -}}
+{{- $_ := set $k "proxy" $proxy -}}
+{{- end -}}
 {{- $merged := mergeOverwrite $k (deepCopy .Values.extraConfig) -}}
 {{- dict "providers" (dict "kubernetes" $merged) | toYaml -}}
 {{- end -}}

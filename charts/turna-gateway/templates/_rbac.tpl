@@ -94,6 +94,15 @@ certificate bundle Secrets (read by coreRead). */}}
   resources: ["pods"]
   verbs: ["get"]
 {{- if .Values.leaderElection.enabled }}
+{{ include "turna.rules.lease" . }}
+{{- end }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch", "delete"]
+{{- end -}}
+
+{{/* The leader Lease. */}}
+{{- define "turna.rules.lease" -}}
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["create"]
@@ -101,8 +110,4 @@ certificate bundle Secrets (read by coreRead). */}}
   resources: ["leases"]
   resourceNames: [{{ .Release.Name | quote }}]
   verbs: ["get", "update"]
-{{- end }}
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["create", "patch", "delete"]
 {{- end -}}
