@@ -149,7 +149,14 @@ async fn reconcile(
     changes: &Changes,
     leadership: &Leadership,
 ) {
-    let mut provisioning = Provisioning::start(client, settings, changes);
+    let mut provisioning = Provisioning::start(
+        client,
+        settings,
+        scope(settings).targets(),
+        changes,
+        leadership,
+        &options.metrics,
+    );
     if let Some(push) = &options.push_endpoint {
         provisioning = provisioning.with_push(push.clone());
     }

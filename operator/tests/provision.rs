@@ -823,6 +823,19 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_objects_deleted_or_edited_by_hand_are_repaired_within_two_seconds() {
+    // The proxy in the controller namespace: its objects are the GatewayClass's.
+    repaired_within_two_seconds(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_objects_of_a_gateway_are_repaired_by_its_controller_within_two_seconds() {
+    // The proxy in the Gateway's namespace: its objects are the Gateway's.
+    repaired_within_two_seconds(true).await;
+}
+
+/// Deletes and edits proxy objects by hand and sees the owner's controller (not the
+/// provisioning pass) put them back within two seconds.
+async fn repaired_within_two_seconds(gateway_namespace: bool) {
     let cp = plane();
     let ns = cp.fresh_namespace("drift");
     let home = cp.fresh_namespace("drift-home");
@@ -842,11 +855,27 @@ spec:
     .expect("apply");
     let mut settings = settings(&class, &home);
     settings.proxy.replicas = 2;
+    settings.proxy.gateway_namespace = gateway_namespace;
     let names = Names::new(&ns, "web", &controller_id(&settings));
-    let controller = start(&client, settings);
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &home);
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &home);
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let options = operator::reconcile::Options {
+        metrics: metrics.clone(),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run_with(
+        client.clone(),
+        settings,
+        options,
+        std::future::pending(),
+    ));
+    let proxies = if gateway_namespace { &ns } else { &home };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), proxies);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), proxies);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), proxies);
+    let owner = |meta: &kube::api::ObjectMeta| {
+        let owners = meta.owner_references.clone().unwrap_or_default();
+        owners.first().map(|o| o.kind.clone()).unwrap_or_default()
+    };
     let image = |d: &Deployment| {
         d.spec
             .as_ref()
@@ -863,6 +892,9 @@ spec:
     // Let the first passes finish, so what follows is repair rather than first provisioning.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let uid = |meta: &kube::api::ObjectMeta| meta.uid.clone().unwrap_or_default();
+    let deployment = deployments.get(&names.proxy).await.expect("Deployment");
+    let expected = if gateway_namespace { "Gateway" } else { "GatewayClass" };
+    assert_eq!(owner(&deployment.metadata), expected, "the owner of the Deployment");
 
     // Deleted by hand: a new one within two seconds.
     let old = uid(&deployments.get(&names.proxy).await.expect("Deployment").metadata);
@@ -918,5 +950,19 @@ spec:
         (image(&d).as_deref() == Some("turna:test")).then_some(())
     })
     .await;
+    // The owner's controller repaired them all: the provisioning pass leaves owned objects to it.
+    let repaired = metric(
+        &metrics.encode(),
+        "turna_operator_provisioned_objects_total{result=\"repaired\"}",
+    );
+    assert!(repaired >= 4.0, "repairs counted: {repaired}\n{}", metrics.encode());
     controller.abort();
+}
+
+/// The value of the sample `name` (with its labels) in the text exposition `encoded`.
+fn metric(encoded: &str, name: &str) -> f64 {
+    encoded
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }

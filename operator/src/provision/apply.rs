@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -25,16 +26,19 @@ use serde::Serialize;
 use serde_json::Value;
 use translator::{Output, ir};
 
+use super::controllers::{self, Repair};
 use super::drift::Drift;
 use super::names::{self, CONTROLLER_ID_LABEL, MANAGED_BY, Names};
 use super::{bundle, objects};
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
 use crate::settings::Kubernetes;
 use crate::watch::Changes;
 
 /// Field manager of Turna's server-side applies.
 pub const FIELD_MANAGER: &str = "turna-gateway";
 /// An unchanged object is applied again after this long: a safety net beside drift repair
-/// ([`Drift`]), which applies an object changed by someone else at once.
+/// ([`controllers`]), which applies an object changed by someone else at once.
 const REAPPLY_AFTER: Duration = Duration::from_secs(60);
 /// Proxies provisioned at once.
 const CONCURRENCY: usize = 4;
@@ -91,16 +95,28 @@ pub struct Key {
     pub name: String,
 }
 
-/// What happened to one object: its key, the digest applied, and whether it was written
-/// (`false`: unchanged, skipped).
-type Outcome = (Key, u64, Result<bool, ProvisionError>);
+/// What happened to one object: the object, and whether it was written (`false`: unchanged,
+/// skipped).
+type Outcome = (Desired, Result<bool, ProvisionError>);
 
 /// One object to apply.
-struct Desired {
-    key: Key,
+#[derive(Clone, Debug)]
+pub(super) struct Desired {
+    pub(super) key: Key,
     resource: ApiResource,
     body: Value,
     digest: u64,
+}
+
+/// What the provisioning pass applied, shared with the drift-repairing controllers. Its lock
+/// is held for a whole pass and a whole repair, so a repair never applies an older form of an
+/// object than the pass, and never mistakes the pass's own writes for drift.
+#[derive(Debug, Default)]
+pub(super) struct Ledger {
+    /// The digest applied and when, per object.
+    applied: HashMap<Key, (u64, Instant)>,
+    /// The last desired form of every object of a provisioned proxy: what repair applies.
+    pub(super) desired: HashMap<Key, Desired>,
 }
 
 fn desired<K>(object: &K) -> Desired
@@ -175,7 +191,7 @@ pub struct Provisioner {
     pod: Option<(String, String)>,
     image: Option<String>,
     push: Option<super::objects::Push>,
-    applied: HashMap<Key, (u64, Instant)>,
+    ledger: Arc<tokio::sync::Mutex<Ledger>>,
     collected: Option<(BTreeSet<Key>, Instant)>,
     /// Objects changed by someone else since they were applied.
     drift: Drift,
@@ -198,15 +214,32 @@ impl Provisioner {
             pod: pod_namespace.zip(env("POD_NAME")),
             image: None,
             push: None,
-            applied: HashMap::new(),
+            ledger: Arc::default(),
             collected: None,
             drift: Drift::default(),
         }
     }
 
-    /// Watches every kind of proxy object where it may live, so that one deleted or edited by
-    /// someone else is applied again on a pass woken at once (see [`Drift`]).
-    pub fn watch_drift(&self, changes: &Changes) {
+    /// Starts drift repair: the controllers of Gateways and GatewayClasses (over `namespaces`,
+    /// `None` for all), and a watch of every kind of proxy object where it may live, so that
+    /// one deleted or edited by someone else is applied again by its owner's controller at once.
+    /// The tasks stop when the returned handles are dropped.
+    pub fn repair_drift(
+        &self,
+        namespaces: Vec<Option<String>>,
+        changes: &Changes,
+        leadership: &Leadership,
+        metrics: &Arc<Metrics>,
+    ) -> Vec<controllers::Task> {
+        let repair = Arc::new(Repair {
+            client: self.client.clone(),
+            drift: self.drift.clone(),
+            ledger: self.ledger.clone(),
+            leadership: leadership.clone(),
+            metrics: metrics.clone(),
+        });
+        let (triggers, mut tasks) =
+            controllers::start(&self.client, namespaces, &self.settings.gateway_class, repair, changes);
         let selector = self.selector();
         let own_rbac = !self.settings.proxy.cluster_role.is_empty();
         let proxies = if self.settings.proxy.gateway_namespace {
@@ -225,39 +258,50 @@ impl Provisioner {
                 None => Api::all(client.clone()),
             }
         }
+        let mut watch = |task| tasks.push(task);
         if self.settings.proxy.gateway_namespace || proxies.is_some() {
-            self.drift
-                .watch(api::<Deployment>(client, proxies), &selector, changes.clone());
-            self.drift
-                .watch(api::<Service>(client, proxies), &selector, changes.clone());
-            self.drift
-                .watch(api::<ConfigMap>(client, proxies), &selector, changes.clone());
-            self.drift
-                .watch(api::<PodDisruptionBudget>(client, proxies), &selector, changes.clone());
-            self.drift.watch(
-                api::<HorizontalPodAutoscaler>(client, proxies),
-                &selector,
-                changes.clone(),
+            watch(
+                self.drift
+                    .watch(api::<Deployment>(client, proxies), &selector, &triggers),
+            );
+            watch(self.drift.watch(api::<Service>(client, proxies), &selector, &triggers));
+            watch(
+                self.drift
+                    .watch(api::<ConfigMap>(client, proxies), &selector, &triggers),
+            );
+            watch(
+                self.drift
+                    .watch(api::<PodDisruptionBudget>(client, proxies), &selector, &triggers),
+            );
+            watch(
+                self.drift
+                    .watch(api::<HorizontalPodAutoscaler>(client, proxies), &selector, &triggers),
             );
             if own_rbac {
-                self.drift
-                    .watch(api::<ServiceAccount>(client, proxies), &selector, changes.clone());
+                watch(
+                    self.drift
+                        .watch(api::<ServiceAccount>(client, proxies), &selector, &triggers),
+                );
             }
         }
         if let Some(home) = home {
-            self.drift
-                .watch(api::<Secret>(client, Some(home)), &selector, changes.clone());
+            watch(
+                self.drift
+                    .watch(api::<Secret>(client, Some(home)), &selector, &triggers),
+            );
             if own_rbac {
-                self.drift
-                    .watch(api::<Role>(client, Some(home)), &selector, changes.clone());
-                self.drift
-                    .watch(api::<RoleBinding>(client, Some(home)), &selector, changes.clone());
+                watch(self.drift.watch(api::<Role>(client, Some(home)), &selector, &triggers));
+                watch(
+                    self.drift
+                        .watch(api::<RoleBinding>(client, Some(home)), &selector, &triggers),
+                );
             }
         }
         if own_rbac {
             let bindings: Api<PartialObjectMeta<ClusterRoleBinding>> = Api::all(client.clone());
-            self.drift.watch(bindings, &selector, changes.clone());
+            watch(self.drift.watch(bindings, &selector, &triggers));
         }
+        tasks
     }
 
     /// Names the controller's own pod, whose image proxies run unless `proxy.image` is set
@@ -303,8 +347,10 @@ impl Provisioner {
     /// Applies the proxies of `output` and deletes the generated objects no proxy owns.
     pub async fn provision(&mut self, output: &Output) -> Provisioned {
         let mut result = Provisioned::default();
-        for key in self.drift.take() {
-            self.applied.remove(&key);
+        let ledger = self.ledger.clone();
+        let mut ledger = ledger.lock().await;
+        for key in self.drift.take_unowned() {
+            ledger.applied.remove(&key);
         }
         let proxies: Vec<&ir::Proxy> = output.proxies.iter().filter(|p| p.id.contains('/')).collect();
         let Some(home) = self.home.clone() else {
@@ -342,33 +388,36 @@ impl Provisioner {
             });
         }
 
+        let applied: &Ledger = &ledger;
         let outcomes: Vec<Vec<Outcome>> = stream::iter(plans)
-            .map(|plan| self.apply_plan(plan, &home))
+            .map(|plan| self.apply_plan(plan, &home, applied))
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
         let now = Instant::now();
-        for (key, digest, outcome) in outcomes.into_iter().flatten() {
+        for (object, outcome) in outcomes.into_iter().flatten() {
             match outcome {
                 Ok(true) => {
                     result.applied += 1;
-                    self.applied.insert(key, (digest, now));
+                    ledger.applied.insert(object.key.clone(), (object.digest, now));
                 }
                 Ok(false) => result.unchanged += 1,
                 Err(error) => {
                     result.failed += 1;
-                    self.applied.remove(&key);
+                    ledger.applied.remove(&object.key);
                     tracing::warn!(%error, "provisioning failed; will retry");
                 }
             }
+            ledger.desired.insert(object.key.clone(), object);
         }
+        ledger.desired.retain(|key, _| wanted.contains(key));
 
         let recent = self
             .collected
             .as_ref()
             .is_some_and(|(keys, at)| *keys == wanted && at.elapsed() < REAPPLY_AFTER);
         if !recent {
-            let (deleted, failed) = self.collect_garbage(&wanted, &output.held, &home).await;
+            let (deleted, failed) = self.collect_garbage(&wanted, &output.held, &home, &mut ledger).await;
             result.deleted += deleted;
             result.failed += failed;
             self.collected = (failed == 0).then(|| (wanted, Instant::now()));
@@ -447,15 +496,16 @@ impl Provisioner {
     }
 
     /// Reads the bundle and applies the proxy's objects in order; stops at the first failure.
-    async fn apply_plan(&self, plan: Plan, home: &str) -> Vec<Outcome> {
+    async fn apply_plan(&self, plan: Plan, home: &str, ledger: &Ledger) -> Vec<Outcome> {
         let mut out = Vec::new();
         let contents = match bundle::fetch(&self.client, &plan.bundle).await {
             Ok(contents) => contents,
             Err(source) => {
                 let secret = desired(&bundle::build(&plan.names, home, &bundle::Contents::default()));
+                // The last applied form, if any, stays the one repair applies.
+                let secret = ledger.desired.get(&secret.key).cloned().unwrap_or(secret);
                 out.push((
-                    secret.key,
-                    0,
+                    secret,
                     Err(ProvisionError::Bundle {
                         proxy: plan.proxy,
                         source,
@@ -468,45 +518,22 @@ impl Provisioner {
         plan.owners.own(&mut secret.metadata);
         let secret = desired(&secret);
         for object in std::iter::once(secret).chain(plan.objects) {
-            if self
+            if ledger
                 .applied
                 .get(&object.key)
                 .is_some_and(|(digest, at)| *digest == object.digest && at.elapsed() < REAPPLY_AFTER)
             {
-                out.push((object.key, object.digest, Ok(false)));
+                out.push((object, Ok(false)));
                 continue;
             }
-            let outcome = self.apply(&object).await;
+            let outcome = apply(&self.client, &self.drift, &object).await;
             let failed = outcome.is_err();
-            out.push((object.key, object.digest, outcome.map(|()| true)));
+            out.push((object, outcome.map(|()| true)));
             if failed {
                 break;
             }
         }
         out
-    }
-
-    async fn apply(&self, object: &Desired) -> Result<(), ProvisionError> {
-        let api = self.api(
-            &object.resource,
-            Some(object.key.namespace.as_str()).filter(|n| !n.is_empty()),
-        );
-        let applied = api
-            .patch(
-                &object.key.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&object.body),
-            )
-            .await
-            .map_err(|source| ProvisionError::Apply {
-                kind: object.key.kind.clone(),
-                namespace: object.key.namespace.clone(),
-                name: object.key.name.clone(),
-                source,
-            })?;
-        self.drift.wrote(object.key.clone(), &applied.metadata);
-        tracing::debug!(kind = %object.key.kind, namespace = %object.key.namespace, name = %object.key.name, "applied");
-        Ok(())
     }
 
     fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -519,7 +546,13 @@ impl Provisioner {
     /// Deletes the objects with this installation's labels that are not `wanted`, except those
     /// of `held` Gateways (`namespace/name`), whose proxies stay as they are; returns (deleted,
     /// failed).
-    async fn collect_garbage(&mut self, wanted: &BTreeSet<Key>, held: &BTreeSet<String>, home: &str) -> (usize, usize) {
+    async fn collect_garbage(
+        &self,
+        wanted: &BTreeSet<Key>,
+        held: &BTreeSet<String>,
+        home: &str,
+        ledger: &mut Ledger,
+    ) -> (usize, usize) {
         let held: BTreeSet<(String, String)> = held
             .iter()
             .filter_map(|id| id.split_once('/'))
@@ -585,9 +618,34 @@ impl Provisioner {
                         tracing::warn!(%error, "garbage collection failed; will retry");
                     }
                 }
-                self.applied.remove(&key);
+                ledger.applied.remove(&key);
             }
         }
         (deleted, failed)
     }
+}
+
+/// Server-side applies `object` as Turna and records the version written.
+pub(super) async fn apply(client: &Client, drift: &Drift, object: &Desired) -> Result<(), ProvisionError> {
+    let namespace = Some(object.key.namespace.as_str()).filter(|n| !n.is_empty());
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &object.resource),
+        None => Api::all_with(client.clone(), &object.resource),
+    };
+    let applied = api
+        .patch(
+            &object.key.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&object.body),
+        )
+        .await
+        .map_err(|source| ProvisionError::Apply {
+            kind: object.key.kind.clone(),
+            namespace: object.key.namespace.clone(),
+            name: object.key.name.clone(),
+            source,
+        })?;
+    drift.wrote(object.key.clone(), &applied.metadata);
+    tracing::debug!(kind = %object.key.kind, namespace = %object.key.namespace, name = %object.key.name, "applied");
+    Ok(())
 }

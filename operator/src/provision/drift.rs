@@ -1,8 +1,8 @@
-//! Drift repair: every kind of proxy object is watched (metadata only, by the installation's
+//! Drift detection: every kind of proxy object is watched (metadata only, by the installation's
 //! labels). An object Turna applied that is then deleted, or changed by someone else (its
-//! generation moved, or for kinds without one its resourceVersion), is applied again by the next
-//! pass, which the change wakes at once: a proxy Deployment deleted or edited by hand is back
-//! within the debounce instead of after the minute unchanged objects otherwise wait.
+//! generation moved, or for kinds without one its resourceVersion), is reported to the
+//! controller of its owner (see [`super::controllers`]), which applies it again at once instead
+//! of after the minute unchanged objects otherwise wait.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -17,11 +17,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 use super::apply::Key;
-use crate::watch::Changes;
-
-/// How long a change waits before it counts as drift: Turna's own writes come back through the
-/// watch too, sometimes before the apply's answer recorded them.
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
+use super::controllers::{Owner, Task, Triggers};
 
 /// The version of an object as Turna last wrote it, or as a watch saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -48,7 +44,8 @@ impl Version {
     }
 }
 
-/// What Turna wrote and what changed since, shared by the watches and the provisioner.
+/// What Turna wrote and what changed since, shared by the watches, the controllers that repair
+/// and the provisioning pass.
 #[derive(Clone, Debug, Default)]
 pub struct Drift {
     state: Arc<Mutex<State>>,
@@ -57,8 +54,15 @@ pub struct Drift {
 #[derive(Debug, Default)]
 struct State {
     written: HashMap<Key, Version>,
-    /// Changes seen, with the version seen (`None`: deleted).
-    seen: HashMap<Key, Option<Version>>,
+    /// Changes seen: the version seen (`None`: deleted) and the uid of the object's owner.
+    seen: HashMap<Key, Seen>,
+}
+
+/// One change seen by a watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub version: Option<Version>,
+    pub owner: Option<String>,
 }
 
 impl Drift {
@@ -78,49 +82,75 @@ impl Drift {
         state.seen.remove(key);
     }
 
-    /// A watch saw `key` at `seen` (`None`: deleted). Returns whether that may be a change
-    /// Turna did not make, so a pass should look.
-    pub fn observed(&self, key: Key, seen: Option<Version>) -> bool {
+    /// A watch saw `key` as `seen`. Returns whether that may be a change Turna did not make, so
+    /// the owner's controller should look.
+    pub fn observed(&self, key: Key, seen: Seen) -> bool {
         let mut state = self.lock();
         // Never applied by this process: nothing to repair.
-        let drifted = drifted(state.written.get(&key), seen.as_ref());
+        let drifted = drifted(state.written.get(&key), seen.version.as_ref());
         if drifted {
             state.seen.insert(key, seen);
         }
         drifted
     }
 
-    /// The objects changed by someone else since Turna wrote them; the next pass applies them
-    /// again. A change seen before Turna recorded its own write of that very version (the
-    /// watch can be faster than the apply's answer) is not one.
-    pub fn take(&self) -> Vec<Key> {
-        let mut state = self.lock();
-        let seen = std::mem::take(&mut state.seen);
-        seen.into_iter()
-            .filter(|(key, seen)| drifted(state.written.get(key), seen.as_ref()))
+    /// The objects without owner reference changed by someone else since Turna wrote them: the
+    /// provisioning pass applies them again (the rest are their owner's controller's). A change
+    /// seen before Turna recorded its own write of that very version (the watch can be faster
+    /// than the apply's answer) is not one.
+    pub fn take_unowned(&self) -> Vec<Key> {
+        self.take_where(|seen| seen.owner.is_none())
+            .into_iter()
             .map(|(key, _)| key)
             .collect()
     }
 
-    /// Whether the change seen of `key` is still not Turna's own.
-    fn still(&self, key: &Key) -> bool {
-        let state = self.lock();
-        state
-            .seen
-            .get(key)
-            .is_some_and(|seen| drifted(state.written.get(key), seen.as_ref()))
+    /// The objects owned by the object with uid `owner` that someone else changed.
+    pub fn take_owned(&self, owner: &str) -> Vec<(Key, Seen)> {
+        self.take_where(|seen| seen.owner.as_deref() == Some(owner))
     }
 
-    /// Watches the objects of kind `K` that `api` lists with `selector` (metadata only), waking
-    /// the loop on drift.
-    pub fn watch<K>(&self, api: Api<PartialObjectMeta<K>>, selector: &str, changes: Changes)
+    /// Whether a change seen that `wanted` selects waits for repair (it may still turn out to be
+    /// Turna's own).
+    pub fn pending(&self, wanted: impl Fn(&Seen) -> bool) -> bool {
+        self.lock().seen.values().any(wanted)
+    }
+
+    fn take_where(&self, wanted: impl Fn(&Seen) -> bool) -> Vec<(Key, Seen)> {
+        let mut state = self.lock();
+        let keys: Vec<Key> = state
+            .seen
+            .iter()
+            .filter(|(_, seen)| wanted(seen))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let mut taken = Vec::new();
+        for key in keys {
+            if let Some(seen) = state.seen.remove(&key)
+                && drifted(state.written.get(&key), seen.version.as_ref())
+            {
+                taken.push((key, seen));
+            }
+        }
+        taken
+    }
+
+    /// A repair of `key` failed: it stays to be repaired, unless a newer change replaced it.
+    pub fn restore(&self, key: Key, seen: Seen) {
+        self.lock().seen.entry(key).or_insert(seen);
+    }
+
+    /// Watches the objects of kind `K` that `api` lists with `selector` (metadata only), and
+    /// sends each change that may be drift to the controller of the object's owner.
+    pub fn watch<K>(&self, api: Api<PartialObjectMeta<K>>, selector: &str, triggers: &Triggers) -> Task
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let drift = self.clone();
         let kind = K::kind(&()).into_owned();
         let config = watcher::Config::default().labels(selector);
-        tokio::spawn(async move {
+        let triggers = triggers.clone();
+        Task::spawn(async move {
             let stream = watcher(api, config).default_backoff();
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
@@ -141,19 +171,17 @@ impl Drift {
                     namespace: meta.namespace.clone().unwrap_or_default(),
                     name: meta.name.clone().unwrap_or_default(),
                 };
-                let seen = (!deleted).then(|| Version::of(meta));
+                let owner = Owner::of(meta);
+                let seen = Seen {
+                    version: (!deleted).then(|| Version::of(meta)),
+                    owner: owner.as_ref().map(|o| o.uid.clone()),
+                };
                 if drift.observed(key.clone(), seen) {
-                    let (drift, changes) = (drift.clone(), changes.clone());
-                    tokio::spawn(async move {
-                        tokio::time::sleep(SETTLE).await;
-                        if drift.still(&key) {
-                            tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, deleted, "proxy object changed by someone else; applying it again");
-                            changes.notify();
-                        }
-                    });
+                    tracing::debug!(kind = %key.kind, namespace = %key.namespace, name = %key.name, deleted, "proxy object changed; asking its owner's controller");
+                    triggers.send(owner, &key);
                 }
             }
-        });
+        })
     }
 }
 
@@ -187,29 +215,47 @@ mod tests {
         }
     }
 
+    fn seen(generation: Option<i64>, resource_version: &str, owner: &str) -> Seen {
+        Seen {
+            version: Some(Version::of(&meta(generation, resource_version))),
+            owner: Some(owner.into()),
+        }
+    }
+
+    fn deleted(owner: &str) -> Seen {
+        Seen {
+            version: None,
+            owner: Some(owner.into()),
+        }
+    }
+
+    fn keys(taken: Vec<(Key, Seen)>) -> Vec<Key> {
+        taken.into_iter().map(|(key, _)| key).collect()
+    }
+
     #[test]
     fn only_changes_by_others_to_objects_turna_wrote_are_drift() {
         let drift = Drift::default();
         // Never written: not Turna's to repair (yet).
-        assert!(!drift.observed(key("a"), None));
+        assert!(!drift.observed(key("a"), deleted("gw")));
         drift.wrote(key("a"), &meta(Some(2), "10"));
         // Status updates move the resourceVersion, not the generation.
-        assert!(!drift.observed(key("a"), Some(Version::of(&meta(Some(2), "11")))));
-        assert!(drift.take().is_empty());
+        assert!(!drift.observed(key("a"), seen(Some(2), "11", "gw")));
+        assert!(drift.take_owned("gw").is_empty());
         // An edit of the spec does.
-        assert!(drift.observed(key("a"), Some(Version::of(&meta(Some(3), "12")))));
-        assert_eq!(drift.take(), vec![key("a")]);
-        assert!(drift.take().is_empty(), "taken once");
+        assert!(drift.observed(key("a"), seen(Some(3), "12", "gw")));
+        assert_eq!(keys(drift.take_owned("gw")), vec![key("a")]);
+        assert!(drift.take_owned("gw").is_empty(), "taken once");
         // A deletion is drift; one by Turna's own garbage collection is not.
-        assert!(drift.observed(key("a"), None));
-        assert_eq!(drift.take(), vec![key("a")]);
+        assert!(drift.observed(key("a"), deleted("gw")));
+        assert_eq!(keys(drift.take_owned("gw")), vec![key("a")]);
         drift.wrote(key("b"), &meta(None, "5"));
         drift.forget(&key("b"));
-        assert!(!drift.observed(key("b"), None));
+        assert!(!drift.observed(key("b"), deleted("gw")));
         // Kinds without a generation compare resourceVersions.
         drift.wrote(key("c"), &meta(None, "7"));
-        assert!(drift.observed(key("c"), Some(Version::of(&meta(None, "8")))));
-        assert_eq!(drift.take(), vec![key("c")]);
+        assert!(drift.observed(key("c"), seen(None, "8", "gw")));
+        assert_eq!(keys(drift.take_owned("gw")), vec![key("c")]);
     }
 
     #[test]
@@ -217,9 +263,45 @@ mod tests {
         let drift = Drift::default();
         drift.wrote(key("a"), &meta(Some(1), "1"));
         // The watch shows Turna's next write before the apply returned.
-        assert!(drift.observed(key("a"), Some(Version::of(&meta(Some(2), "2")))));
+        assert!(drift.observed(key("a"), seen(Some(2), "2", "gw")));
         drift.wrote(key("a"), &meta(Some(2), "2"));
-        assert!(!drift.still(&key("a")), "no wake after the settling time");
-        assert!(drift.take().is_empty());
+        // The owner's controller looks once the write is recorded: nothing to repair.
+        assert!(drift.take_owned("gw").is_empty());
+    }
+
+    #[test]
+    fn each_owner_takes_only_its_own_objects_and_a_failed_repair_stays() {
+        let drift = Drift::default();
+        drift.wrote(key("a"), &meta(Some(1), "1"));
+        drift.wrote(key("b"), &meta(Some(1), "1"));
+        assert!(drift.observed(key("a"), deleted("gw-a")));
+        assert!(drift.observed(key("b"), deleted("class")));
+        assert_eq!(drift.take_owned("gw-a"), vec![(key("a"), deleted("gw-a"))]);
+        assert!(drift.take_owned("gw-a").is_empty());
+        // Its repair failed: the next look finds it again.
+        drift.restore(key("a"), deleted("gw-a"));
+        assert_eq!(drift.take_owned("gw-a"), vec![(key("a"), deleted("gw-a"))]);
+        // A newer change is not replaced by the failed one.
+        assert!(drift.observed(key("a"), seen(Some(4), "9", "gw-a")));
+        drift.restore(key("a"), deleted("gw-a"));
+        assert_eq!(drift.take_owned("gw-a"), vec![(key("a"), seen(Some(4), "9", "gw-a"))]);
+        assert_eq!(keys(drift.take_owned("class")), vec![key("b")]);
+    }
+
+    #[test]
+    fn the_pass_takes_only_objects_without_owner() {
+        let drift = Drift::default();
+        drift.wrote(key("owned"), &meta(Some(1), "1"));
+        drift.wrote(key("old"), &meta(Some(1), "1"));
+        assert!(drift.observed(key("owned"), deleted("gw")));
+        let unowned = Seen {
+            version: None,
+            owner: None,
+        };
+        assert!(drift.observed(key("old"), unowned));
+        assert!(drift.pending(|seen| seen.owner.is_none()));
+        assert_eq!(drift.take_unowned(), vec![key("old")]);
+        assert!(!drift.pending(|seen| seen.owner.is_none()));
+        assert_eq!(keys(drift.take_owned("gw")), vec![key("owned")]);
     }
 }

@@ -7,6 +7,7 @@
 pub mod addresses;
 pub mod apply;
 pub mod bundle;
+pub mod controllers;
 pub mod drift;
 pub mod names;
 pub mod objects;
@@ -15,6 +16,8 @@ pub use apply::{ProvisionError, Provisioned, Provisioner};
 pub use names::Names;
 pub use objects::{Objects, ProxyInput, build};
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -22,6 +25,8 @@ use kube::{Api, Client};
 use translator::Output;
 use translator::snapshot::Facts;
 
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
 use crate::settings::{Kubernetes, Mode};
 use crate::watch::{self, Changes};
 
@@ -35,15 +40,26 @@ pub struct Provisioning {
     provisioner: Option<Provisioner>,
     /// Services whose ingress become Gateway addresses.
     services: Option<Store<Service>>,
+    /// Drift repair (controller mode), stopped with this.
+    _repair: Vec<controllers::Task>,
 }
 
 impl Provisioning {
-    /// Starts the watch of the address Services `settings` call for.
-    pub fn start(client: &Client, settings: &Kubernetes, changes: &Changes) -> Provisioning {
+    /// Starts the watch of the address Services `settings` call for, and in controller mode
+    /// drift repair over the Gateways of `namespaces` (`None`: all).
+    pub fn start(
+        client: &Client,
+        settings: &Kubernetes,
+        namespaces: Vec<Option<String>>,
+        changes: &Changes,
+        leadership: &Leadership,
+        metrics: &Arc<Metrics>,
+    ) -> Provisioning {
         let mut provisioning = Provisioning {
             mode: settings.mode,
             provisioner: None,
             services: None,
+            _repair: Vec::new(),
         };
         match settings.mode {
             Mode::Controller => {
@@ -52,7 +68,7 @@ impl Provisioning {
                     let config = watcher::Config::default().labels(&provisioner.selector());
                     watch::address_services(api, config, changes.clone())
                 });
-                provisioner.watch_drift(changes);
+                provisioning._repair = provisioner.repair_drift(namespaces, changes, leadership, metrics);
                 provisioning.provisioner = Some(provisioner);
             }
             Mode::Standalone if settings.status.addresses.is_empty() => {
