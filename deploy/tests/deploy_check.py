@@ -3,7 +3,8 @@
 against a real kube-apiserver (e2e/scripts/apiserver.sh, Gateway API v1.7.0 CRDs).
 
 For each installation variant (Helm: scope cluster with placement controller and gateway, scope
-namespace; Kustomize: the base and both overlays):
+namespace with one and with two watched namespaces, mode standalone; Kustomize: the base and
+both overlays):
 
 1. render: `helm lint --strict` and `helm template`, or `kustomize build` (and `kubectl
    kustomize`, which `kubectl apply -k` uses, renders the same);
@@ -118,7 +119,17 @@ class Variant:
     proxy_replicas: int | None = None
     # The labels the chart's PodMonitor selects proxy pods by (check_monitors fills it).
     pod_monitor_selector: dict = field(default_factory=dict)
+    # scope=namespace: the namespaces watched (empty: home).
+    watch_namespaces: list[str] = field(default_factory=list)
     rendered: list[dict] = field(default_factory=list)
+
+    @property
+    def watched(self) -> list[str]:
+        return self.watch_namespaces or [self.home]
+
+    def place(self, namespace: str) -> str:
+        """The `where` of rbac-needs.txt for a namespace."""
+        return "home" if namespace == self.home else f"namespace {namespace}"
 
     @property
     def slug(self) -> str:
@@ -180,6 +191,11 @@ def variants(helm: str, kustomize: str) -> list[Variant]:
               scope="cluster", placement="controller", gateway_class="turna", mode="standalone"),
         chart("helm scope=namespace", "turna", "team-a", *tenant, "imagePullSecrets[0].name=regcred",
               scope="namespace", placement="controller", gateway_class="turna-team-a", pull_secrets=["regcred"]),
+        # Several namespaces, each watched on its own: the route and its backend in the second.
+        chart("helm scope=namespace watchNamespaces", "turna", "team-a", *tenant,
+              "watchNamespaces[0]=team-a", "watchNamespaces[1]=team-a-apps",
+              scope="namespace", placement="controller", gateway_class="turna-team-a",
+              watch_namespaces=["team-a", "team-a-apps"]),
         overlay("kustomize turna-gateway", "turna-gateway", "turna-system",
                 scope="cluster", placement="controller", gateway_class="turna"),
         overlay("kustomize turna-gateway-gateway-namespace", "turna-gateway-gateway-namespace", "turna-system",
@@ -223,10 +239,12 @@ def needs(variant: Variant) -> dict[str, set[Rule]]:
             .replace("$class", variant.gateway_class)
         )
         group = "" if group == "core" else group
+        places = [variant.place(n) for n in variant.watched] if where == "watched" else [where]
         for resource in resources.split(","):
             for verb in verbs.split(","):
                 for name in names.split(","):
-                    out.setdefault(subject, set()).add((where, group, resource, verb, name))
+                    for place in places:
+                        out.setdefault(subject, set()).add((place, group, resource, verb, name))
     return out
 
 
@@ -367,6 +385,8 @@ class Cluster:
                 attributes["name"] = name
             if where == "home" and resource not in CLUSTER_SCOPED:
                 attributes["namespace"] = home
+            elif where.startswith("namespace ") and resource not in CLUSTER_SCOPED:
+                attributes["namespace"] = where.split(" ", 1)[1]
             reviews.append({
                 "apiVersion": "authorization.k8s.io/v1",
                 "kind": "SubjectAccessReview",
@@ -404,7 +424,7 @@ def check_live_rbac(cluster: Cluster, variant: Variant) -> None:
         if denied:
             raise CheckFailed(f"{variant.name}: the API server denies {account}:\n{describe(denied)}")
         if variant.scope == "namespace":
-            local = [r for r in wanted if r[0] == "home" and r[2] not in CLUSTER_SCOPED]
+            local = [r for r in wanted if r[0] != "cluster" and r[2] not in CLUSTER_SCOPED]
             everywhere = [("cluster", *r[1:]) for r in local]
             answers = cluster.allowed(variant.home, account, everywhere, variant.home)
             leaked = {r for r, ok in zip(everywhere, answers) if ok}
@@ -551,6 +571,9 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
                RUST_LOG="info,kube=warn", NO_COLOR="1")
     log_file = work / f"{slug}.controller.log"
     apps = home if variant.scope == "namespace" else f"{slug[:40].strip('-')}-apps"
+    # The route and its backend: in the last watched namespace (watchNamespaces), else beside
+    # the Gateway.
+    routes = variant.watched[-1] if variant.scope == "namespace" else apps
     gateway = "web"
     with open(log_file, "w") as out:
         process = subprocess.Popen(
@@ -561,14 +584,15 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     try:
         manifests = [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": apps}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": apps},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": routes},
              "spec": {"type": "ExternalName", "externalName": "localhost",
                       "ports": [{"name": "http", "port": backend.port}]}},
             {"apiVersion": f"{GROUP}/v1", "kind": "Gateway", "metadata": {"name": gateway, "namespace": apps},
              "spec": {"gatewayClassName": variant.gateway_class,
-                      "listeners": [{"name": "http", "port": listener_port, "protocol": "HTTP"}]}},
-            {"apiVersion": f"{GROUP}/v1", "kind": "HTTPRoute", "metadata": {"name": "echo", "namespace": apps},
-             "spec": {"parentRefs": [{"name": gateway}],
+                      "listeners": [{"name": "http", "port": listener_port, "protocol": "HTTP",
+                                     "allowedRoutes": {"namespaces": {"from": "All"}}}]}},
+            {"apiVersion": f"{GROUP}/v1", "kind": "HTTPRoute", "metadata": {"name": "echo", "namespace": routes},
+             "spec": {"parentRefs": [{"name": gateway, "namespace": apps}],
                       "rules": [{"backendRefs": [{"name": "echo", "port": backend.port}]}]}},
         ]
         if variant.scope == "namespace":
@@ -584,14 +608,14 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
         wait_for(f"Gateway {apps}/{gateway} Accepted", gateway_accepted, 60, log_file)
 
         def route_status():
-            route = cluster.json("get", "httproute", "echo", "-n", apps)
+            route = cluster.json("get", "httproute", "echo", "-n", routes)
             parents = (route.get("status") or {}).get("parents") or []
             return any(p.get("controllerName") == config["providers"]["kubernetes"]["controller_name"]
                        and any(c.get("type") == "Accepted" and c.get("status") == "True"
                                for c in p.get("conditions", []))
                        for p in parents)
 
-        wait_for(f"HTTPRoute {apps}/echo status", route_status, 30, log_file)
+        wait_for(f"HTTPRoute {routes}/echo status", route_status, 30, log_file)
         if variant.scope == "cluster":
             wait_for(f"GatewayClass {variant.gateway_class} Accepted",
                      lambda: condition(cluster.json("get", "gatewayclass", variant.gateway_class), "Accepted") == "True",
@@ -654,7 +678,7 @@ def check_operator(cluster: Cluster, variant: Variant, work: Path) -> None:
     finally:
         stop(process)
         backend.close()
-        cluster.kubectl("delete", "httproute,service", "echo", "-n", apps, "--ignore-not-found", "--wait=false",
+        cluster.kubectl("delete", "httproute,service", "echo", "-n", routes, "--ignore-not-found", "--wait=false",
                         check=False)
         cluster.kubectl("delete", "pod", pod, "-n", home, "--ignore-not-found", "--wait=false", check=False)
 

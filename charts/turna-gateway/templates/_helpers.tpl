@@ -54,6 +54,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and (eq .Values.scope "namespace") (not .Values.gatewayClass.name) -}}
 {{- fail "scope=namespace needs gatewayClass.name" -}}
 {{- end -}}
+{{- if and (ne .Values.scope "namespace") .Values.watchNamespaces -}}
+{{- fail "watchNamespaces needs scope=namespace (scope=cluster watches every namespace)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaces a scope=namespace installation watches: watchNamespaces, else the release's. */}}
+{{- define "turna.watchNamespaces" -}}
+{{- toJson (.Values.watchNamespaces | default (list .Release.Namespace) | uniq) -}}
 {{- end -}}
 
 {{/*
@@ -84,7 +92,7 @@ standalone Service's. extraConfig is merged over the result.
   "controller_name" .Values.controllerName
   "controller_id" (.Values.controllerId | default (printf "%s/%s" .Release.Namespace .Release.Name))
   "namespace_scoped" $namespaced
-  "namespaces" (ternary (list .Release.Namespace) (list) $namespaced)
+  "namespaces" (ternary (include "turna.watchNamespaces" . | fromJsonArray) (list) $namespaced)
   "gateway_class" (ternary .Values.gatewayClass.name "" $namespaced)
   "backend" (dict "allow_external_name" .Values.allowExternalNameBackends)
   "status" (dict "leader_election" (dict
