@@ -15,7 +15,8 @@ use prometheus_client::registry::Registry;
 /// `kind` and `result` of a reconcile pass.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
-    /// What the pass did: `status` (write statuses) or `provision`.
+    /// What the pass did: `status` (write statuses) or `provision`; `repair` for the drift
+    /// repairs of the Gateway and GatewayClass controllers.
     pub kind: String,
     /// `success`, `error`, or `standby` (skipped: not the leader).
     pub result: String,

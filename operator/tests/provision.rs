@@ -889,8 +889,16 @@ spec:
         all.then_some(())
     })
     .await;
-    // Let the first passes finish, so what follows is repair rather than first provisioning.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A provisioning pass finished, so what follows is repair rather than first provisioning
+    // (a repair would wait for a pass in progress anyway).
+    eventually("a provisioning pass", || async {
+        let passes = common::sample(
+            &metrics,
+            "turna_operator_reconciles_total{kind=\"provision\",result=\"success\"}",
+        );
+        (passes >= 1.0).then_some(())
+    })
+    .await;
     let uid = |meta: &kube::api::ObjectMeta| meta.uid.clone().unwrap_or_default();
     let deployment = deployments.get(&names.proxy).await.expect("Deployment");
     let expected = if gateway_namespace { "Gateway" } else { "GatewayClass" };
@@ -951,18 +959,10 @@ spec:
     })
     .await;
     // The owner's controller repaired them all: the provisioning pass leaves owned objects to it.
-    let repaired = metric(
-        &metrics.encode(),
+    let repaired = common::sample(
+        &metrics,
         "turna_operator_provisioned_objects_total{result=\"repaired\"}",
     );
     assert!(repaired >= 4.0, "repairs counted: {repaired}\n{}", metrics.encode());
     controller.abort();
-}
-
-/// The value of the sample `name` (with its labels) in the text exposition `encoded`.
-fn metric(encoded: &str, name: &str) -> f64 {
-    encoded
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
