@@ -22,7 +22,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
-use operator::provision::{Names, bundle, controller_id};
+use operator::provision::{Names, bundle, controller_id, names};
 use operator::settings::Kubernetes;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -831,6 +831,187 @@ async fn proxy_objects_deleted_or_edited_by_hand_are_repaired_within_two_seconds
 async fn proxy_objects_of_a_gateway_are_repaired_by_its_controller_within_two_seconds() {
     // The proxy in the Gateway's namespace: its objects are the Gateway's.
     repaired_within_two_seconds(true).await;
+}
+
+/// Every kind of proxy object, deleted and then relabelled by hand, is back within two seconds
+/// (the proxy in the Gateway's namespace with a ServiceAccount of its own and an autoscaler, so
+/// that all ten kinds exist, owned by the Gateway or the GatewayClass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_proxy_object_deleted_or_relabelled_is_repaired_within_two_seconds() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("drift-all");
+    let home = cp.fresh_namespace("drift-all-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    cp.apply_yaml(&translator::crds::yaml())
+        .expect("install the generated CRD");
+    eventually("the TurnaProxy API served", || async {
+        turna_proxies(&client, &ns).list(&ListParams::default()).await.ok()
+    })
+    .await;
+    cp.apply_yaml(&format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec:
+  controllerName: rakunlabs.com/turna
+  parametersRef: {{group: gateway.turna.rakunlabs.com, kind: TurnaProxy, name: scaled, namespace: {ns}}}
+---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaProxy
+metadata: {{name: scaled, namespace: {ns}}}
+spec:
+  autoscaling: {{minReplicas: 2, maxReplicas: 4, targetCPUUtilizationPercentage: 70}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+"#
+    ))
+    .expect("apply");
+    let mut settings = settings(&class, &home);
+    settings.proxy.replicas = 2;
+    settings.proxy.gateway_namespace = true;
+    settings.proxy.cluster_role = "turna-proxy-reader".into();
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let selector: Vec<String> = names.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let selector = selector.join(",");
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let options = operator::reconcile::Options {
+        metrics: metrics.clone(),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run_with(
+        client.clone(),
+        settings,
+        options,
+        std::future::pending(),
+    ));
+    let resource = |group: &str, version: &str, kind: &str, plural: &str| ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let rbac = "rbac.authorization.k8s.io";
+    // Each kind, where it lives (`None`: cluster-scoped) and the owner it must have.
+    let kinds = [
+        (
+            resource("apps", "v1", "Deployment", "deployments"),
+            Some(&ns),
+            "Gateway",
+        ),
+        (resource("", "v1", "Service", "services"), Some(&ns), "Gateway"),
+        (resource("", "v1", "ConfigMap", "configmaps"), Some(&ns), "Gateway"),
+        (
+            resource("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+            Some(&ns),
+            "Gateway",
+        ),
+        (
+            resource(
+                "autoscaling",
+                "v2",
+                "HorizontalPodAutoscaler",
+                "horizontalpodautoscalers",
+            ),
+            Some(&ns),
+            "Gateway",
+        ),
+        (
+            resource("", "v1", "ServiceAccount", "serviceaccounts"),
+            Some(&ns),
+            "Gateway",
+        ),
+        (resource("", "v1", "Secret", "secrets"), Some(&home), "GatewayClass"),
+        (resource(rbac, "v1", "Role", "roles"), Some(&home), "GatewayClass"),
+        (
+            resource(rbac, "v1", "RoleBinding", "rolebindings"),
+            Some(&home),
+            "GatewayClass",
+        ),
+        (
+            resource(rbac, "v1", "ClusterRoleBinding", "clusterrolebindings"),
+            None,
+            "GatewayClass",
+        ),
+    ];
+    let api = |resource: &ApiResource, namespace: Option<&String>| match namespace {
+        Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource),
+        None => Api::<DynamicObject>::all_with(client.clone(), resource),
+    };
+    let mut objects = Vec::new();
+    for (resource, namespace, owner) in &kinds {
+        let api = api(resource, *namespace);
+        let listed = eventually(&format!("the proxy's {}", resource.kind), || async {
+            let items = api.list(&ListParams::default().labels(&selector)).await.ok()?.items;
+            items.into_iter().next()
+        })
+        .await;
+        let owners = listed.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(
+            owners.first().map(|o| o.kind.as_str()),
+            Some(*owner),
+            "the owner of the {}",
+            resource.kind
+        );
+        objects.push((api, resource.clone(), listed.metadata.name.clone().unwrap_or_default()));
+    }
+    eventually("a provisioning pass", || async {
+        let passes = common::sample(
+            &metrics,
+            "turna_operator_reconciles_total{kind=\"provision\",result=\"success\"}",
+        );
+        (passes >= 1.0).then_some(())
+    })
+    .await;
+    let label = names::GATEWAY_NAMESPACE_LABEL;
+    for (api, resource, name) in &objects {
+        let kind = &resource.kind;
+        let old = api.get(name).await.expect("the object").metadata.uid;
+        api.delete(name, &DeleteParams::default()).await.expect("delete");
+        common::within(Duration::from_secs(2), &format!("the deleted {kind} back"), || async {
+            let object = api.get_opt(name).await.ok()??;
+            (object.metadata.uid != old).then_some(())
+        })
+        .await;
+        // Another field manager takes one of Turna's labels: Turna's value back.
+        api.patch(
+            name,
+            &PatchParams::apply("someone").force(),
+            &Patch::Apply(json!({
+                "apiVersion": resource.api_version,
+                "kind": kind,
+                "metadata": {"name": name, "labels": {label: "someone"}},
+            })),
+        )
+        .await
+        .expect("relabel");
+        common::within(
+            Duration::from_secs(2),
+            &format!("the relabelled {kind} back"),
+            || async {
+                let object = api.get_opt(name).await.ok()??;
+                let labels = object.metadata.labels?;
+                (labels.get(label).map(String::as_str) == Some(ns.as_str())).then_some(())
+            },
+        )
+        .await;
+    }
+    let repaired = common::sample(
+        &metrics,
+        "turna_operator_provisioned_objects_total{result=\"repaired\"}",
+    );
+    assert!(repaired >= 20.0, "repairs counted: {repaired}\n{}", metrics.encode());
+    controller.abort();
 }
 
 /// Deletes and edits proxy objects by hand and sees the owner's controller (not the

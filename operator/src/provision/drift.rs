@@ -1,11 +1,12 @@
 //! Drift detection: every kind of proxy object is watched (metadata only, by the installation's
 //! labels). An object Turna applied that is then deleted, or changed by someone else (its
-//! generation moved, or for kinds without one its resourceVersion), is reported to the
+//! generation or labels moved, or for kinds without a generation its resourceVersion), is reported to the
 //! controller of its owner (see [`super::controllers`]), which applies it again at once instead
 //! of after the minute unchanged objects otherwise wait.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -24,21 +25,27 @@ use super::controllers::{Owner, Task, Triggers};
 pub struct Version {
     generation: Option<i64>,
     resource_version: Option<String>,
+    /// A digest of the labels, which the generation does not follow.
+    labels: u64,
 }
 
 impl Version {
     pub fn of(meta: &ObjectMeta) -> Version {
+        let mut hasher = DefaultHasher::new();
+        meta.labels.hash(&mut hasher);
         Version {
             generation: meta.generation,
             resource_version: meta.resource_version.clone(),
+            labels: hasher.finish(),
         }
     }
 
-    /// Whether `seen` is another version than this one: the generation where the kind has one
-    /// (status updates do not move it), else the resourceVersion.
+    /// Whether `seen` is another version than this one: where the kind has a generation, that
+    /// or the labels (selectors and monitors go by them; status updates move neither), else the
+    /// resourceVersion.
     fn differs(&self, seen: &Version) -> bool {
         match (self.generation, seen.generation) {
-            (Some(mine), Some(theirs)) => mine != theirs,
+            (Some(mine), Some(theirs)) => mine != theirs || self.labels != seen.labels,
             _ => self.resource_version != seen.resource_version,
         }
     }
@@ -252,6 +259,20 @@ mod tests {
         drift.wrote(key("b"), &meta(None, "5"));
         drift.forget(&key("b"));
         assert!(!drift.observed(key("b"), deleted("gw")));
+        // Relabelling moves no generation, and is drift.
+        let relabelled = ObjectMeta {
+            labels: Some([("app".to_string(), "other".to_string())].into()),
+            ..meta(Some(1), "20")
+        };
+        drift.wrote(key("a"), &meta(Some(1), "19"));
+        assert!(drift.observed(
+            key("a"),
+            Seen {
+                version: Some(Version::of(&relabelled)),
+                owner: Some("gw".into())
+            }
+        ));
+        assert_eq!(keys(drift.take_owned("gw")), vec![key("a")]);
         // Kinds without a generation compare resourceVersions.
         drift.wrote(key("c"), &meta(None, "7"));
         assert!(drift.observed(key("c"), seen(None, "8", "gw")));
