@@ -190,6 +190,7 @@ impl Repair {
             match apply::apply(&self.client, &self.drift, desired).await {
                 Ok(()) => {
                     repaired += 1;
+                    self.metrics.provisioned("repaired", 1);
                     let deleted = seen.version.is_none();
                     tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, deleted, "proxy object changed by someone else; applied it again");
                 }
@@ -199,7 +200,6 @@ impl Repair {
                 }
             }
         }
-        self.metrics.provisioned("repaired", repaired);
         match failure {
             Some(error) => Err(error),
             None => Ok(repaired),
