@@ -682,6 +682,47 @@ fn turna_proxies(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
+/// The TurnaProxy API of `ns`, once the generated CRD is installed and served.
+async fn turna_proxies_served(cp: &control_plane::ControlPlane, client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    cp.apply_yaml(&translator::crds::yaml())
+        .expect("install the generated CRD");
+    let proxies = turna_proxies(client, ns);
+    eventually("the TurnaProxy API served", || async {
+        proxies.list(&ListParams::default()).await.ok()
+    })
+    .await;
+    proxies
+}
+
+/// A controller for `settings`, with metrics the test reads.
+fn start_with_metrics(
+    client: &kube::Client,
+    settings: Kubernetes,
+) -> (JoinHandle<()>, std::sync::Arc<operator::metrics::Metrics>) {
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let options = operator::reconcile::Options {
+        metrics: metrics.clone(),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run_with(
+        client.clone(),
+        settings,
+        options,
+        std::future::pending(),
+    ));
+    (controller, metrics)
+}
+
+/// Waits until a provisioning pass finished, so that what follows is repair rather than first
+/// provisioning (a repair would wait for a pass in progress anyway).
+async fn provisioned_once(metrics: &operator::metrics::Metrics) {
+    let series = "turna_operator_reconciles_total{kind=\"provision\",result=\"success\"}";
+    eventually("a provisioning pass", || async {
+        (common::sample(metrics, series) >= 1.0).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_parameters_shape_the_proxy_and_unusable_ones_leave_it_as_it_was() {
     let cp = plane();
@@ -689,13 +730,7 @@ async fn proxy_parameters_shape_the_proxy_and_unusable_ones_leave_it_as_it_was()
     let home = cp.fresh_namespace("params-home");
     let class = format!("turna-{ns}");
     let client = client().await;
-    cp.apply_yaml(&translator::crds::yaml())
-        .expect("install the generated CRD");
-    let proxies = turna_proxies(&client, &ns);
-    eventually("the TurnaProxy API served", || async {
-        proxies.list(&ListParams::default()).await.ok()
-    })
-    .await;
+    let proxies = turna_proxies_served(cp, &client, &ns).await;
     cp.apply_yaml(&format!(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -843,12 +878,7 @@ async fn every_kind_of_proxy_object_deleted_or_relabelled_is_repaired_within_two
     let home = cp.fresh_namespace("drift-all-home");
     let class = format!("turna-{ns}");
     let client = client().await;
-    cp.apply_yaml(&translator::crds::yaml())
-        .expect("install the generated CRD");
-    eventually("the TurnaProxy API served", || async {
-        turna_proxies(&client, &ns).list(&ListParams::default()).await.ok()
-    })
-    .await;
+    turna_proxies_served(cp, &client, &ns).await;
     cp.apply_yaml(&format!(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -879,17 +909,7 @@ spec:
     let names = Names::new(&ns, "web", &controller_id(&settings));
     let selector: Vec<String> = names.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
     let selector = selector.join(",");
-    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
-    let options = operator::reconcile::Options {
-        metrics: metrics.clone(),
-        ..Default::default()
-    };
-    let controller = tokio::spawn(operator::reconcile::run_with(
-        client.clone(),
-        settings,
-        options,
-        std::future::pending(),
-    ));
+    let (controller, metrics) = start_with_metrics(&client, settings);
     let resource = |group: &str, version: &str, kind: &str, plural: &str| ApiResource {
         group: group.into(),
         version: version.into(),
@@ -965,14 +985,7 @@ spec:
         );
         objects.push((api, resource.clone(), listed.metadata.name.clone().unwrap_or_default()));
     }
-    eventually("a provisioning pass", || async {
-        let passes = common::sample(
-            &metrics,
-            "turna_operator_reconciles_total{kind=\"provision\",result=\"success\"}",
-        );
-        (passes >= 1.0).then_some(())
-    })
-    .await;
+    provisioned_once(&metrics).await;
     let label = names::GATEWAY_NAMESPACE_LABEL;
     for (api, resource, name) in &objects {
         let kind = &resource.kind;
@@ -1043,17 +1056,7 @@ spec:
     settings.proxy.replicas = 2;
     settings.proxy.gateway_namespace = gateway_namespace;
     let names = Names::new(&ns, "web", &controller_id(&settings));
-    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
-    let options = operator::reconcile::Options {
-        metrics: metrics.clone(),
-        ..Default::default()
-    };
-    let controller = tokio::spawn(operator::reconcile::run_with(
-        client.clone(),
-        settings,
-        options,
-        std::future::pending(),
-    ));
+    let (controller, metrics) = start_with_metrics(&client, settings);
     let proxies = if gateway_namespace { &ns } else { &home };
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), proxies);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), proxies);
@@ -1075,16 +1078,7 @@ spec:
         all.then_some(())
     })
     .await;
-    // A provisioning pass finished, so what follows is repair rather than first provisioning
-    // (a repair would wait for a pass in progress anyway).
-    eventually("a provisioning pass", || async {
-        let passes = common::sample(
-            &metrics,
-            "turna_operator_reconciles_total{kind=\"provision\",result=\"success\"}",
-        );
-        (passes >= 1.0).then_some(())
-    })
-    .await;
+    provisioned_once(&metrics).await;
     let uid = |meta: &kube::api::ObjectMeta| meta.uid.clone().unwrap_or_default();
     let deployment = deployments.get(&names.proxy).await.expect("Deployment");
     let expected = if gateway_namespace { "Gateway" } else { "GatewayClass" };

@@ -38,10 +38,6 @@ use crate::watch::Changes;
 const CONCURRENCY: u16 = 4;
 /// Wait before a failed repair runs again.
 const RETRY: Duration = Duration::from_secs(1);
-/// How long a change of an object without owner waits before it wakes the provisioning pass:
-/// Turna's own writes come back through the watch too, sometimes before the apply's answer
-/// recorded them.
-const SETTLE: Duration = Duration::from_millis(300);
 
 /// A spawned task, aborted when dropped, so the controllers stop with the loop that started
 /// them.
@@ -109,12 +105,11 @@ pub struct Triggers {
     classes: UnboundedSender<ObjectRef<GatewayClassMeta>>,
     /// The provisioning pass, for objects without an owner.
     changes: Changes,
-    drift: Drift,
 }
 
 impl Triggers {
     /// Asks the controller of `owner` to look at its objects (`key` changed), or, without an
-    /// owner, the provisioning pass once the change settled.
+    /// owner, the provisioning pass.
     pub fn send(&self, owner: Option<Owner>, key: &Key) {
         match owner {
             Some(Owner {
@@ -144,14 +139,9 @@ impl Triggers {
                 ..
             })
             | None => {
-                let (drift, changes, key) = (self.drift.clone(), self.changes.clone(), key.clone());
-                tokio::spawn(async move {
-                    tokio::time::sleep(SETTLE).await;
-                    if drift.pending(|seen| seen.owner.is_none()) {
-                        tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, "proxy object without owner changed by someone else; applying it again");
-                        changes.notify();
-                    }
-                });
+                // The pass takes it under the ledger lock, where Turna's own echoes are no drift.
+                tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, "proxy object without owner changed; waking the provisioning pass");
+                self.changes.notify();
             }
         }
     }
@@ -314,7 +304,6 @@ pub(super) fn start(
         gateways: Arc::new(gateways),
         classes,
         changes: changes.clone(),
-        drift: repair.drift.clone(),
     };
     (triggers, tasks)
 }
