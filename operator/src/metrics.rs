@@ -15,8 +15,9 @@ use prometheus_client::registry::Registry;
 /// `kind` and `result` of a reconcile pass.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
-    /// What the pass did: `status` (write statuses) or `provision`; `repair` for the drift
-    /// repairs of the Gateway and GatewayClass controllers.
+    /// What was reconciled: `status` (the pass's status writes), `publish` (the pass's proxy
+    /// plans), `provision` (a Gateway controller applied its proxy), `repair` (it applied again
+    /// what someone else changed) or `collect` (garbage collection deleted proxy objects).
     pub kind: String,
     /// `success`, `error`, or `standby` (skipped: not the leader).
     pub result: String,
@@ -25,7 +26,7 @@ pub struct ReconcileLabels {
 /// `result` of one write of a status or a provisioned object.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    /// `applied`, `unchanged`, `deleted` (provisioned objects) or `failed`.
+    /// `applied`, `unchanged`, `deleted`, `repaired` (provisioned objects) or `failed`.
     pub result: String,
 }
 

@@ -207,6 +207,7 @@ async fn reconcile(
         }
         options.readiness.set_ready();
         if !leadership.is_leader() {
+            provisioning.stand_by();
             metrics.reconciled("status", "standby");
             metrics.pass_took(started.elapsed());
             continue;
@@ -220,24 +221,22 @@ async fn reconcile(
             last_statuses = Some(written.clone());
             statuses.write(written, changed);
         }
-        // Provisioning is independent of status.disabled (product.md).
-        let provisioned = provisioning.provision(&output).await;
-        tracing::debug!(
-            applied = provisioned.applied,
-            unchanged = provisioned.unchanged,
-            deleted = provisioned.deleted,
-            failed = provisioned.failed,
-            "provisioning pass"
-        );
-        metrics.provisioned("applied", provisioned.applied);
-        metrics.provisioned("unchanged", provisioned.unchanged);
-        metrics.provisioned("deleted", provisioned.deleted);
-        metrics.provisioned("failed", provisioned.failed);
-        let result = if provisioned.failed > 0 { "error" } else { "success" };
-        metrics.reconciled("provision", result);
+        // Provisioning is independent of status.disabled (product.md). The Gateway controllers
+        // apply what is published, beside this loop.
+        let failed = match provisioning.publish(&output).await {
+            Ok(published) => {
+                tracing::debug!(gateways = published.reconcile.len(), "proxies published");
+                false
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot provision proxies; will retry");
+                true
+            }
+        };
+        metrics.reconciled("publish", if failed { "error" } else { "success" });
         metrics.pass_took(started.elapsed());
         let again = changes.clone();
-        retry.after(provisioned.failed > 0, move || again.notify());
+        retry.after(failed, move || again.notify());
     }
 }
 

@@ -226,8 +226,8 @@ async fn a_namespace_scoped_controller_works_with_only_roles() {
         config_map.data?.contains_key("push-ca.crt").then_some(())
     })
     .await;
-    // Settled: the passes after these writes succeed, and the class was never written.
-    eventually("a clean provisioning pass", || async {
+    // Settled: the Gateway's controller provisioned it, and the class was never written.
+    eventually("the proxy provisioned", || async {
         let text = metrics.encode();
         text.contains(r#"turna_operator_reconciles_total{kind="provision",result="success"}"#)
             .then_some(())
@@ -350,7 +350,7 @@ spec:
         (value.pointer("/status/listeners/0/attachedRoutes")?.as_i64()? == 1).then_some(())
     })
     .await;
-    eventually("a clean provisioning pass", || async {
+    eventually("the proxy provisioned", || async {
         metrics
             .encode()
             .contains(r#"turna_operator_reconciles_total{kind="provision",result="success"}"#)

@@ -606,7 +606,9 @@ spec:
 async fn proxies_run_the_controller_pod_image_unless_configured() {
     let cp = plane();
     let home = cp.fresh_namespace("image-home");
+    let ns = cp.fresh_namespace("image");
     let client = client().await;
+    let class = format!("turna-{home}");
     cp.apply_yaml(&format!(
         r#"apiVersion: v1
 kind: Pod
@@ -616,58 +618,86 @@ spec:
 "#
     ))
     .expect("apply");
-    let snapshot = translator::Snapshot::from_yaml(
+    let objects = format!(
         r#"
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
-metadata: {name: turna}
-spec: {controllerName: rakunlabs.com/turna}
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {name: web, namespace: apps}
+metadata: {{name: web, namespace: {ns}}}
 spec:
-  gatewayClassName: turna
-  listeners: [{name: http, port: 80, protocol: HTTP}]
-"#,
-    )
-    .expect("snapshot");
-    let mut settings = settings(&format!("turna-{home}"), &home);
-    settings.gateway_class = String::new();
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+"#
+    );
+    // The Gateway exists for its controller; the pass is played by hand from the same objects.
+    cp.apply_yaml(&objects).expect("apply");
+    let snapshot = translator::Snapshot::from_yaml(&objects).expect("snapshot");
+    let mut settings = settings(&class, &home);
     settings.proxy.image = String::new();
     let output = translator::translate(&snapshot, &settings.translator_config());
     assert_eq!(output.proxies.len(), 1);
 
     let mut without_pod = operator::provision::Provisioner::new(client.clone(), &settings);
-    let result = without_pod.provision(&output).await;
-    assert_eq!(result.failed, 1, "no image and no pod to take it from: {result:?}");
+    let error = without_pod
+        .publish(&output)
+        .await
+        .expect_err("no image and no pod to take it from");
+    assert!(matches!(error, operator::provision::ProvisionError::NoPod), "{error}");
 
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
     let mut provisioner =
         operator::provision::Provisioner::new(client.clone(), &settings).with_controller_pod(&home, "controller");
-    let result = provisioner.provision(&output).await;
-    assert_eq!(result.failed, 0, "{result:?}");
-    let names = Names::new("apps", "web", &controller_id(&settings));
-    let deployment = Api::<Deployment>::namespaced(client.clone(), &home)
-        .get(&names.proxy)
-        .await
-        .expect("proxy Deployment");
+    let _controllers = provisioner.start(
+        vec![Some(ns.clone())],
+        &operator::leader::Leadership::always(),
+        &metrics,
+    );
+    let published = provisioner.publish(&output).await.expect("published");
+    assert_eq!(published.reconcile, vec![format!("{ns}/web")]);
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &home);
+    let deployment = eventually("the proxy Deployment applied by the Gateway's controller", || async {
+        deployments.get(&names.proxy).await.ok()
+    })
+    .await;
     let pod = deployment.spec.expect("spec").template.spec.expect("pod spec");
     assert_eq!(
         pod.containers[0].image.as_deref(),
         Some("registry.example.com/turna:1.2.3")
     );
+    let applied = "turna_operator_provisioned_objects_total{result=\"applied\"}";
+    eventually("Deployment, Service, ConfigMap and bundle Secret applied", || async {
+        (common::sample(&metrics, applied) >= 4.0).then_some(())
+    })
+    .await;
 
-    // Unchanged objects are not written again; an empty translation collects them.
-    let again = provisioner.provision(&output).await;
-    assert_eq!((again.applied, again.failed), (0, 0), "{again:?}");
-    assert!(again.unchanged > 0);
-    let emptied = provisioner.provision(&translator::Output::default()).await;
-    assert_eq!(emptied.failed, 0, "{emptied:?}");
-    assert!(
-        emptied.deleted >= 4,
-        "Deployment, Service, ConfigMap and bundle Secret: {emptied:?}"
-    );
-    assert!(!exists(&Api::<Deployment>::namespaced(client.clone(), &home), &names.proxy).await);
+    // An unchanged plan asks no controller for anything, and nothing is written again.
+    let before = common::sample(&metrics, applied);
+    let again = provisioner.publish(&output).await.expect("published");
+    assert!(again.reconcile.is_empty(), "{again:?}");
+    assert!(!again.wanted_changed, "{again:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(common::sample(&metrics, applied), before);
+
+    // An empty translation: garbage collection deletes what no plan holds.
+    let emptied = provisioner
+        .publish(&translator::Output::default())
+        .await
+        .expect("published");
+    assert!(emptied.wanted_changed, "{emptied:?}");
+    eventually("the proxy Deployment collected", || async {
+        (!exists(&deployments, &names.proxy).await).then_some(())
+    })
+    .await;
+    let deleted = "turna_operator_provisioned_objects_total{result=\"deleted\"}";
+    eventually("Deployment, Service, ConfigMap and bundle Secret collected", || async {
+        (common::sample(&metrics, deleted) >= 4.0).then_some(())
+    })
+    .await;
 }
 
 /// The TurnaProxy API, installed from the generated CRD.
@@ -713,11 +743,11 @@ fn start_with_metrics(
     (controller, metrics)
 }
 
-/// Waits until a provisioning pass finished, so that what follows is repair rather than first
-/// provisioning (a repair would wait for a pass in progress anyway).
+/// Waits until a Gateway's controller provisioned its proxy, so that what follows is repair
+/// rather than first provisioning.
 async fn provisioned_once(metrics: &operator::metrics::Metrics) {
     let series = "turna_operator_reconciles_total{kind=\"provision\",result=\"success\"}";
-    eventually("a provisioning pass", || async {
+    eventually("a proxy provisioned", || async {
         (common::sample(metrics, series) >= 1.0).then_some(())
     })
     .await;
@@ -1032,8 +1062,8 @@ async fn repairs_counted(metrics: &operator::metrics::Metrics, wanted: f64) {
     .await;
 }
 
-/// Deletes and edits proxy objects by hand and sees the owner's controller (not the
-/// provisioning pass) put them back within two seconds.
+/// Deletes and edits proxy objects by hand and sees their Gateway's controller (no translation)
+/// put them back within two seconds.
 async fn repaired_within_two_seconds(gateway_namespace: bool) {
     let cp = plane();
     let ns = cp.fresh_namespace("drift");
@@ -1138,7 +1168,7 @@ spec:
         (image(&d).as_deref() == Some("turna:test")).then_some(())
     })
     .await;
-    // The owner's controller repaired them all: the provisioning pass leaves owned objects to it.
+    // The Gateway's controller repaired them all.
     // (The count follows the API server's answer to the last repair, which the object's return
     // may precede.)
     repairs_counted(&metrics, 4.0).await;

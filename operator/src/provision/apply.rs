@@ -1,47 +1,37 @@
-//! Server-side apply of the proxies the translator asks for, and removal of the ones it no longer
-//! does (controller mode).
+//! Server-side apply of proxy objects, and the provisioner: the part of the translation pass
+//! that turns each proxy of the IR into the plan of its Gateway (controller mode).
 //!
-//! Each proxy's objects come from [`super::objects::build`] and its certificate bundle from
-//! [`super::bundle`]. Objects whose desired shape did not change are not re-applied for a while,
-//! so a busy reconcile loop does not turn into a stream of no-op writes. Garbage collection
-//! deletes every object with this installation's controller-id label that no desired proxy
-//! owns, in every namespace where proxies may live under the current placement
-//! (product.md, "Switching the placement").
+//! The plans go to [`super::plans`], whose Gateway controllers ([`super::controllers`]) apply
+//! them; garbage collection ([`super::collect`]) deletes what no plan holds.
 
-use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
-use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde_json::Value;
+use tokio::sync::Notify;
 use translator::{Output, ir};
 
-use super::controllers::{self, Repair};
+use super::collect::Collector;
+use super::controllers::{self, Provision, Triggers};
 use super::drift::Drift;
 use super::names::{self, CONTROLLER_ID_LABEL, MANAGED_BY, Names};
-use super::{bundle, objects};
+use super::objects;
+use super::plans::{Plan, Plans, Published};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::settings::Kubernetes;
-use crate::watch::Changes;
 
 /// Field manager of Turna's server-side applies.
 pub const FIELD_MANAGER: &str = "turna-gateway";
-/// An unchanged object is applied again after this long: a safety net beside drift repair
-/// ([`controllers`]), which applies an object changed by someone else at once.
-const REAPPLY_AFTER: Duration = Duration::from_secs(60);
-/// Proxies provisioned at once.
-const CONCURRENCY: usize = 4;
 
 /// Why provisioning failed; every failure is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -78,15 +68,6 @@ pub enum ProvisionError {
     },
 }
 
-/// Result of one provisioning pass.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Provisioned {
-    pub applied: usize,
-    pub unchanged: usize,
-    pub deleted: usize,
-    pub failed: usize,
-}
-
 /// Identity of one generated object (`namespace` empty when cluster-scoped).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
@@ -95,31 +76,18 @@ pub struct Key {
     pub name: String,
 }
 
-/// What happened to one object: the object, and whether it was written (`false`: unchanged,
-/// skipped).
-type Outcome = (Desired, Result<bool, ProvisionError>);
-
 /// One object to apply.
 #[derive(Clone, Debug)]
-pub(super) struct Desired {
-    pub(super) key: Key,
+pub struct Desired {
+    pub key: Key,
     resource: ApiResource,
     body: Value,
-    digest: u64,
+    /// Of the body: an object is applied again when it changes.
+    pub digest: u64,
 }
 
-/// What the provisioning pass applied, shared with the drift-repairing controllers. Its lock
-/// is held for a whole pass and a whole repair, so a repair never applies an older form of an
-/// object than the pass, and never mistakes the pass's own writes for drift.
-#[derive(Debug, Default)]
-pub(super) struct Ledger {
-    /// The digest applied and when, per object.
-    applied: HashMap<Key, (u64, Instant)>,
-    /// The last desired form of every object of a provisioned proxy: what repair applies.
-    pub(super) desired: HashMap<Key, Desired>,
-}
-
-fn desired<K>(object: &K) -> Desired
+/// The object to apply for `object`.
+pub(super) fn desired<K>(object: &K) -> Desired
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
@@ -139,49 +107,6 @@ where
     }
 }
 
-/// Where objects of a kind live.
-#[derive(Clone, Copy)]
-enum Place {
-    /// Next to the proxies: the home namespace, or every namespace with gateway placement.
-    Proxies,
-    /// The home namespace (bundle Secrets, Roles).
-    Home,
-    Cluster,
-}
-
-/// Kinds garbage collection looks at, and whether listing them needs the RBAC that comes with
-/// `proxy.cluster_role` (without it a refused list is not a failure).
-fn collected_kinds() -> [(ApiResource, Place, bool); 10] {
-    [
-        (ApiResource::erase::<Deployment>(&()), Place::Proxies, false),
-        (
-            ApiResource::erase::<HorizontalPodAutoscaler>(&()),
-            Place::Proxies,
-            false,
-        ),
-        (ApiResource::erase::<Service>(&()), Place::Proxies, false),
-        (ApiResource::erase::<ConfigMap>(&()), Place::Proxies, false),
-        (ApiResource::erase::<PodDisruptionBudget>(&()), Place::Proxies, false),
-        (ApiResource::erase::<ServiceAccount>(&()), Place::Proxies, true),
-        (ApiResource::erase::<Secret>(&()), Place::Home, false),
-        (ApiResource::erase::<Role>(&()), Place::Home, true),
-        (ApiResource::erase::<RoleBinding>(&()), Place::Home, true),
-        (ApiResource::erase::<ClusterRoleBinding>(&()), Place::Cluster, true),
-    ]
-}
-
-/// The objects of one proxy, before its bundle is read.
-struct Plan {
-    proxy: String,
-    names: Names,
-    bundle: translator::Bundle,
-    objects: Vec<Desired>,
-    /// Objects kept from garbage collection without being applied.
-    kept: Vec<Key>,
-    /// The owners of the bundle Secret too.
-    owners: objects::Owners,
-}
-
 /// Provisions proxies; keeps what it applied to skip unchanged objects.
 pub struct Provisioner {
     client: Client,
@@ -191,10 +116,14 @@ pub struct Provisioner {
     pod: Option<(String, String)>,
     image: Option<String>,
     push: Option<super::objects::Push>,
-    ledger: Arc<tokio::sync::Mutex<Ledger>>,
-    collected: Option<(BTreeSet<Key>, Instant)>,
+    /// What the Gateway controllers apply.
+    plans: Plans,
     /// Objects changed by someone else since they were applied.
     drift: Drift,
+    /// The Gateway controllers, once started.
+    triggers: Option<Triggers>,
+    /// Wakes garbage collection.
+    collect: Arc<Notify>,
 }
 
 impl Provisioner {
@@ -214,32 +143,49 @@ impl Provisioner {
             pod: pod_namespace.zip(env("POD_NAME")),
             image: None,
             push: None,
-            ledger: Arc::default(),
-            collected: None,
+            plans: Plans::default(),
             drift: Drift::default(),
+            triggers: None,
+            collect: Arc::default(),
         }
     }
 
-    /// Starts drift repair: the controllers of Gateways and GatewayClasses (over `namespaces`,
-    /// `None` for all), and a watch of every kind of proxy object where it may live, so that
-    /// one deleted or edited by someone else is applied again by its owner's controller at once.
-    /// The tasks stop when the returned handles are dropped.
-    pub fn repair_drift(
-        &self,
+    /// Starts the Gateway controllers that apply the published plans (over `namespaces`, `None`
+    /// for all), a watch of every kind of proxy object where it may live, so that one deleted
+    /// or edited by someone else is applied again by its Gateway's controller at once, and
+    /// garbage collection. Only the leader writes. The tasks stop when the returned handles are
+    /// dropped.
+    pub fn start(
+        &mut self,
         namespaces: Vec<Option<String>>,
-        changes: &Changes,
         leadership: &Leadership,
         metrics: &Arc<Metrics>,
     ) -> Vec<controllers::Task> {
-        let repair = Arc::new(Repair {
+        let provision = Arc::new(Provision {
             client: self.client.clone(),
             drift: self.drift.clone(),
-            ledger: self.ledger.clone(),
+            plans: self.plans.clone(),
             leadership: leadership.clone(),
             metrics: metrics.clone(),
+            failures: Mutex::default(),
         });
-        let (triggers, mut tasks) =
-            controllers::start(&self.client, namespaces, &self.settings.gateway_class, repair, changes);
+        let (triggers, mut tasks) = controllers::start(&self.client, namespaces, provision, self.collect.clone());
+        if let Some(home) = &self.home {
+            let collector = Collector {
+                client: self.client.clone(),
+                plans: self.plans.clone(),
+                drift: self.drift.clone(),
+                leadership: leadership.clone(),
+                metrics: metrics.clone(),
+                selector: self.selector(),
+                controller_id: self.controller_id.clone(),
+                home: home.clone(),
+                gateway_namespace: self.settings.proxy.gateway_namespace,
+                own_rbac: !self.settings.proxy.cluster_role.is_empty(),
+            };
+            tasks.push(collector.start(self.collect.clone()));
+        }
+        self.triggers = Some(triggers.clone());
         let selector = self.selector();
         let own_rbac = !self.settings.proxy.cluster_role.is_empty();
         let proxies = if self.settings.proxy.gateway_namespace {
@@ -344,85 +290,41 @@ impl Provisioner {
         }
     }
 
-    /// Applies the proxies of `output` and deletes the generated objects no proxy owns.
-    pub async fn provision(&mut self, output: &Output) -> Provisioned {
-        let mut result = Provisioned::default();
-        let ledger = self.ledger.clone();
-        let mut ledger = ledger.lock().await;
-        for key in self.drift.take_unowned() {
-            ledger.applied.remove(&key);
-        }
+    /// Publishes the plans of the proxies of `output` and asks the controllers of the Gateways
+    /// whose plans changed to apply them; wakes garbage collection when the objects wanted
+    /// changed. Never waits for a write (the controller pod is read once for its image).
+    pub async fn publish(&mut self, output: &Output) -> Result<Published, ProvisionError> {
         let proxies: Vec<&ir::Proxy> = output.proxies.iter().filter(|p| p.id.contains('/')).collect();
         let Some(home) = self.home.clone() else {
-            if !proxies.is_empty() {
-                tracing::error!(error = %ProvisionError::Namespace, "cannot provision proxies");
-                result.failed += 1;
-            }
-            return result;
+            return match proxies.is_empty() {
+                true => Ok(Published::default()),
+                false => Err(ProvisionError::Namespace),
+            };
         };
         let image = if proxies.is_empty() {
             String::new()
         } else {
-            match self.image().await {
-                Ok(image) => image,
-                Err(error) => {
-                    tracing::error!(%error, "cannot provision proxies");
-                    result.failed += 1;
-                    return result;
-                }
-            }
+            self.image().await?
         };
-
         let plans: Vec<Plan> = proxies
             .iter()
             .filter_map(|p| self.plan(p, output, &home, &image))
             .collect();
-        let mut wanted: BTreeSet<Key> = BTreeSet::new();
-        for plan in &plans {
-            wanted.extend(plan.objects.iter().map(|d| d.key.clone()));
-            wanted.extend(plan.kept.iter().cloned());
-            wanted.insert(Key {
-                kind: "Secret".into(),
-                namespace: home.clone(),
-                name: plan.names.bundle.clone(),
-            });
-        }
-
-        let applied: &Ledger = &ledger;
-        let outcomes: Vec<Vec<Outcome>> = stream::iter(plans)
-            .map(|plan| self.apply_plan(plan, &home, applied))
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
-        let now = Instant::now();
-        for (object, outcome) in outcomes.into_iter().flatten() {
-            match outcome {
-                Ok(true) => {
-                    result.applied += 1;
-                    ledger.applied.insert(object.key.clone(), (object.digest, now));
-                }
-                Ok(false) => result.unchanged += 1,
-                Err(error) => {
-                    result.failed += 1;
-                    ledger.applied.remove(&object.key);
-                    tracing::warn!(%error, "provisioning failed; will retry");
-                }
+        let published = self.plans.publish(plans, &output.held);
+        if let Some(triggers) = &self.triggers {
+            for gateway in &published.reconcile {
+                triggers.reconcile(gateway);
             }
-            ledger.desired.insert(object.key.clone(), object);
         }
-        ledger.desired.retain(|key, _| wanted.contains(key));
+        if published.wanted_changed {
+            self.collect.notify_one();
+        }
+        Ok(published)
+    }
 
-        let recent = self
-            .collected
-            .as_ref()
-            .is_some_and(|(keys, at)| *keys == wanted && at.elapsed() < REAPPLY_AFTER);
-        if !recent {
-            let (deleted, failed) = self.collect_garbage(&wanted, &output.held, &home, &mut ledger).await;
-            result.deleted += deleted;
-            result.failed += failed;
-            self.collected = (failed == 0).then(|| (wanted, Instant::now()));
-        }
-        result
+    /// This replica stands by: once it leads again, it applies every plan once more.
+    pub fn stand_by(&self) {
+        self.plans.stand_by();
     }
 
     /// `proxy.image`, else the image of the controller's own pod (read once).
@@ -486,142 +388,18 @@ impl Provisioner {
         list.extend(o.pod_disruption_budget.as_ref().map(desired));
         list.extend(o.horizontal_pod_autoscaler.as_ref().map(desired));
         Some(Plan {
-            proxy: proxy.id.clone(),
+            gateway: proxy.id.clone(),
             bundle: output.bundles.get(&proxy.id).cloned().unwrap_or_default(),
+            bundle_key: Key {
+                kind: "Secret".into(),
+                namespace: home.into(),
+                name: names.bundle.clone(),
+            },
             owners: objects::Owners::of(proxy, &names),
             names,
             objects: list,
             kept,
         })
-    }
-
-    /// Reads the bundle and applies the proxy's objects in order; stops at the first failure.
-    async fn apply_plan(&self, plan: Plan, home: &str, ledger: &Ledger) -> Vec<Outcome> {
-        let mut out = Vec::new();
-        let contents = match bundle::fetch(&self.client, &plan.bundle).await {
-            Ok(contents) => contents,
-            Err(source) => {
-                let secret = desired(&bundle::build(&plan.names, home, &bundle::Contents::default()));
-                // The last applied form, if any, stays the one repair applies.
-                let secret = ledger.desired.get(&secret.key).cloned().unwrap_or(secret);
-                out.push((
-                    secret,
-                    Err(ProvisionError::Bundle {
-                        proxy: plan.proxy,
-                        source,
-                    }),
-                ));
-                return out;
-            }
-        };
-        let mut secret = bundle::build(&plan.names, home, &contents);
-        plan.owners.own(&mut secret.metadata);
-        let secret = desired(&secret);
-        for object in std::iter::once(secret).chain(plan.objects) {
-            if ledger
-                .applied
-                .get(&object.key)
-                .is_some_and(|(digest, at)| *digest == object.digest && at.elapsed() < REAPPLY_AFTER)
-            {
-                out.push((object, Ok(false)));
-                continue;
-            }
-            let outcome = apply(&self.client, &self.drift, &object).await;
-            let failed = outcome.is_err();
-            out.push((object, outcome.map(|()| true)));
-            if failed {
-                break;
-            }
-        }
-        out
-    }
-
-    fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
-        match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
-            None => Api::all_with(self.client.clone(), resource),
-        }
-    }
-
-    /// Deletes the objects with this installation's labels that are not `wanted`, except those
-    /// of `held` Gateways (`namespace/name`), whose proxies stay as they are; returns (deleted,
-    /// failed).
-    async fn collect_garbage(
-        &self,
-        wanted: &BTreeSet<Key>,
-        held: &BTreeSet<String>,
-        home: &str,
-        ledger: &mut Ledger,
-    ) -> (usize, usize) {
-        let held: BTreeSet<(String, String)> = held
-            .iter()
-            .filter_map(|id| id.split_once('/'))
-            .map(|(namespace, name)| {
-                let names = Names::new(namespace, name, &self.controller_id);
-                let labels = names.labels();
-                let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
-                (label(names::GATEWAY_NAMESPACE_LABEL), label(names::GATEWAY_NAME_LABEL))
-            })
-            .collect();
-        let (mut deleted, mut failed) = (0, 0);
-        let selector = self.selector();
-        let own_rbac = !self.settings.proxy.cluster_role.is_empty();
-        for (resource, place, needs_rbac) in collected_kinds() {
-            let scope = match place {
-                Place::Proxies if self.settings.proxy.gateway_namespace => None,
-                Place::Proxies | Place::Home => Some(home),
-                Place::Cluster => None,
-            };
-            let api = self.api(&resource, scope);
-            let listed = match api.list_metadata(&ListParams::default().labels(&selector)).await {
-                Ok(list) => list.items,
-                Err(kube::Error::Api(status)) if status.is_forbidden() && needs_rbac && !own_rbac => continue,
-                Err(source) => {
-                    failed += 1;
-                    let error = ProvisionError::List {
-                        kind: resource.kind.clone(),
-                        source,
-                    };
-                    tracing::warn!(%error, "garbage collection failed; will retry");
-                    continue;
-                }
-            };
-            for item in listed {
-                let key = Key {
-                    kind: resource.kind.clone(),
-                    namespace: item.metadata.namespace.clone().unwrap_or_default(),
-                    name: item.metadata.name.clone().unwrap_or_default(),
-                };
-                let labels = item.metadata.labels.as_ref();
-                let label = |key: &str| labels.and_then(|l| l.get(key)).cloned().unwrap_or_default();
-                if wanted.contains(&key)
-                    || held.contains(&(label(names::GATEWAY_NAMESPACE_LABEL), label(names::GATEWAY_NAME_LABEL)))
-                {
-                    continue;
-                }
-                let api = self.api(&resource, Some(key.namespace.as_str()).filter(|n| !n.is_empty()));
-                match api.delete(&key.name, &DeleteParams::background()).await {
-                    Ok(_) => {
-                        self.drift.forget(&key);
-                        deleted += 1;
-                        tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, "deleted proxy object no Gateway needs");
-                    }
-                    Err(kube::Error::Api(status)) if status.is_not_found() => {}
-                    Err(source) => {
-                        failed += 1;
-                        let error = ProvisionError::Delete {
-                            kind: key.kind.clone(),
-                            namespace: key.namespace.clone(),
-                            name: key.name.clone(),
-                            source,
-                        };
-                        tracing::warn!(%error, "garbage collection failed; will retry");
-                    }
-                }
-                ledger.applied.remove(&key);
-            }
-        }
-        (deleted, failed)
     }
 }
 

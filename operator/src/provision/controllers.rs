@@ -1,43 +1,41 @@
-//! Drift repair as kube-runtime controllers, one per owner kind: a Gateway controller for the
-//! proxy objects a Gateway owns (those in its own namespace) and a GatewayClass controller for
-//! the rest (the controller namespace's and cluster-scoped ones, see
-//! [`super::objects::Owners`]).
+//! Provisioning as kube-runtime controllers: a Gateway controller per watched namespace (or one
+//! for all) applies the plan of each Gateway's proxy ([`super::plans`]) that the provisioning
+//! pass published, and applies again what someone else deleted or edited.
 //!
-//! One metadata watch per kind of proxy object ([`Drift::watch`]) resolves the owner of each
-//! change from the object's owner reference, as `Controller::owns` does, and sends it to that
-//! owner's controller; a single watch feeds both controllers, where `owns` on each would watch
-//! every kind twice. The controller's reconcile applies again what someone else deleted or
-//! edited, from the form the last provisioning pass applied ([`Ledger`]), within a second and
-//! without translating anything. Translation and provisioning stay one global, debounced pass.
-//! Objects without an owner reference (made by versions before owner references) wake that
-//! pass instead.
+//! The pass asks a Gateway's controller to reconcile when its plan changed. One metadata watch
+//! per kind of proxy object ([`Drift::watch`]) asks it too when one of its objects changed, as
+//! `Controller::owns` does; the object's Gateway comes from the plans rather than from the owner
+//! reference, because with the default placement the owner is the GatewayClass (an owner must
+//! live in the object's namespace or be cluster-scoped), and a single watch feeds every
+//! controller where `owns` on each would watch every kind once per namespace. Translation stays
+//! one global, debounced pass; it never waits for these writes.
 
-use std::collections::BTreeMap;
-use std::fmt::Debug;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedSender, unbounded};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
-use translator::api::{Gateway, GatewayClass};
+use kube::{Api, Client};
+use translator::api::Gateway;
 
-use super::apply::{self, Key, Ledger, ProvisionError};
-use super::drift::Drift;
+use super::apply::{self, Key, ProvisionError};
+use super::bundle;
+use super::drift::{Drift, Seen};
+use super::plans::Plans;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::watch::Changes;
 
-/// Repairs of different owners at once.
+/// Gateways provisioned at once.
 const CONCURRENCY: u16 = 4;
-/// Wait before a failed repair runs again.
+/// Wait before a failed Gateway is provisioned again, doubled after each failure in a row.
 const RETRY: Duration = Duration::from_secs(1);
+/// Longest wait before a failed Gateway is provisioned again.
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A spawned task, aborted when dropped, so the controllers stop with the loop that started
 /// them.
@@ -55,228 +53,234 @@ impl Drop for Task {
     }
 }
 
-/// The owner of a proxy object, from its controller owner reference.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
-    pub kind: OwnerKind,
-    /// The object's namespace where the owner is a Gateway.
-    pub namespace: Option<String>,
-    pub name: String,
-    pub uid: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OwnerKind {
-    Gateway,
-    GatewayClass,
-}
-
-impl Owner {
-    /// The Gateway or GatewayClass that controls the object of `meta`, if any.
-    pub fn of(meta: &ObjectMeta) -> Option<Owner> {
-        let api_version = format!("{}/v1", translator::GROUP);
-        meta.owner_references.iter().flatten().find_map(|owner| {
-            if owner.api_version != api_version || owner.controller != Some(true) {
-                return None;
-            }
-            let (kind, namespace) = match owner.kind.as_str() {
-                "Gateway" => (OwnerKind::Gateway, Some(meta.namespace.clone()?)),
-                "GatewayClass" => (OwnerKind::GatewayClass, None),
-                _ => return None,
-            };
-            Some(Owner {
-                kind,
-                namespace,
-                name: owner.name.clone(),
-                uid: owner.uid.clone(),
-            })
-        })
-    }
-}
-
-type GatewayMeta = PartialObjectMeta<Gateway>;
-type GatewayClassMeta = PartialObjectMeta<GatewayClass>;
-
-/// Where the watches of proxy objects send the owners of changed objects.
+/// Where the pass and the watches of proxy objects send Gateways to reconcile.
 #[derive(Clone)]
 pub struct Triggers {
     /// The Gateway controller of each watched namespace (`None`: all).
     gateways: Arc<BTreeMap<Option<String>, UnboundedSender<ObjectRef<GatewayMeta>>>>,
-    classes: UnboundedSender<ObjectRef<GatewayClassMeta>>,
-    /// The provisioning pass, for objects without an owner.
-    changes: Changes,
+    plans: Plans,
+    /// Garbage collection, for objects no plan holds.
+    collect: Arc<tokio::sync::Notify>,
 }
 
 impl Triggers {
-    /// Asks the controller of `owner` to look at its objects (`key` changed), or, without an
-    /// owner, the provisioning pass.
-    pub fn send(&self, owner: Option<Owner>, key: &Key) {
-        match owner {
-            Some(Owner {
-                kind: OwnerKind::Gateway,
-                namespace: Some(namespace),
-                name,
-                ..
-            }) => {
-                let controller = self
-                    .gateways
-                    .get(&Some(namespace.clone()))
-                    .or_else(|| self.gateways.get(&None));
-                if let Some(controller) = controller {
-                    let _ = controller.unbounded_send(ObjectRef::new(&name).within(&namespace));
-                }
-            }
-            Some(Owner {
-                kind: OwnerKind::GatewayClass,
-                name,
-                ..
-            }) => {
-                let _ = self.classes.unbounded_send(ObjectRef::new(&name));
-            }
-            Some(Owner {
-                kind: OwnerKind::Gateway,
-                namespace: None,
-                ..
-            })
-            | None => {
-                // The pass takes it under the ledger lock, where Turna's own echoes are no drift.
-                tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, "proxy object without owner changed; waking the provisioning pass");
-                self.changes.notify();
-            }
+    /// Asks the controller of `gateway` (`namespace/name`) to reconcile it.
+    pub fn reconcile(&self, gateway: &str) {
+        let Some((namespace, name)) = gateway.split_once('/') else {
+            return;
+        };
+        let controller = self
+            .gateways
+            .get(&Some(namespace.to_string()))
+            .or_else(|| self.gateways.get(&None));
+        if let Some(controller) = controller {
+            let _ = controller.unbounded_send(ObjectRef::new(name).within(namespace));
+        }
+    }
+
+    /// `key` changed: asks the controller of its Gateway, or garbage collection when no plan
+    /// holds it.
+    pub fn send(&self, key: &Key) {
+        match self.plans.gateway_of(key) {
+            Some(gateway) => self.reconcile(&gateway),
+            None => self.collect.notify_one(),
         }
     }
 }
 
-/// What the controllers' reconcile needs.
-pub(super) struct Repair {
+type GatewayMeta = PartialObjectMeta<Gateway>;
+
+/// What the Gateway controllers' reconcile needs.
+pub(super) struct Provision {
     pub(super) client: Client,
     pub(super) drift: Drift,
-    pub(super) ledger: Arc<tokio::sync::Mutex<Ledger>>,
-    /// Only the leader writes proxy objects; a standby's ledger may be old.
+    pub(super) plans: Plans,
+    /// Only the leader writes proxy objects.
     pub(super) leadership: Leadership,
     pub(super) metrics: Arc<Metrics>,
+    /// Failures in a row, per Gateway, for the backoff.
+    pub(super) failures: Mutex<HashMap<String, u32>>,
 }
 
-impl Repair {
-    /// Applies again the objects owned by `uid` that someone else changed; returns how many.
-    async fn repair(&self, uid: &str) -> Result<usize, ProvisionError> {
-        if !self.leadership.is_leader() || !self.drift.pending(|seen| seen.owner.as_deref() == Some(uid)) {
-            return Ok(0);
+/// What one reconcile of a Gateway did.
+#[derive(Debug, Default)]
+struct Applied {
+    applied: usize,
+    unchanged: usize,
+    repaired: usize,
+}
+
+impl Provision {
+    /// Applies the plan of `gateway`: every object not applied in that form yet (or not for
+    /// [`super::plans::REAPPLY_AFTER`]), and every one someone else changed since; stops at the
+    /// first failure, which is retried.
+    async fn reconcile(&self, gateway: &str) -> Result<Applied, ProvisionError> {
+        let mut done = Applied::default();
+        if !self.leadership.is_leader() {
+            return Ok(done);
         }
-        // Waits for a provisioning pass in progress: its writes are then recorded, not drift.
-        let ledger = self.ledger.lock().await;
-        let mut taken = self.drift.take_owned(uid);
-        taken.sort_by_key(|(key, _)| apply_order(&key.kind));
-        let (mut repaired, mut failure) = (0, None);
-        for (key, seen) in taken {
-            // No longer wanted: garbage collection's, not repair's.
-            let Some(desired) = ledger.desired.get(&key) else {
-                continue;
-            };
-            if failure.is_some() {
-                self.drift.restore(key, seen);
+        let Some(plan) = self.plans.get(gateway) else {
+            // No longer wanted: garbage collection's.
+            return Ok(done);
+        };
+        let mut drifted: HashMap<Key, Seen> = self.drift.take(plan.keys()).into_iter().collect();
+        let contents = match bundle::fetch(&self.client, &plan.bundle).await {
+            Ok(contents) => contents,
+            Err(source) => {
+                self.restore(drifted);
+                return Err(ProvisionError::Bundle {
+                    proxy: plan.gateway.clone(),
+                    source,
+                });
+            }
+        };
+        let mut secret = bundle::build(&plan.names, &plan.bundle_key.namespace, &contents);
+        plan.owners.own(&mut secret.metadata);
+        let secret = apply::desired(&secret);
+        for object in std::iter::once(&secret).chain(&plan.objects) {
+            let seen = drifted.remove(&object.key);
+            if seen.is_none() && self.plans.unchanged(object) {
+                done.unchanged += 1;
                 continue;
             }
-            match apply::apply(&self.client, &self.drift, desired).await {
+            // A newer plan replaced this one, or the Gateway is gone: the next reconcile, or
+            // garbage collection, takes over.
+            if !self.plans.is_current(&plan) {
+                if let Some(seen) = seen {
+                    self.drift.restore(object.key.clone(), seen);
+                }
+                break;
+            }
+            match apply::apply(&self.client, &self.drift, object).await {
                 Ok(()) => {
-                    repaired += 1;
-                    self.metrics.provisioned("repaired", 1);
-                    let deleted = seen.version.is_none();
-                    tracing::info!(kind = %key.kind, namespace = %key.namespace, name = %key.name, deleted, "proxy object changed by someone else; applied it again");
+                    self.plans.applied(object, true);
+                    self.metrics.provisioned("applied", 1);
+                    done.applied += 1;
+                    if let Some(seen) = seen {
+                        done.repaired += 1;
+                        self.metrics.provisioned("repaired", 1);
+                        let deleted = seen.version.is_none();
+                        tracing::info!(kind = %object.key.kind, namespace = %object.key.namespace, name = %object.key.name, deleted, "proxy object changed by someone else; applied it again");
+                    }
                 }
                 Err(error) => {
-                    self.drift.restore(key, seen);
-                    failure = Some(error);
+                    self.plans.applied(object, false);
+                    if let Some(seen) = seen {
+                        self.drift.restore(object.key.clone(), seen);
+                    }
+                    self.restore(drifted);
+                    return Err(error);
                 }
             }
         }
-        match failure {
-            Some(error) => Err(error),
-            None => Ok(repaired),
+        self.restore(drifted);
+        self.metrics.provisioned("unchanged", done.unchanged);
+        Ok(done)
+    }
+
+    /// Changes taken but not repaired stay to be repaired.
+    fn restore(&self, drifted: HashMap<Key, Seen>) {
+        for (key, seen) in drifted {
+            self.drift.restore(key, seen);
         }
     }
 }
 
-/// The order in which one proxy's objects are applied, as the provisioning pass does: what
-/// the Deployment's pods mount and run as before the Deployment.
-fn apply_order(kind: &str) -> u8 {
-    match kind {
-        "ServiceAccount" => 0,
-        "Role" => 1,
-        "RoleBinding" => 2,
-        "ClusterRoleBinding" => 3,
-        "Secret" => 4,
-        "ConfigMap" => 5,
-        "Service" => 6,
-        "Deployment" => 7,
-        _ => 8,
+async fn reconcile(gateway: Arc<GatewayMeta>, provision: Arc<Provision>) -> Result<Action, ProvisionError> {
+    let id = format!(
+        "{}/{}",
+        gateway.metadata.namespace.as_deref().unwrap_or_default(),
+        gateway.metadata.name.as_deref().unwrap_or_default()
+    );
+    let done = provision.reconcile(&id).await;
+    match &done {
+        Ok(done) if done.applied == 0 => {}
+        Ok(done) => {
+            tracing::debug!(gateway = %id, applied = done.applied, unchanged = done.unchanged, repaired = done.repaired, "proxy provisioned");
+            provision.metrics.reconciled("provision", "success");
+            if done.repaired > 0 {
+                provision.metrics.reconciled("repair", "success");
+            }
+        }
+        Err(_) => {
+            provision.metrics.provisioned("failed", 1);
+            provision.metrics.reconciled("provision", "error");
+        }
+    }
+    let mut failures = provision.failures.lock().unwrap_or_else(|p| p.into_inner());
+    match done {
+        Ok(_) => {
+            failures.remove(&id);
+            Ok(Action::await_change())
+        }
+        Err(error) => {
+            *failures.entry(id).or_default() += 1;
+            Err(error)
+        }
     }
 }
 
-async fn reconcile<K>(owner: Arc<PartialObjectMeta<K>>, repair: Arc<Repair>) -> Result<Action, ProvisionError>
-where
-    K: Resource,
-{
-    let uid = owner.metadata.uid.clone().unwrap_or_default();
-    let repaired = repair.repair(&uid).await;
-    let result = match &repaired {
-        Ok(0) => return Ok(Action::await_change()),
-        Ok(_) => "success",
-        Err(_) => "error",
-    };
-    repair.metrics.reconciled("repair", result);
-    repaired.map(|_| Action::await_change())
+/// Retries a failed Gateway after [`RETRY`], twice as long after each failure in a row, at most
+/// [`RETRY_MAX`].
+fn error_policy(gateway: Arc<GatewayMeta>, error: &ProvisionError, provision: Arc<Provision>) -> Action {
+    let id = format!(
+        "{}/{}",
+        gateway.metadata.namespace.as_deref().unwrap_or_default(),
+        gateway.metadata.name.as_deref().unwrap_or_default()
+    );
+    let failures = provision
+        .failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .copied()
+        .unwrap_or(1);
+    let wait = retry_after(failures);
+    tracing::warn!(gateway = %id, %error, ?wait, "provisioning the proxy failed; will retry");
+    Action::requeue(wait)
 }
 
-fn error_policy<K>(owner: Arc<PartialObjectMeta<K>>, error: &ProvisionError, _: Arc<Repair>) -> Action
-where
-    K: Resource,
-{
-    let name = owner.metadata.name.as_deref().unwrap_or_default();
-    tracing::warn!(owner = %name, %error, "repairing proxy objects failed; will retry");
-    Action::requeue(RETRY)
+fn retry_after(failures: u32) -> Duration {
+    RETRY
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(RETRY_MAX)
 }
 
-/// Runs one controller of `K` (metadata only), reconciling the owners `triggers` name.
-fn run<K>(
-    api: Api<PartialObjectMeta<K>>,
-    config: watcher::Config,
-    triggers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<PartialObjectMeta<K>>>,
-    repair: Arc<Repair>,
-) -> Task
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let kind = K::kind(&()).into_owned();
-    let controller = Controller::new(api, config)
+/// Runs one Gateway controller (metadata only), reconciling the Gateways `triggers` name.
+fn run(
+    api: Api<GatewayMeta>,
+    triggers: futures::channel::mpsc::UnboundedReceiver<ObjectRef<GatewayMeta>>,
+    provision: Arc<Provision>,
+) -> Task {
+    let controller = Controller::new(api, watcher::Config::default())
         .with_config(controller::Config::default().concurrency(CONCURRENCY))
         .reconcile_on(triggers)
-        .run(reconcile::<K>, error_policy::<K>, repair);
+        .run(reconcile, error_policy, provision);
     Task::spawn(async move {
         let mut controller = std::pin::pin!(controller);
         while let Some(result) = controller.next().await {
             match result {
                 Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
-                // The owner is gone: Kubernetes collects what it owned.
-                Err(controller::Error::ObjectNotFound(owner)) => {
-                    tracing::debug!(kind = %kind, %owner, "owner of changed proxy objects not found");
+                // Not listed yet: its own watch event reconciles it; or gone: garbage
+                // collection and Kubernetes collect what it had.
+                Err(controller::Error::ObjectNotFound(gateway)) => {
+                    tracing::debug!(%gateway, "Gateway to provision not found");
                 }
                 Err(error) => {
-                    tracing::warn!(kind = %kind, %error, "proxy object controller error; retrying with backoff")
+                    tracing::warn!(%error, "Gateway controller error; retrying with backoff")
                 }
             }
         }
     })
 }
 
-/// Starts the Gateway controllers (one per namespace of `namespaces`, `None` for all) and the
-/// GatewayClass controller (only `gateway_class` when set); returns where to send owners.
+/// Starts the Gateway controllers (one per namespace of `namespaces`, `None` for all); returns
+/// where to send the Gateways to reconcile.
 pub(super) fn start(
     client: &Client,
     namespaces: Vec<Option<String>>,
-    gateway_class: &str,
-    repair: Arc<Repair>,
-    changes: &Changes,
+    provision: Arc<Provision>,
+    collect: Arc<tokio::sync::Notify>,
 ) -> (Triggers, Vec<Task>) {
     let mut tasks = Vec::new();
     let mut gateways = BTreeMap::new();
@@ -286,106 +290,26 @@ pub(super) fn start(
             None => Api::all(client.clone()),
         };
         let (send, receive) = unbounded();
-        tasks.push(run(api, watcher::Config::default(), receive, repair.clone()));
+        tasks.push(run(api, receive, provision.clone()));
         gateways.insert(namespace, send);
     }
-    let config = match gateway_class {
-        "" => watcher::Config::default(),
-        name => watcher::Config::default().fields(&format!("metadata.name={name}")),
-    };
-    let (classes, receive) = unbounded();
-    tasks.push(run(
-        Api::<GatewayClassMeta>::all(client.clone()),
-        config,
-        receive,
-        repair.clone(),
-    ));
     let triggers = Triggers {
         gateways: Arc::new(gateways),
-        classes,
-        changes: changes.clone(),
+        plans: provision.plans.clone(),
+        collect,
     };
     (triggers, tasks)
 }
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-
     use super::*;
 
-    fn meta(namespace: &str, owners: Vec<OwnerReference>) -> ObjectMeta {
-        ObjectMeta {
-            namespace: Some(namespace.into()),
-            owner_references: Some(owners),
-            ..ObjectMeta::default()
-        }
-    }
-
-    fn reference(api_version: &str, kind: &str, controller: bool) -> OwnerReference {
-        OwnerReference {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            name: "web".into(),
-            uid: "u1".into(),
-            controller: Some(controller),
-            block_owner_deletion: None,
-        }
-    }
-
     #[test]
-    fn the_owner_is_the_controlling_gateway_or_class_of_the_gateway_api() {
-        let gateway = Owner::of(&meta(
-            "ns",
-            vec![reference("gateway.networking.k8s.io/v1", "Gateway", true)],
-        ));
-        assert_eq!(
-            gateway,
-            Some(Owner {
-                kind: OwnerKind::Gateway,
-                namespace: Some("ns".into()),
-                name: "web".into(),
-                uid: "u1".into(),
-            })
-        );
-        let class = Owner::of(&meta(
-            "home",
-            vec![reference("gateway.networking.k8s.io/v1", "GatewayClass", true)],
-        ));
-        assert_eq!(
-            class.map(|o| (o.kind, o.namespace)),
-            Some((OwnerKind::GatewayClass, None))
-        );
-        // Not controlling, another group, another kind: no owner to ask.
-        for other in [
-            reference("gateway.networking.k8s.io/v1", "Gateway", false),
-            reference("example.com/v1", "Gateway", true),
-            reference("apps/v1", "Deployment", true),
-        ] {
-            assert_eq!(Owner::of(&meta("ns", vec![other])), None);
-        }
-        assert_eq!(Owner::of(&ObjectMeta::default()), None);
-    }
-
-    #[test]
-    fn the_pass_order_puts_what_pods_need_before_the_deployment() {
-        let mut kinds = vec![
-            "Deployment",
-            "ConfigMap",
-            "PodDisruptionBudget",
-            "Secret",
-            "ServiceAccount",
-        ];
-        kinds.sort_by_key(|k| apply_order(k));
-        assert_eq!(
-            kinds,
-            [
-                "ServiceAccount",
-                "Secret",
-                "ConfigMap",
-                "Deployment",
-                "PodDisruptionBudget"
-            ]
-        );
+    fn a_failing_gateway_waits_twice_as_long_each_time_up_to_a_bound() {
+        assert_eq!(retry_after(1), RETRY);
+        assert_eq!(retry_after(2), RETRY * 2);
+        assert_eq!(retry_after(3), RETRY * 4);
+        assert_eq!(retry_after(40), RETRY_MAX);
     }
 }

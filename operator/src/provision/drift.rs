@@ -1,7 +1,7 @@
 //! Drift detection: every kind of proxy object is watched (metadata only, by the installation's
 //! labels). An object Turna applied that is then deleted, or changed by someone else (its
 //! generation or labels moved, or for kinds without a generation its resourceVersion), is reported to the
-//! controller of its owner (see [`super::controllers`]), which applies it again at once instead
+//! controller of its Gateway (see [`super::controllers`]), which applies it again at once instead
 //! of after the minute unchanged objects otherwise wait.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 use super::apply::Key;
-use super::controllers::{Owner, Task, Triggers};
+use super::controllers::{Task, Triggers};
 
 /// The version of an object as Turna last wrote it, or as a watch saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,8 +51,8 @@ impl Version {
     }
 }
 
-/// What Turna wrote and what changed since, shared by the watches, the controllers that repair
-/// and the provisioning pass.
+/// What Turna wrote and what changed since, shared by the watches, the Gateway controllers and
+/// garbage collection.
 #[derive(Clone, Debug, Default)]
 pub struct Drift {
     state: Arc<Mutex<State>>,
@@ -61,15 +61,14 @@ pub struct Drift {
 #[derive(Debug, Default)]
 struct State {
     written: HashMap<Key, Version>,
-    /// Changes seen: the version seen (`None`: deleted) and the uid of the object's owner.
+    /// Changes seen: the version seen (`None`: deleted).
     seen: HashMap<Key, Seen>,
 }
 
-/// One change seen by a watch.
+/// One change seen by a watch: the version seen, `None` when deleted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
     pub version: Option<Version>,
-    pub owner: Option<String>,
 }
 
 impl Drift {
@@ -101,36 +100,17 @@ impl Drift {
         drifted
     }
 
-    /// The objects without owner reference changed by someone else since Turna wrote them: the
-    /// provisioning pass applies them again (the rest are their owner's controller's). A change
-    /// seen before Turna recorded its own write of that very version (the watch can be faster
-    /// than the apply's answer) is not one.
-    pub fn take_unowned(&self) -> Vec<Key> {
-        self.take_where(|seen| seen.owner.is_none())
-            .into_iter()
-            .map(|(key, _)| key)
-            .collect()
+    /// Which of `keys` someone else changed since Turna wrote them. A change seen before Turna
+    /// recorded its own write of that very version (the watch can be faster than the apply's
+    /// answer) is not one.
+    pub fn take<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) -> Vec<(Key, Seen)> {
+        let keys: std::collections::HashSet<&Key> = keys.into_iter().collect();
+        self.take_where(|key| keys.contains(key))
     }
 
-    /// The objects owned by the object with uid `owner` that someone else changed.
-    pub fn take_owned(&self, owner: &str) -> Vec<(Key, Seen)> {
-        self.take_where(|seen| seen.owner.as_deref() == Some(owner))
-    }
-
-    /// Whether a change seen that `wanted` selects waits for repair (it may still turn out to be
-    /// Turna's own).
-    pub fn pending(&self, wanted: impl Fn(&Seen) -> bool) -> bool {
-        self.lock().seen.values().any(wanted)
-    }
-
-    fn take_where(&self, wanted: impl Fn(&Seen) -> bool) -> Vec<(Key, Seen)> {
+    fn take_where(&self, wanted: impl Fn(&Key) -> bool) -> Vec<(Key, Seen)> {
         let mut state = self.lock();
-        let keys: Vec<Key> = state
-            .seen
-            .iter()
-            .filter(|(_, seen)| wanted(seen))
-            .map(|(key, _)| key.clone())
-            .collect();
+        let keys: Vec<Key> = state.seen.keys().filter(|key| wanted(key)).cloned().collect();
         let mut taken = Vec::new();
         for key in keys {
             if let Some(seen) = state.seen.remove(&key)
@@ -148,7 +128,7 @@ impl Drift {
     }
 
     /// Watches the objects of kind `K` that `api` lists with `selector` (metadata only), and
-    /// sends each change that may be drift to the controller of the object's owner.
+    /// sends each change that may be drift to the controller of the object's Gateway.
     pub fn watch<K>(&self, api: Api<PartialObjectMeta<K>>, selector: &str, triggers: &Triggers) -> Task
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -178,14 +158,12 @@ impl Drift {
                     namespace: meta.namespace.clone().unwrap_or_default(),
                     name: meta.name.clone().unwrap_or_default(),
                 };
-                let owner = Owner::of(meta);
                 let seen = Seen {
                     version: (!deleted).then(|| Version::of(meta)),
-                    owner: owner.as_ref().map(|o| o.uid.clone()),
                 };
                 if drift.observed(key.clone(), seen) {
-                    tracing::debug!(kind = %key.kind, namespace = %key.namespace, name = %key.name, deleted, "proxy object changed; asking its owner's controller");
-                    triggers.send(owner, &key);
+                    tracing::debug!(kind = %key.kind, namespace = %key.namespace, name = %key.name, deleted, "proxy object changed; asking its Gateway's controller");
+                    triggers.send(&key);
                 }
             }
         })
@@ -222,43 +200,40 @@ mod tests {
         }
     }
 
-    fn seen(generation: Option<i64>, resource_version: &str, owner: &str) -> Seen {
+    fn seen(generation: Option<i64>, resource_version: &str) -> Seen {
         Seen {
             version: Some(Version::of(&meta(generation, resource_version))),
-            owner: Some(owner.into()),
         }
     }
 
-    fn deleted(owner: &str) -> Seen {
-        Seen {
-            version: None,
-            owner: Some(owner.into()),
-        }
+    fn deleted() -> Seen {
+        Seen { version: None }
     }
 
-    fn keys(taken: Vec<(Key, Seen)>) -> Vec<Key> {
-        taken.into_iter().map(|(key, _)| key).collect()
+    fn take(drift: &Drift, names: &[&str]) -> Vec<Key> {
+        let keys: Vec<Key> = names.iter().map(|n| key(n)).collect();
+        drift.take(&keys).into_iter().map(|(key, _)| key).collect()
     }
 
     #[test]
     fn only_changes_by_others_to_objects_turna_wrote_are_drift() {
         let drift = Drift::default();
         // Never written: not Turna's to repair (yet).
-        assert!(!drift.observed(key("a"), deleted("gw")));
+        assert!(!drift.observed(key("a"), deleted()));
         drift.wrote(key("a"), &meta(Some(2), "10"));
         // Status updates move the resourceVersion, not the generation.
-        assert!(!drift.observed(key("a"), seen(Some(2), "11", "gw")));
-        assert!(drift.take_owned("gw").is_empty());
+        assert!(!drift.observed(key("a"), seen(Some(2), "11")));
+        assert!(take(&drift, &["a"]).is_empty());
         // An edit of the spec does.
-        assert!(drift.observed(key("a"), seen(Some(3), "12", "gw")));
-        assert_eq!(keys(drift.take_owned("gw")), vec![key("a")]);
-        assert!(drift.take_owned("gw").is_empty(), "taken once");
+        assert!(drift.observed(key("a"), seen(Some(3), "12")));
+        assert_eq!(take(&drift, &["a"]), vec![key("a")]);
+        assert!(take(&drift, &["a"]).is_empty(), "taken once");
         // A deletion is drift; one by Turna's own garbage collection is not.
-        assert!(drift.observed(key("a"), deleted("gw")));
-        assert_eq!(keys(drift.take_owned("gw")), vec![key("a")]);
+        assert!(drift.observed(key("a"), deleted()));
+        assert_eq!(take(&drift, &["a"]), vec![key("a")]);
         drift.wrote(key("b"), &meta(None, "5"));
         drift.forget(&key("b"));
-        assert!(!drift.observed(key("b"), deleted("gw")));
+        assert!(!drift.observed(key("b"), deleted()));
         // Relabelling moves no generation, and is drift.
         let relabelled = ObjectMeta {
             labels: Some([("app".to_string(), "other".to_string())].into()),
@@ -269,14 +244,13 @@ mod tests {
             key("a"),
             Seen {
                 version: Some(Version::of(&relabelled)),
-                owner: Some("gw".into())
             }
         ));
-        assert_eq!(keys(drift.take_owned("gw")), vec![key("a")]);
+        assert_eq!(take(&drift, &["a"]), vec![key("a")]);
         // Kinds without a generation compare resourceVersions.
         drift.wrote(key("c"), &meta(None, "7"));
-        assert!(drift.observed(key("c"), seen(None, "8", "gw")));
-        assert_eq!(keys(drift.take_owned("gw")), vec![key("c")]);
+        assert!(drift.observed(key("c"), seen(None, "8")));
+        assert_eq!(take(&drift, &["c"]), vec![key("c")]);
     }
 
     #[test]
@@ -284,45 +258,28 @@ mod tests {
         let drift = Drift::default();
         drift.wrote(key("a"), &meta(Some(1), "1"));
         // The watch shows Turna's next write before the apply returned.
-        assert!(drift.observed(key("a"), seen(Some(2), "2", "gw")));
+        assert!(drift.observed(key("a"), seen(Some(2), "2")));
         drift.wrote(key("a"), &meta(Some(2), "2"));
-        // The owner's controller looks once the write is recorded: nothing to repair.
-        assert!(drift.take_owned("gw").is_empty());
+        // The Gateway's controller looks once the write is recorded: nothing to repair.
+        assert!(take(&drift, &["a"]).is_empty());
     }
 
     #[test]
-    fn each_owner_takes_only_its_own_objects_and_a_failed_repair_stays() {
+    fn each_gateway_takes_only_its_own_objects_and_a_failed_repair_stays() {
         let drift = Drift::default();
         drift.wrote(key("a"), &meta(Some(1), "1"));
         drift.wrote(key("b"), &meta(Some(1), "1"));
-        assert!(drift.observed(key("a"), deleted("gw-a")));
-        assert!(drift.observed(key("b"), deleted("class")));
-        assert_eq!(drift.take_owned("gw-a"), vec![(key("a"), deleted("gw-a"))]);
-        assert!(drift.take_owned("gw-a").is_empty());
+        assert!(drift.observed(key("a"), deleted()));
+        assert!(drift.observed(key("b"), deleted()));
+        assert_eq!(drift.take(&[key("a")]), vec![(key("a"), deleted())]);
+        assert!(take(&drift, &["a"]).is_empty());
         // Its repair failed: the next look finds it again.
-        drift.restore(key("a"), deleted("gw-a"));
-        assert_eq!(drift.take_owned("gw-a"), vec![(key("a"), deleted("gw-a"))]);
+        drift.restore(key("a"), deleted());
+        assert_eq!(drift.take(&[key("a")]), vec![(key("a"), deleted())]);
         // A newer change is not replaced by the failed one.
-        assert!(drift.observed(key("a"), seen(Some(4), "9", "gw-a")));
-        drift.restore(key("a"), deleted("gw-a"));
-        assert_eq!(drift.take_owned("gw-a"), vec![(key("a"), seen(Some(4), "9", "gw-a"))]);
-        assert_eq!(keys(drift.take_owned("class")), vec![key("b")]);
-    }
-
-    #[test]
-    fn the_pass_takes_only_objects_without_owner() {
-        let drift = Drift::default();
-        drift.wrote(key("owned"), &meta(Some(1), "1"));
-        drift.wrote(key("old"), &meta(Some(1), "1"));
-        assert!(drift.observed(key("owned"), deleted("gw")));
-        let unowned = Seen {
-            version: None,
-            owner: None,
-        };
-        assert!(drift.observed(key("old"), unowned));
-        assert!(drift.pending(|seen| seen.owner.is_none()));
-        assert_eq!(drift.take_unowned(), vec![key("old")]);
-        assert!(!drift.pending(|seen| seen.owner.is_none()));
-        assert_eq!(keys(drift.take_owned("gw")), vec![key("owned")]);
+        assert!(drift.observed(key("a"), seen(Some(4), "9")));
+        drift.restore(key("a"), deleted());
+        assert_eq!(drift.take(&[key("a")]), vec![(key("a"), seen(Some(4), "9"))]);
+        assert_eq!(take(&drift, &["b"]), vec![key("b")]);
     }
 }

@@ -7,14 +7,17 @@
 pub mod addresses;
 pub mod apply;
 pub mod bundle;
+pub mod collect;
 pub mod controllers;
 pub mod drift;
 pub mod names;
 pub mod objects;
+pub mod plans;
 
-pub use apply::{ProvisionError, Provisioned, Provisioner};
+pub use apply::{ProvisionError, Provisioner};
 pub use names::Names;
 pub use objects::{Objects, ProxyInput, build};
+pub use plans::Published;
 
 use std::sync::Arc;
 
@@ -40,13 +43,14 @@ pub struct Provisioning {
     provisioner: Option<Provisioner>,
     /// Services whose ingress become Gateway addresses.
     services: Option<Store<Service>>,
-    /// Drift repair (controller mode), stopped with this.
-    _repair: Vec<controllers::Task>,
+    /// The Gateway controllers, drift watches and garbage collection (controller mode),
+    /// stopped with this.
+    _tasks: Vec<controllers::Task>,
 }
 
 impl Provisioning {
     /// Starts the watch of the address Services `settings` call for, and in controller mode
-    /// drift repair over the Gateways of `namespaces` (`None`: all).
+    /// the controllers of the Gateways of `namespaces` (`None`: all).
     pub fn start(
         client: &Client,
         settings: &Kubernetes,
@@ -59,16 +63,16 @@ impl Provisioning {
             mode: settings.mode,
             provisioner: None,
             services: None,
-            _repair: Vec::new(),
+            _tasks: Vec::new(),
         };
         match settings.mode {
             Mode::Controller => {
-                let provisioner = Provisioner::new(client.clone(), settings);
+                let mut provisioner = Provisioner::new(client.clone(), settings);
                 provisioning.services = provisioner.services().map(|api| {
                     let config = watcher::Config::default().labels(&provisioner.selector());
                     watch::address_services(api, config, changes.clone())
                 });
-                provisioning._repair = provisioner.repair_drift(namespaces, changes, leadership, metrics);
+                provisioning._tasks = provisioner.start(namespaces, leadership, metrics);
                 provisioning.provisioner = Some(provisioner);
             }
             Mode::Standalone if settings.status.addresses.is_empty() => {
@@ -109,11 +113,19 @@ impl Provisioning {
         }
     }
 
-    /// Applies the proxies of `output` (controller mode; a no-op otherwise).
-    pub async fn provision(&mut self, output: &Output) -> Provisioned {
+    /// Publishes the proxies of `output` for the Gateway controllers to apply (controller
+    /// mode; a no-op otherwise).
+    pub async fn publish(&mut self, output: &Output) -> Result<Published, ProvisionError> {
         match self.provisioner.as_mut() {
-            Some(p) => p.provision(output).await,
-            None => Provisioned::default(),
+            Some(p) => p.publish(output).await,
+            None => Ok(Published::default()),
+        }
+    }
+
+    /// This replica stands by (see [`Provisioner::stand_by`]).
+    pub fn stand_by(&self) {
+        if let Some(p) = &self.provisioner {
+            p.stand_by();
         }
     }
 }
