@@ -724,25 +724,6 @@ async fn turna_proxies_served(cp: &control_plane::ControlPlane, client: &kube::C
     proxies
 }
 
-/// A controller for `settings`, with metrics the test reads.
-fn start_with_metrics(
-    client: &kube::Client,
-    settings: Kubernetes,
-) -> (JoinHandle<()>, std::sync::Arc<operator::metrics::Metrics>) {
-    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
-    let options = operator::reconcile::Options {
-        metrics: metrics.clone(),
-        ..Default::default()
-    };
-    let controller = tokio::spawn(operator::reconcile::run_with(
-        client.clone(),
-        settings,
-        options,
-        std::future::pending(),
-    ));
-    (controller, metrics)
-}
-
 /// Waits until a Gateway's controller provisioned its proxy, so that what follows is repair
 /// rather than first provisioning.
 async fn provisioned_once(metrics: &operator::metrics::Metrics) {
@@ -939,7 +920,7 @@ spec:
     let names = Names::new(&ns, "web", &controller_id(&settings));
     let selector: Vec<String> = names.labels().iter().map(|(k, v)| format!("{k}={v}")).collect();
     let selector = selector.join(",");
-    let (controller, metrics) = start_with_metrics(&client, settings);
+    let (controller, metrics) = common::start_with_metrics(&client, settings);
     let resource = |group: &str, version: &str, kind: &str, plural: &str| ApiResource {
         group: group.into(),
         version: version.into(),
@@ -1086,7 +1067,7 @@ spec:
     settings.proxy.replicas = 2;
     settings.proxy.gateway_namespace = gateway_namespace;
     let names = Names::new(&ns, "web", &controller_id(&settings));
-    let (controller, metrics) = start_with_metrics(&client, settings);
+    let (controller, metrics) = common::start_with_metrics(&client, settings);
     let proxies = if gateway_namespace { &ns } else { &home };
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), proxies);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), proxies);

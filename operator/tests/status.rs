@@ -184,17 +184,7 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
         debounce: Duration::from_millis(50),
         ..Default::default()
     };
-    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
-    let options = operator::reconcile::Options {
-        metrics: metrics.clone(),
-        ..Default::default()
-    };
-    let controller = tokio::spawn(operator::reconcile::run_with(
-        client.clone(),
-        settings,
-        options,
-        std::future::pending(),
-    ));
+    let (controller, metrics) = common::start_with_metrics(&client, settings);
     let gateways: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("Gateway", "gateways"));
     eventually(&gateways, "web", |g| {
         condition(&g["status"]["conditions"], "Accepted").is_some_and(|c| c["status"] == "True")

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -22,15 +21,12 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 
 use super::apply::{Key, ProvisionError};
-use super::controllers::Task;
+use super::controllers::{self, Task};
 use super::drift::Drift;
 use super::names::{self, Names};
 use super::plans::{Plans, REAPPLY_AFTER};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-
-/// Wait before a failed collection runs again, doubled after each failure in a row.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// Where objects of a kind live.
 #[derive(Clone, Copy)]
@@ -81,14 +77,15 @@ pub(super) struct Collector {
 }
 
 impl Collector {
-    /// Runs collection whenever `wake` is notified, and every [`REAPPLY_AFTER`].
+    /// Runs collection whenever `wake` is notified, and every [`REAPPLY_AFTER`]; after a failure,
+    /// as a failed Gateway is retried (1 s, doubling to 60 s).
     pub(super) fn start(self, wake: Arc<Notify>) -> Task {
         Task::spawn(async move {
             let mut failures = 0u32;
             loop {
                 let wait = match failures {
                     0 => REAPPLY_AFTER,
-                    n => (RETRY * (1 << (n - 1).min(6))).min(REAPPLY_AFTER),
+                    n => controllers::retry_after(n),
                 };
                 tokio::select! {
                     () = wake.notified() => {}

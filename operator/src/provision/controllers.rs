@@ -187,11 +187,7 @@ impl Provision {
 }
 
 async fn reconcile(gateway: Arc<GatewayMeta>, provision: Arc<Provision>) -> Result<Action, ProvisionError> {
-    let id = format!(
-        "{}/{}",
-        gateway.metadata.namespace.as_deref().unwrap_or_default(),
-        gateway.metadata.name.as_deref().unwrap_or_default()
-    );
+    let id = gateway_id(&gateway);
     let done = provision.reconcile(&id).await;
     match &done {
         Ok(done) if done.applied == 0 => {}
@@ -223,11 +219,7 @@ async fn reconcile(gateway: Arc<GatewayMeta>, provision: Arc<Provision>) -> Resu
 /// Retries a failed Gateway after [`RETRY`], twice as long after each failure in a row, at most
 /// [`RETRY_MAX`].
 fn error_policy(gateway: Arc<GatewayMeta>, error: &ProvisionError, provision: Arc<Provision>) -> Action {
-    let id = format!(
-        "{}/{}",
-        gateway.metadata.namespace.as_deref().unwrap_or_default(),
-        gateway.metadata.name.as_deref().unwrap_or_default()
-    );
+    let id = gateway_id(&gateway);
     let failures = provision
         .failures
         .lock()
@@ -240,7 +232,17 @@ fn error_policy(gateway: Arc<GatewayMeta>, error: &ProvisionError, provision: Ar
     Action::requeue(wait)
 }
 
-fn retry_after(failures: u32) -> Duration {
+/// `namespace/name`, the Gateway's key in the plans.
+fn gateway_id(gateway: &GatewayMeta) -> String {
+    format!(
+        "{}/{}",
+        gateway.metadata.namespace.as_deref().unwrap_or_default(),
+        gateway.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The wait after `failures` failures in a row (at least one).
+pub(super) fn retry_after(failures: u32) -> Duration {
     RETRY
         .saturating_mul(1 << failures.saturating_sub(1).min(16))
         .min(RETRY_MAX)

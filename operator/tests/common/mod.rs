@@ -221,3 +221,23 @@ pub fn sample(metrics: &operator::metrics::Metrics, series: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
         .unwrap_or(0.0)
 }
+
+/// A controller (the reconcile loop) for `settings`, with metrics the test reads; it runs until
+/// the handle is aborted.
+pub fn start_with_metrics(
+    client: &kube::Client,
+    settings: operator::settings::Kubernetes,
+) -> (tokio::task::JoinHandle<()>, std::sync::Arc<operator::metrics::Metrics>) {
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let options = operator::reconcile::Options {
+        metrics: metrics.clone(),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run_with(
+        client.clone(),
+        settings,
+        options,
+        std::future::pending(),
+    ));
+    (controller, metrics)
+}
