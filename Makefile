@@ -80,6 +80,17 @@ fuzz:
 bench-operator:
 	$(CARGO) bench -p turna-operator --bench convergence
 
+## bench-standalone: a new HTTPRoute -> first 200 through `turna standalone` at 1, 1k and 5k
+## routes, while the start-up statuses are written and after; its memory, against the e2e
+## kube-apiserver (operator/benches/standalone.rs). TURNA_BENCH_ROUTES and TURNA_BENCH_SAMPLES tune it.
+bench-standalone:
+	$(CARGO) bench -p turna-operator --bench standalone
+
+## bench-local: an edited file -> first 200 through `turna local` at 1, 1k and 5k routes, and its
+## memory (operator/benches/local_reload.rs); TURNA_BENCH_ROUTES and TURNA_BENCH_SAMPLES tune it.
+bench-local:
+	$(CARGO) bench -p turna-operator --bench local_reload
+
 bench: bench-translator
 
 # ---- e2e: a real control plane built from Go modules (e2e/README.md) ----

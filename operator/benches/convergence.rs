@@ -15,94 +15,22 @@
 mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
 mod control_plane;
+mod shared;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::watcher;
 use operator::modes::proxy;
 use operator::provision::Names;
 use operator::push::client;
 use operator::settings::Kubernetes;
-use serde_json::json;
 
-use common::CONTROLLER_NAME;
-
-fn http_routes() -> ApiResource {
-    ApiResource {
-        group: translator::GROUP.into(),
-        version: "v1".into(),
-        api_version: format!("{}/v1", translator::GROUP),
-        kind: "HTTPRoute".into(),
-        plural: "httproutes".into(),
-    }
-}
-
-fn route(name: &str, path: &str, backend_port: u16) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": format!("{}/v1", translator::GROUP),
-        "kind": "HTTPRoute",
-        "metadata": {"name": name},
-        "spec": {
-            "parentRefs": [{"name": "web"}],
-            "rules": [{
-                "matches": [{"path": {"type": "PathPrefix", "value": path}}],
-                "backendRefs": [{"name": "app", "port": backend_port}],
-            }],
-        },
-    }))
-    .expect("route")
-}
-
-/// Whether `route` has Accepted=True from Turna for its parent.
-fn accepted(route: &DynamicObject) -> bool {
-    route.data["status"]["parents"].as_array().is_some_and(|parents| {
-        parents.iter().any(|p| {
-            p["controllerName"] == CONTROLLER_NAME
-                && p["conditions"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Accepted" && c["status"] == "True"))
-        })
-    })
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
-    values[index]
-}
-
-/// `VmRSS` and `VmHWM` of process `pid`, MiB.
-fn memory(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use shared::{Turna, accepted, http_routes, median, memory, percentile, route};
 
 /// `sum` and `count` of histogram `name` on the controller's `/metrics`.
 async fn histogram(health: SocketAddr, name: &str) -> (f64, f64) {
@@ -140,7 +68,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
     let port = common::free_port().await;
     let gateway = common::class_and_gateway(
         &class,
-        CONTROLLER_NAME,
+        common::CONTROLLER_NAME,
         &ns,
         &format!("[{{name: http, port: {port}, protocol: HTTP}}]"),
     );
@@ -210,7 +138,7 @@ spec:
         .stdout(Stdio::null())
         .spawn()
         .expect("start turna controller");
-    let controller = Controller(child);
+    let controller = Turna(child);
 
     let settings = Kubernetes {
         controller_id: controller_id.clone(),

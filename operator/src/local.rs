@@ -2,7 +2,9 @@
 //! files or folders, turned into a [`Snapshot`] (and the TLS [`Material`] the dataplane needs)
 //! without any cluster.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use dataplane::Material;
@@ -94,39 +96,105 @@ pub fn fingerprint(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Option<SystemTime>
 
 /// Reads every file into one [`Input`].
 pub fn read(paths: &[PathBuf]) -> Result<Input, LocalError> {
-    let mut input = Input::default();
-    let snapshot = &mut input.snapshot;
-    for path in files(paths)? {
-        let text = std::fs::read_to_string(&path).map_err(|source| LocalError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        if path.file_name().is_some_and(|n| n == "facts.yaml") {
-            snapshot.facts =
-                serde_yaml::from_str::<Facts>(&text).map_err(|source| LocalError::Facts { path, source })?;
-            continue;
-        }
-        snapshot.add_yaml(&text).map_err(|source| LocalError::Snapshot {
-            path: path.clone(),
-            source,
-        })?;
-        // `add_yaml` accepted the YAML, so every document parses again.
-        for (index, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let Ok(value) = serde_json::Value::deserialize(doc) else {
-                continue;
-            };
-            add_material(&mut input.material, value).map_err(|source| LocalError::Material {
+    Reader::default().read(paths)
+}
+
+/// Reads the files again and again, parsing only those whose text changed since the last read:
+/// editing one route among thousands parses one small file, not every route again.
+#[derive(Debug, Default)]
+pub struct Reader {
+    files: HashMap<PathBuf, Arc<Parsed>>,
+}
+
+/// One file as last read.
+#[derive(Debug)]
+struct Parsed {
+    text: String,
+    content: Content,
+}
+
+#[derive(Debug)]
+enum Content {
+    /// A `facts.yaml`.
+    Facts(Facts),
+    Objects(Box<Input>),
+}
+
+impl Reader {
+    /// Every file under `paths` into one [`Input`], in file order as [`read`] does.
+    pub fn read(&mut self, paths: &[PathBuf]) -> Result<Input, LocalError> {
+        let mut input = Input::default();
+        let mut read = HashMap::new();
+        for path in files(paths)? {
+            let text = std::fs::read_to_string(&path).map_err(|source| LocalError::Read {
                 path: path.clone(),
+                source,
+            })?;
+            let parsed = match self.files.get(&path) {
+                Some(parsed) if parsed.text == text => parsed.clone(),
+                _ => Arc::new(parse(&path, text)?),
+            };
+            match &parsed.content {
+                Content::Facts(facts) => input.snapshot.facts = facts.clone(),
+                Content::Objects(part) => {
+                    input.snapshot.extend(&part.snapshot);
+                    input.material.extend(&part.material);
+                }
+            }
+            read.insert(path, parsed);
+        }
+        self.files = read;
+        Ok(input)
+    }
+}
+
+/// The objects and key material of one file's `text`.
+fn parse(path: &Path, text: String) -> Result<Parsed, LocalError> {
+    if path.file_name().is_some_and(|n| n == "facts.yaml") {
+        let facts = serde_yaml::from_str::<Facts>(&text).map_err(|source| LocalError::Facts {
+            path: path.into(),
+            source,
+        })?;
+        return Ok(Parsed {
+            text,
+            content: Content::Facts(facts),
+        });
+    }
+    let mut input = Input::default();
+    for (index, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let value = serde_json::Value::deserialize(doc).map_err(|source| LocalError::Snapshot {
+            path: path.into(),
+            source: SnapshotError::Yaml { index, source },
+        })?;
+        let kind = value
+            .get("kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        // Only these can hold key material; the others move into the snapshot uncopied.
+        let material = (matches!(kind, "Secret" | "ConfigMap") || kind.ends_with("List")).then(|| value.clone());
+        input
+            .snapshot
+            .add_value(index, value)
+            .map_err(|source| LocalError::Snapshot {
+                path: path.into(),
+                source,
+            })?;
+        if let Some(value) = material {
+            add_material(&mut input.material, &value).map_err(|source| LocalError::Material {
+                path: path.into(),
                 index,
                 source,
             })?;
         }
     }
-    Ok(input)
+    Ok(Parsed {
+        text,
+        content: Content::Objects(Box::new(input)),
+    })
 }
 
 /// Adds the certificate of a `Secret` or the CA bundle of a `ConfigMap` (`List`s are expanded).
-fn add_material(material: &mut Material, value: serde_json::Value) -> Result<(), serde_json::Error> {
+fn add_material(material: &mut Material, value: &serde_json::Value) -> Result<(), serde_json::Error> {
     let kind = value
         .get("kind")
         .and_then(serde_json::Value::as_str)
@@ -134,7 +202,7 @@ fn add_material(material: &mut Material, value: serde_json::Value) -> Result<(),
     let core = value.get("apiVersion").and_then(serde_json::Value::as_str) == Some("v1");
     if kind.ends_with("List") {
         if let Some(serde_json::Value::Array(items)) = value.get("items") {
-            for item in items.clone() {
+            for item in items {
                 add_material(material, item)?;
             }
         }
@@ -149,13 +217,13 @@ fn add_material(material: &mut Material, value: serde_json::Value) -> Result<(),
     };
     match (core, kind) {
         (true, "Secret") => {
-            let secret: Secret = serde_json::from_value(value)?;
+            let secret = Secret::deserialize(value)?;
             if let Some(certificate) = material::tls_certificate(&secret) {
                 material.certificates.insert(key(&secret.metadata), certificate);
             }
         }
         (true, "ConfigMap") => {
-            let config_map: ConfigMap = serde_json::from_value(value)?;
+            let config_map = ConfigMap::deserialize(value)?;
             if let Some(ca) = material::ca_bundle(&config_map) {
                 material.ca_bundles.insert(key(&config_map.metadata), ca);
             }
@@ -209,5 +277,44 @@ mod tests {
         assert_eq!((cert.chain_pem.as_str(), cert.key_pem.as_str()), ("CRT", "KEY"));
         assert_eq!(input.material.certificates["default/plain"].key_pem, "key");
         assert_eq!(input.material.ca_bundles["default/ca"], "PEM");
+    }
+
+    #[test]
+    fn a_reader_parses_again_only_the_files_whose_text_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let service = |name: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: x}}\nspec: {{ports: [{{port: 80}}]}}\n"
+            )
+        };
+        std::fs::write(dir.path().join("a.yaml"), service("a")).expect("write");
+        std::fs::write(dir.path().join("b.yaml"), service("b")).expect("write");
+        let mut reader = Reader::default();
+        let first = reader.read(&[dir.path().into()]).expect("reads");
+        std::fs::write(dir.path().join("b.yaml"), service("c")).expect("write");
+        let second = reader.read(&[dir.path().into()]).expect("reads");
+        let names = |input: &Input| -> Vec<String> {
+            input
+                .snapshot
+                .services
+                .iter()
+                .map(|s| s.metadata.name.clone().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(names(&first), ["a", "b"]);
+        assert_eq!(names(&second), ["a", "c"]);
+        assert!(
+            Arc::ptr_eq(&first.snapshot.services[0], &second.snapshot.services[0]),
+            "a.yaml reused"
+        );
+        assert!(!Arc::ptr_eq(&first.snapshot.services[1], &second.snapshot.services[1]));
+
+        // A file that stops parsing fails the read; fixed, it reads again.
+        std::fs::write(dir.path().join("a.yaml"), "kind: Service\napiVersion: v1\nspec: 3\n").expect("write");
+        assert!(reader.read(&[dir.path().into()]).is_err());
+        std::fs::write(dir.path().join("a.yaml"), service("d")).expect("write");
+        assert_eq!(names(&reader.read(&[dir.path().into()]).expect("reads")), ["d", "c"]);
+        std::fs::remove_file(dir.path().join("a.yaml")).expect("remove");
+        assert_eq!(names(&reader.read(&[dir.path().into()]).expect("reads")), ["c"]);
     }
 }

@@ -219,6 +219,30 @@ impl Snapshot {
         Ok(snapshot)
     }
 
+    /// Adds the objects of `other` after this snapshot's own (shared, not copied); its facts are
+    /// not taken.
+    pub fn extend(&mut self, other: &Snapshot) {
+        self.gateway_classes.extend_from_slice(&other.gateway_classes);
+        self.gateways.extend_from_slice(&other.gateways);
+        self.listener_sets.extend_from_slice(&other.listener_sets);
+        self.http_routes.extend_from_slice(&other.http_routes);
+        self.grpc_routes.extend_from_slice(&other.grpc_routes);
+        self.tls_routes.extend_from_slice(&other.tls_routes);
+        self.tcp_routes.extend_from_slice(&other.tcp_routes);
+        self.udp_routes.extend_from_slice(&other.udp_routes);
+        self.unreadable_routes.extend_from_slice(&other.unreadable_routes);
+        self.reference_grants.extend_from_slice(&other.reference_grants);
+        self.backend_tls_policies.extend_from_slice(&other.backend_tls_policies);
+        self.turna_proxies.extend_from_slice(&other.turna_proxies);
+        self.services.extend_from_slice(&other.services);
+        self.endpoint_slices.extend_from_slice(&other.endpoint_slices);
+        self.namespaces.extend_from_slice(&other.namespaces);
+        self.secrets.extend_from_slice(&other.secrets);
+        self.config_maps.extend_from_slice(&other.config_maps);
+        self.listeners_with_filters
+            .extend(other.listeners_with_filters.iter().cloned());
+    }
+
     /// Adds the objects of a multi-document YAML stream.
     pub fn add_yaml(&mut self, text: &str) -> Result<(), SnapshotError> {
         for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {

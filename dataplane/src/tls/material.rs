@@ -25,6 +25,14 @@ pub struct Material {
 }
 
 impl Material {
+    /// Adds the certificates and CA bundles of `other`; its entries win over equal names.
+    pub fn extend(&mut self, other: &Material) {
+        self.certificates
+            .extend(other.certificates.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.ca_bundles
+            .extend(other.ca_bundles.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+
     /// The signing key and chain of certificate Secret `name`.
     pub fn certified_key(&self, name: &str, listener: &str) -> Result<Arc<CertifiedKey>, ValidationError> {
         let invalid = |reason: String| ValidationError::Certificate {

@@ -1,9 +1,11 @@
 //! `turna local`: serves Gateway API YAML from files or folders with no cluster at all.
 //!
 //! The files are translated in standalone mode (one proxy for every Gateway, status addresses =
-//! the bind address) and applied to an in-process [`Dataplane`]. The files are polled for changes;
-//! a new set that cannot be read or is rejected by the dataplane is logged and the last good one
-//! keeps serving.
+//! the bind address) and applied to an in-process [`Dataplane`]. A change of the files is seen
+//! through file notifications ([`FileWatch`]) and served within milliseconds; a slow poll of
+//! their modification times stays as a safety net for file systems without notifications. A new
+//! set that cannot be read or is rejected by the dataplane is logged and the last good one keeps
+//! serving.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -16,10 +18,12 @@ use tokio::task::JoinHandle;
 use translator::ir;
 
 use super::AddressError;
+use crate::file_watch::FileWatch;
 use crate::local::{self, Input, LocalError};
 use crate::settings::{self, Kubernetes};
 
-/// How often the files are checked for changes unless [`Options::poll`] says otherwise.
+/// How often the files' modification times are checked, besides file notifications, unless
+/// [`Options::poll`] says otherwise.
 pub const POLL: Duration = Duration::from_secs(1);
 
 /// What `turna local` serves, and where.
@@ -31,7 +35,7 @@ pub struct Options {
     pub settings: Kubernetes,
     /// Local address of every listener, also reported as the Gateways' address.
     pub address: IpAddr,
-    /// How often the files are checked for changes.
+    /// How often the files' modification times are checked, besides file notifications.
     pub poll: Duration,
 }
 
@@ -77,8 +81,11 @@ pub async fn start(options: Options) -> Result<Local, LocalModeError> {
     }
     let health_address = super::socket_address(&settings.health_address)?;
     let dataplane = Dataplane::new(settings.dataplane_settings(options.address));
+    // Watching starts before the first read, so no change after it is missed.
+    let watch = FileWatch::new(&options.files);
     let fingerprint = local::fingerprint(&options.files)?;
-    let input = local::read(&options.files)?;
+    let mut reader = local::Reader::default();
+    let input = reader.read(&options.files)?;
     match apply(&dataplane, &settings, input).await {
         Ok(()) | Err(ApplyError::Ports(_)) => {}
         Err(error) => return Err(LocalModeError::Rejected(error)),
@@ -95,12 +102,16 @@ pub async fn start(options: Options) -> Result<Local, LocalModeError> {
         applied: 1,
         rejected: 0,
     });
-    let poller = tokio::spawn(poll(
+    let poller = tokio::spawn(follow(
         dataplane.clone(),
         settings,
         options.files,
-        options.poll,
-        fingerprint,
+        Changes {
+            watch,
+            poll: options.poll,
+            last: fingerprint,
+            reader,
+        },
         generation,
     ));
     Ok(Local {
@@ -162,18 +173,31 @@ pub fn standalone_proxy(proxies: Vec<ir::Proxy>) -> ir::Proxy {
     })
 }
 
-async fn poll(
+/// How changes of the files are found: notifications, and a poll of modification times.
+struct Changes {
+    watch: FileWatch,
+    poll: Duration,
+    /// The modification times and lengths of the files last read.
+    last: Vec<(PathBuf, Option<std::time::SystemTime>, u64)>,
+    /// The files as last read: only changed ones are parsed again.
+    reader: local::Reader,
+}
+
+/// Reads and applies the files again whenever they change.
+async fn follow(
     dataplane: Dataplane,
     settings: Kubernetes,
     files: Vec<PathBuf>,
-    every: Duration,
-    mut last: Vec<(PathBuf, Option<std::time::SystemTime>, u64)>,
+    mut changes: Changes,
     generation: watch::Sender<Generation>,
 ) {
-    let mut interval = tokio::time::interval(every);
+    let mut interval = tokio::time::interval(changes.poll);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        interval.tick().await;
+        let notified = tokio::select! {
+            () = changes.watch.changed() => true,
+            _ = interval.tick() => false,
+        };
         let current = match local::fingerprint(&files) {
             Ok(current) => current,
             Err(error) => {
@@ -181,11 +205,13 @@ async fn poll(
                 continue;
             }
         };
-        if current == last {
+        // A notification reads the files even when times and lengths look the same: a rewrite
+        // within the file system's time resolution keeps both.
+        if !notified && current == changes.last {
             continue;
         }
-        last = current;
-        let result = match local::read(&files) {
+        changes.last = current;
+        let result = match changes.reader.read(&files) {
             Ok(input) => apply(&dataplane, &settings, input).await,
             Err(error) => {
                 tracing::error!(%error, "cannot read the files; the last good configuration keeps serving");

@@ -1,0 +1,88 @@
+//! What the operator's benchmarks share: the HTTPRoute they create, how they read its status,
+//! percentiles, and a child `turna` process with its memory.
+
+#![allow(dead_code)]
+
+use std::process::Child;
+
+use kube::api::{ApiResource, DynamicObject};
+use serde_json::json;
+
+use crate::common::CONTROLLER_NAME;
+
+pub fn http_routes() -> ApiResource {
+    ApiResource {
+        group: translator::GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{}/v1", translator::GROUP),
+        kind: "HTTPRoute".into(),
+        plural: "httproutes".into(),
+    }
+}
+
+/// An HTTPRoute on Gateway `web` sending `path` to Service `app` at `backend_port`.
+pub fn route(name: &str, path: &str, backend_port: u16) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1", translator::GROUP),
+        "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {
+            "parentRefs": [{"name": "web"}],
+            "rules": [{
+                "matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                "backendRefs": [{"name": "app", "port": backend_port}],
+            }],
+        },
+    }))
+    .expect("route")
+}
+
+/// Whether `route` has Accepted=True from Turna for its parent.
+pub fn accepted(route: &DynamicObject) -> bool {
+    route.data["status"]["parents"].as_array().is_some_and(|parents| {
+        parents.iter().any(|p| {
+            p["controllerName"] == CONTROLLER_NAME
+                && p["conditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Accepted" && c["status"] == "True"))
+        })
+    })
+}
+
+pub fn median(values: &mut [f64]) -> f64 {
+    percentile(values, 0.5)
+}
+
+/// The `p` quantile (0..=1) of `values`, nearest rank; `NaN` when there are none.
+pub fn percentile(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let index = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values[index]
+}
+
+/// `VmRSS` and `VmHWM` of process `pid`, MiB.
+pub fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// A `turna` child process, killed when dropped.
+pub struct Turna(pub Child);
+
+impl Drop for Turna {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
