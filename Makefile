@@ -86,6 +86,12 @@ bench-operator:
 bench-standalone:
 	$(CARGO) bench -p turna-operator --bench standalone
 
+## bench-fleet: 1,000 simulated proxies (the real push protocol, no traffic) on one turna
+## controller: a route change -> every proxy, and the controller's memory and CPU per connected
+## proxy (operator/benches/push_fleet.rs). TURNA_BENCH_PROXIES, _GATEWAYS, _ROUTES, _SAMPLES tune it.
+bench-fleet:
+	$(CARGO) bench -p turna-operator --bench push_fleet
+
 ## bench-local: an edited file -> first 200 through `turna local` at 1, 1k and 5k routes, and its
 ## memory (operator/benches/local_reload.rs); TURNA_BENCH_ROUTES and TURNA_BENCH_SAMPLES tune it.
 bench-local:

@@ -36,21 +36,26 @@ struct Result {
     /// Start-up to the last existing route's status written.
     written_after: Duration,
     storm_ms: Vec<f64>,
+    /// Of each, the API server's answer to the create.
+    storm_create_ms: Vec<f64>,
     steady_ms: Vec<f64>,
+    steady_create_ms: Vec<f64>,
     rss: f64,
     hwm: f64,
 }
 
-/// Creates route `name` for `path` and waits for its first 200; the time it took.
-async fn propagate(api: &Api<DynamicObject>, gateway: SocketAddr, backend_port: u16, name: &str) -> f64 {
+/// Creates route `name` for `path` and waits for its first 200; the time it took, and the time
+/// the API server took to answer the create (ms).
+async fn propagate(api: &Api<DynamicObject>, gateway: SocketAddr, backend_port: u16, name: &str) -> (f64, f64) {
     let path = format!("/{name}");
     let start = Instant::now();
     api.create(&PostParams::default(), &route(name, &path, backend_port))
         .await
         .expect("create the measured route");
+    let created = start.elapsed().as_secs_f64() * 1000.0;
     loop {
         if let Some((200, _)) = common::get(gateway, "bench.test", &path).await {
-            return start.elapsed().as_secs_f64() * 1000.0;
+            return (start.elapsed().as_secs_f64() * 1000.0, created);
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
@@ -156,9 +161,12 @@ spec:
         }
     };
     let mut storm_ms = Vec::new();
+    let mut storm_create_ms = Vec::new();
     while storm_ms.len() < STORM_SAMPLES && !written(api.clone()).await {
         let name = format!("s{}", storm_ms.len());
-        storm_ms.push(propagate(&api, gateway, backend.port(), &name).await);
+        let (took, created) = propagate(&api, gateway, backend.port(), &name).await;
+        storm_ms.push(took);
+        storm_create_ms.push(created);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     common::within(Duration::from_secs(300), "every start-up status written", || async {
@@ -169,8 +177,11 @@ spec:
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let mut steady_ms = Vec::with_capacity(samples);
+    let mut steady_create_ms = Vec::with_capacity(samples);
     for k in 0..samples {
-        steady_ms.push(propagate(&api, gateway, backend.port(), &format!("m{k}")).await);
+        let (took, created) = propagate(&api, gateway, backend.port(), &format!("m{k}")).await;
+        steady_ms.push(took);
+        steady_create_ms.push(created);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let (rss, hwm) = memory(standalone.0.id());
@@ -179,7 +190,9 @@ spec:
         served_after,
         written_after,
         storm_ms,
+        storm_create_ms,
         steady_ms,
+        steady_create_ms,
         rss,
         hwm,
     }
@@ -203,9 +216,9 @@ fn main() {
         .expect("runtime");
     println!("turna standalone: a new HTTPRoute to its first 200 ({samples} samples per size after start-up)");
     println!(
-        "| routes | served / statuses written after start | during status writes: n, median, max | median | p90 | p99 | max | RSS / peak |"
+        "| routes | served / statuses written after start | during status writes: n, median, max (create answered: median) | median | p90 | p99 | max | create answered: median | RSS / peak |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut verdicts = Vec::new();
     for n in routes {
         let mut r = runtime.block_on(run(&plane, n, samples));
@@ -213,15 +226,17 @@ fn main() {
         let median = percentile(&mut r.steady_ms, 0.5);
         let p99 = percentile(&mut r.steady_ms, 0.99);
         println!(
-            "| {} | {:.1} s / {:.1} s | {}, {:.1} ms, {:.1} ms | {median:.1} ms | {:.1} ms | {p99:.1} ms | {:.1} ms | {:.0} / {:.0} MiB |",
+            "| {} | {:.1} s / {:.1} s | {}, {:.1} ms, {:.1} ms ({:.1} ms) | {median:.1} ms | {:.1} ms | {p99:.1} ms | {:.1} ms | {:.1} ms | {:.0} / {:.0} MiB |",
             r.routes,
             r.served_after.as_secs_f64(),
             r.written_after.as_secs_f64(),
             r.storm_ms.len(),
             percentile(&mut r.storm_ms, 0.5),
             storm_max,
+            percentile(&mut r.storm_create_ms, 0.5),
             percentile(&mut r.steady_ms, 0.9),
             percentile(&mut r.steady_ms, 1.0),
+            percentile(&mut r.steady_create_ms, 0.5),
             r.rss,
             r.hwm,
         );

@@ -197,9 +197,11 @@ async fn reconcile(
                 _ => {}
             }
         }
-        let snapshot = snapshots.refresh();
-        provisioning.observe(&mut snapshot.facts);
-        let output = translator::translate(snapshot, &config);
+        let output = off_the_workers(|| {
+            let snapshot = snapshots.refresh();
+            provisioning.observe(&mut snapshot.facts);
+            translator::translate(snapshot, &config)
+        });
         metrics.translated(started.elapsed());
         // Every instance serves proxies the IR it translated, leader or not.
         if let Some(hub) = &options.push {
@@ -237,6 +239,17 @@ async fn reconcile(
         metrics.pass_took(started.elapsed());
         let again = changes.clone();
         retry.after(failed, move || again.notify());
+    }
+}
+
+/// Runs `work` (tens of milliseconds of CPU at thousands of routes) so that the runtime's other
+/// tasks do not wait for it: on a multi-threaded runtime the worker hands its queued tasks to
+/// another thread first. Standalone mode serves traffic on the same runtime, and a translation
+/// holding one of two workers while the status writer holds the other stalled its requests.
+fn off_the_workers<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 

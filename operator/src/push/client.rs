@@ -156,9 +156,51 @@ async fn connect(options: &Options, host: &str, port: u16) -> Result<tokio::net:
 
 /// One version of this proxy's IR, as received whole or built from deltas.
 #[derive(Debug)]
-struct Version {
-    version: u64,
-    proxy: ir::Proxy,
+pub struct Version {
+    pub version: u64,
+    pub proxy: ir::Proxy,
+}
+
+/// The operator's stream of IR [`Message`]s for this proxy's Gateway, deltas asked for.
+pub struct Stream {
+    body: Incoming,
+    buffer: BytesMut,
+    /// How much of `buffer` is known to hold no newline.
+    scanned: usize,
+}
+
+impl Stream {
+    /// Connects and asks for the stream; fails unless the operator answers 200.
+    pub async fn open(options: &Options) -> Result<Stream, ClientError> {
+        let path = format!("{STREAM_PATH}?{DELTAS_QUERY}");
+        let response = request(options, Method::GET, &path, Bytes::new()).await?;
+        if response.status() != StatusCode::OK {
+            return Err(ClientError::Status(response.status()));
+        }
+        Ok(Stream {
+            body: response.into_body(),
+            buffer: BytesMut::new(),
+            scanned: 0,
+        })
+    }
+
+    /// The next message. Cancel safe: what was read stays buffered until its message is returned.
+    pub async fn next(&mut self) -> Result<Message, ClientError> {
+        loop {
+            if let Some(end) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
+                let line = self.buffer.split_to(self.scanned + end + 1);
+                self.scanned = 0;
+                return Ok(serde_json::from_slice(line.chunk())?);
+            }
+            self.scanned = self.buffer.len();
+            let Some(frame) = self.body.frame().await else {
+                return Err(ClientError::Ended);
+            };
+            if let Ok(data) = frame?.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
 }
 
 /// Receives IR versions forever, applying each with the current `material`; re-applies the last
@@ -186,30 +228,17 @@ async fn follow(
     last: &mut Option<Version>,
     backoff: &mut Duration,
 ) -> Result<(), ClientError> {
-    let path = format!("{STREAM_PATH}?{DELTAS_QUERY}");
-    let response = request(options, Method::GET, &path, Bytes::new()).await?;
-    if response.status() != StatusCode::OK {
-        return Err(ClientError::Status(response.status()));
-    }
+    let mut stream = Stream::open(options).await?;
     tracing::info!(operator = %options.url, "IR stream connected");
-    let mut body = response.into_body();
-    let mut buffer = BytesMut::new();
     // A closed Secret watch keeps the material we have.
     let mut watching = material.has_changed().is_ok();
     loop {
         tokio::select! {
-            frame = body.frame() => {
-                let Some(frame) = frame else { return Err(ClientError::Ended) };
-                let Ok(data) = frame?.into_data() else { continue };
-                buffer.extend_from_slice(&data);
-                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                    let line = buffer.split_to(end + 1);
-                    let message: Message = serde_json::from_slice(line.chunk())?;
-                    let received = receive(last, message)?;
-                    *backoff = BACKOFF_MIN;
-                    let current = material.borrow_and_update().clone();
-                    apply(options, dataplane, received, &current).await;
-                }
+            message = stream.next() => {
+                let received = receive(last, message?)?;
+                *backoff = BACKOFF_MIN;
+                let current = material.borrow_and_update().clone();
+                apply(options, dataplane, received, &current).await;
             }
             changed = material.changed(), if watching => {
                 if changed.is_err() {
@@ -229,7 +258,7 @@ async fn follow(
 /// The version `message` makes of `last`: its whole IR, or its delta applied to the version
 /// before. A delta for a version this proxy does not have ends the stream; the operator sends
 /// the whole IR on the next connection.
-fn receive(last: &mut Option<Version>, message: Message) -> Result<&Version, ClientError> {
+pub fn receive(last: &mut Option<Version>, message: Message) -> Result<&Version, ClientError> {
     let version = message.version;
     let refused = |why: String| ClientError::Delta { version, why };
     match (message.proxy, message.base, message.delta) {
