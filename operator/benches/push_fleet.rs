@@ -91,7 +91,9 @@ async fn proxy(options: client::Options, reports: mpsc::UnboundedSender<Report>)
         };
         loop {
             let Ok(message) = stream.next().await else { break };
-            let Ok(version) = client::receive(&mut last, message) else { break };
+            let Ok(version) = client::receive(&mut last, message) else {
+                break;
+            };
             if !connected {
                 connected = true;
                 let _ = reports.send(Report::Connected);
@@ -111,7 +113,12 @@ async fn proxy(options: client::Options, reports: mpsc::UnboundedSender<Report>)
 fn cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default().split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the command; 100 ticks a second.
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
@@ -313,7 +320,9 @@ spec:
         "{proxies} proxies on {gateway_count} Gateways ({routes} routes each); all connected in {:.1} s",
         connect_time.as_secs_f64()
     );
-    println!("| route change -> in every proxy: median / max of {samples} | in half: median | in the first: median | controller RSS before / after connecting | per proxy | controller CPU per change | per proxy |");
+    println!(
+        "| route change -> in every proxy: median / max of {samples} | in half: median | in the first: median | controller RSS before / after connecting | per proxy | controller CPU per change | per proxy |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     let per_change = cpu_used.as_secs_f64() * 1000.0 / samples as f64;
     println!(

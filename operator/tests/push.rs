@@ -190,20 +190,41 @@ async fn a_proxy_receives_its_gateways_ir_and_other_identities_are_refused() {
     // since the version it has, which make the same IR.
     let whole_path = protocol::STREAM_PATH.to_string();
     let delta_path = format!("{}?{}", protocol::STREAM_PATH, protocol::DELTAS_QUERY);
+    let rules_path = format!("{delta_path}&{}", protocol::RULES_QUERY);
     let mut wholes = Lines::open(&push_options(own.clone()), &whole_path).await;
     let mut deltas = Lines::open(&push_options(own.clone()), &delta_path).await;
-    let (first, mut base) = (wholes.next().await, deltas.next().await);
+    let mut rule_deltas = Lines::open(&push_options(own.clone()), &rules_path).await;
+    let (first, mut base, rules_base) = (wholes.next().await, deltas.next().await, rule_deltas.next().await);
     assert_eq!(first, base, "both streams start with the whole IR");
+    assert_eq!(first, rules_base);
     plane()
         .apply_yaml(&objects(&ns, &class, port, backend, "/again"))
         .expect("apply changed route");
-    let (whole, changes) = (wholes.next().await, deltas.next().await);
+    let (whole, changes, rule_changes) = (wholes.next().await, deltas.next().await, rule_deltas.next().await);
     assert!(whole.proxy.is_some() && whole.delta.is_none(), "{whole:?}");
     assert_eq!(changes.base, Some(base.version));
     assert_eq!(changes.version, whole.version);
     let mut patched = base.proxy.take().expect("a whole IR");
-    changes.delta.expect("a delta").apply(&mut patched).expect("applies");
+    let mut rules_patched = patched.clone();
+    let host_delta = changes.delta.expect("a delta");
+    assert!(
+        !host_delta.virtual_hosts.is_empty() && host_delta.rules.is_empty(),
+        "{host_delta:?}"
+    );
+    host_delta.apply(&mut patched).expect("applies");
     assert_eq!(Some(patched), whole.proxy);
+    // The route changed within its virtual host: the stream that asked for rules gets them.
+    assert_eq!(
+        (rule_changes.version, rule_changes.base),
+        (whole.version, Some(rules_base.version))
+    );
+    let rule_delta = rule_changes.delta.expect("a delta");
+    assert!(
+        rule_delta.virtual_hosts.is_empty() && !rule_delta.rules.is_empty(),
+        "{rule_delta:?}"
+    );
+    rule_delta.apply(&mut rules_patched).expect("applies");
+    assert_eq!(Some(rules_patched), whole.proxy);
     eventually("the proxy serving the second change", || async {
         (get(gateway, "/again/x").await? == (200, "app /again/x".into())).then_some(())
     })

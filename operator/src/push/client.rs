@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use translator::ir;
 
 use super::endpoints::Resolver;
-use super::protocol::{DELTAS_QUERY, Message, REJECTIONS_PATH, Rejection, STREAM_PATH};
+use super::protocol::{DELTAS_QUERY, Message, REJECTIONS_PATH, RULES_QUERY, Rejection, STREAM_PATH};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -161,7 +161,8 @@ pub struct Version {
     pub proxy: ir::Proxy,
 }
 
-/// The operator's stream of IR [`Message`]s for this proxy's Gateway, deltas asked for.
+/// The operator's stream of IR [`Message`]s for this proxy's Gateway, deltas (narrowed to rules)
+/// asked for.
 pub struct Stream {
     body: Incoming,
     buffer: BytesMut,
@@ -172,7 +173,7 @@ pub struct Stream {
 impl Stream {
     /// Connects and asks for the stream; fails unless the operator answers 200.
     pub async fn open(options: &Options) -> Result<Stream, ClientError> {
-        let path = format!("{STREAM_PATH}?{DELTAS_QUERY}");
+        let path = format!("{STREAM_PATH}?{DELTAS_QUERY}&{RULES_QUERY}");
         let response = request(options, Method::GET, &path, Bytes::new()).await?;
         if response.status() != StatusCode::OK {
             return Err(ClientError::Status(response.status()));

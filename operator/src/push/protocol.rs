@@ -5,7 +5,10 @@
 //! A message carries a proxy's whole IR, or, for a proxy that asked for them
 //! ([`DELTAS_QUERY`]) and holds the version before, only what changed since
 //! ([`ir::delta::Delta`]): a route added among thousands is a few hundred bytes, not the whole
-//! table to write, send and parse again. Proxies that do not ask get whole IRs only.
+//! table to write, send and parse again. Proxies that also ask for [`RULES_QUERY`] get deltas
+//! narrowed to the rules that changed within a virtual host ([`Delta::narrowed`]); operators
+//! that do not know it send host-level deltas, which such proxies apply as well. Proxies that
+//! ask for nothing get whole IRs only.
 
 use serde::{Deserialize, Serialize};
 use translator::ir;
@@ -15,6 +18,31 @@ use translator::ir::delta::Delta;
 pub const STREAM_PATH: &str = "/v1/ir";
 /// The query of [`STREAM_PATH`] of a proxy that applies deltas.
 pub const DELTAS_QUERY: &str = "deltas=1";
+/// Added to [`DELTAS_QUERY`] by a proxy that applies rule splices too.
+pub const RULES_QUERY: &str = "rules=1";
+
+/// What a stream asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deltas {
+    /// Whole IRs only.
+    None,
+    /// Deltas of virtual hosts.
+    Hosts,
+    /// Deltas narrowed to rules.
+    Rules,
+}
+
+impl Deltas {
+    /// What the query of a stream request asks for.
+    pub fn asked(query: Option<&str>) -> Deltas {
+        let parts = || query.unwrap_or_default().split('&');
+        match (parts().any(|p| p == DELTAS_QUERY), parts().any(|p| p == RULES_QUERY)) {
+            (false, _) => Deltas::None,
+            (true, false) => Deltas::Hosts,
+            (true, true) => Deltas::Rules,
+        }
+    }
+}
 /// `POST`: one [`Rejection`].
 pub const REJECTIONS_PATH: &str = "/v1/rejections";
 
@@ -88,5 +116,14 @@ mod tests {
         assert_eq!((changes.version, changes.base), (4, Some(3)));
         assert_eq!(changes.delta, Some(delta));
         assert!(changes.proxy.is_none());
+    }
+
+    #[test]
+    fn a_stream_asks_for_host_or_rule_deltas_in_its_query() {
+        assert_eq!(Deltas::asked(None), Deltas::None);
+        assert_eq!(Deltas::asked(Some("rules=1")), Deltas::None, "rules only with deltas");
+        assert_eq!(Deltas::asked(Some(DELTAS_QUERY)), Deltas::Hosts);
+        assert_eq!(Deltas::asked(Some("rules=1&deltas=1")), Deltas::Rules);
+        assert_eq!(Deltas::asked(Some("deltas=10")), Deltas::None);
     }
 }

@@ -35,7 +35,7 @@ use translator::ir;
 use translator::ir::delta::{self, Delta, Difference};
 
 use super::authority::{Authority, AuthorityError};
-use super::protocol::{self, DELTAS_QUERY, REJECTIONS_PATH, Rejection, STREAM_PATH};
+use super::protocol::{self, Deltas, REJECTIONS_PATH, Rejection, STREAM_PATH};
 use crate::metrics::Push;
 use crate::provision::names::{self, Names};
 
@@ -73,30 +73,53 @@ pub struct Published {
     pub version: u64,
     pub proxy: ir::Proxy,
     /// The version before this one and what changed since, when only routes and backends did.
-    delta: Option<(u64, Delta)>,
+    delta: Option<Change>,
     whole: OnceLock<Bytes>,
     changes: OnceLock<Bytes>,
+    rule_changes: OnceLock<Bytes>,
+}
+
+/// What changed since version `base`, by virtual hosts and narrowed to rules.
+#[derive(Debug)]
+struct Change {
+    base: u64,
+    hosts: Delta,
+    /// `None` when narrowing changed nothing: the host-level line serves both.
+    rules: Option<Delta>,
+}
+
+impl Change {
+    fn new(base: u64, previous: &ir::Proxy, hosts: Delta) -> Change {
+        let rules = Some(hosts.narrowed(previous)).filter(|rules| *rules != hosts);
+        Change { base, hosts, rules }
+    }
 }
 
 impl Published {
-    fn new(version: u64, proxy: ir::Proxy, delta: Option<(u64, Delta)>) -> Arc<Published> {
+    fn new(version: u64, proxy: ir::Proxy, delta: Option<Change>) -> Arc<Published> {
         Arc::new(Published {
             version,
             proxy,
             delta,
             whole: OnceLock::new(),
             changes: OnceLock::new(),
+            rule_changes: OnceLock::new(),
         })
     }
 
-    /// The line for a proxy that was last sent version `sent`: the delta when it applies to
-    /// that version and the proxy takes deltas, else the whole IR.
-    fn line(&self, sent: Option<u64>, deltas: bool) -> (Bytes, Push) {
+    /// The line for a proxy that was last sent version `sent`: the delta it asked for when it
+    /// applies to that version, else the whole IR.
+    fn line(&self, sent: Option<u64>, deltas: Deltas) -> (Bytes, Push) {
         match &self.delta {
-            Some((base, delta)) if deltas && sent == Some(*base) => {
-                let line = self
-                    .changes
-                    .get_or_init(|| Bytes::from(protocol::delta_line(self.version, *base, delta)));
+            Some(change) if deltas != Deltas::None && sent == Some(change.base) => {
+                let line = match (&change.rules, deltas) {
+                    (Some(rules), Deltas::Rules) => self
+                        .rule_changes
+                        .get_or_init(|| Bytes::from(protocol::delta_line(self.version, change.base, rules))),
+                    _ => self
+                        .changes
+                        .get_or_init(|| Bytes::from(protocol::delta_line(self.version, change.base, &change.hosts))),
+                };
                 (line.clone(), Push::Delta)
             }
             _ => {
@@ -148,7 +171,7 @@ impl Hub {
                     let previous = sender.borrow().clone();
                     let delta = match delta::difference(&previous.proxy, proxy) {
                         Difference::Same => continue,
-                        Difference::Delta(delta) => Some((previous.version, delta)),
+                        Difference::Delta(delta) => Some(Change::new(previous.version, &previous.proxy, delta)),
                         Difference::Whole => None,
                     };
                     let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
@@ -327,10 +350,7 @@ impl Server {
         };
         match (req.method(), req.uri().path()) {
             (&Method::GET, STREAM_PATH) => {
-                let deltas = req
-                    .uri()
-                    .query()
-                    .is_some_and(|q| q.split('&').any(|p| p == DELTAS_QUERY));
+                let deltas = Deltas::asked(req.uri().query());
                 self.stream(&id, deltas)
             }
             (&Method::POST, REJECTIONS_PATH) => {
@@ -358,11 +378,11 @@ impl Server {
 
     /// The newline-delimited JSON stream of Gateway `id`'s IR: the current version, then every
     /// new one, as deltas when the proxy takes them and has the version a delta applies to.
-    fn stream(&self, id: &str, deltas: bool) -> Response<Body> {
+    fn stream(&self, id: &str, deltas: Deltas) -> Response<Body> {
         let Some(receiver) = self.hub.subscribe(id) else {
             return plain(StatusCode::NOT_FOUND, "no IR for this Gateway");
         };
-        tracing::info!(gateway = %id, deltas, "proxy connected");
+        tracing::info!(gateway = %id, ?deltas, "proxy connected");
         let connected = Connected::new(self.metrics.clone());
         let metrics = self.metrics.clone();
         let gateway = id.to_string();
@@ -533,7 +553,10 @@ mod tests {
         let hub = Hub::default();
         hub.publish(&[proxy("a/x", 1)]);
         let (one, two) = (hub.subscribe("a/x").expect("a"), hub.subscribe("a/x").expect("a"));
-        let (first, second) = (one.borrow().line(None, true).0, two.borrow().line(None, false).0);
+        let (first, second) = (
+            one.borrow().line(None, Deltas::Rules).0,
+            two.borrow().line(None, Deltas::None).0,
+        );
         assert_eq!(first.as_ptr(), second.as_ptr(), "one serialization, shared");
         let parsed: protocol::Message = serde_json::from_slice(&first).expect("a JSON line");
         assert_eq!(parsed.proxy.as_ref(), Some(&one.borrow().proxy));
@@ -550,15 +573,16 @@ mod tests {
         served.backends.insert("c".into(), backend("c"));
         hub.publish(std::slice::from_ref(&served));
         let second = hub.latest("a/x").expect("published");
-        assert_eq!(second.line(Some(first), true).1, Push::Delta);
+        assert_eq!(second.line(Some(first), Deltas::Hosts).1, Push::Delta);
+        assert_eq!(second.line(Some(first), Deltas::Rules).1, Push::Delta);
         // Not asked for, or from another version (a stream that missed one): whole.
-        assert_eq!(second.line(Some(first), false).1, Push::Whole);
-        assert_eq!(second.line(None, true).1, Push::Whole);
-        assert_eq!(second.line(Some(first - 1), true).1, Push::Whole);
+        assert_eq!(second.line(Some(first), Deltas::None).1, Push::Whole);
+        assert_eq!(second.line(None, Deltas::Hosts).1, Push::Whole);
+        assert_eq!(second.line(Some(first - 1), Deltas::Hosts).1, Push::Whole);
         // A change outside routes and backends is sent whole to everyone.
         hub.publish(&[proxy("a/x", 2)]);
         let third = hub.latest("a/x").expect("published");
-        assert_eq!(third.line(Some(second.version), true).1, Push::Whole);
+        assert_eq!(third.line(Some(second.version), Deltas::Rules).1, Push::Whole);
     }
 
     fn backend(id: &str) -> ir::Backend {

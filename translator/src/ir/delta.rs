@@ -8,10 +8,15 @@
 //! name: a delta replaces one run of them per listener (everything between the common head and
 //! the common tail), so applying it gives back exactly the new IR, order included, whatever the
 //! translator's ordering rules.
+//!
+//! Proxies that ask for them get [`Delta::narrowed`] deltas: a run of virtual hosts that kept
+//! its hostnames becomes, per changed host, the run of rules replaced ([`RuleSplice`]). Routes
+//! without hostnames share one virtual host, so without this a route added among 5,000 sent
+//! all 5,000.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, Listener, Port, Proxy, SmolStr, VirtualHost};
+use super::{Backend, HttpRule, Listener, Port, Proxy, SmolStr, VirtualHost};
 
 /// How a proxy's IR differs from the version before it.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +35,10 @@ pub struct Delta {
     /// Per listener, the run of virtual hosts replaced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub virtual_hosts: Vec<Splice>,
+    /// Per virtual host, the run of rules replaced (only in [`Delta::narrowed`] deltas; a
+    /// listener has either these or a splice of its virtual hosts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleSplice>,
     /// Backends added or changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<Backend>,
@@ -52,6 +61,22 @@ pub struct Splice {
     pub insert: Vec<VirtualHost>,
 }
 
+/// `remove` rules of one virtual host from position `at` replaced by `insert`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleSplice {
+    /// Index into [`Proxy::ports`].
+    pub port: usize,
+    /// Index into [`Port::listeners`].
+    pub listener: usize,
+    /// Index into [`Listener::virtual_hosts`].
+    pub host: usize,
+    pub at: usize,
+    pub remove: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub insert: Vec<HttpRule>,
+}
+
 /// Why a delta does not apply to an IR (it was made for another version).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DeltaError {
@@ -59,6 +84,13 @@ pub enum DeltaError {
     NoListener { port: usize, listener: usize },
     #[error("delta replaces virtual hosts {at}..{end} of a listener with {len}")]
     OutOfRange { at: usize, end: usize, len: usize },
+    #[error("delta replaces rules {at}..{end} of virtual host {host}, which has {len} or does not exist")]
+    RulesOutOfRange {
+        host: usize,
+        at: usize,
+        end: usize,
+        len: usize,
+    },
 }
 
 /// How `next` differs from `previous`.
@@ -116,6 +148,30 @@ impl Delta {
             }
             hosts.splice(splice.at..end, splice.insert);
         }
+        for splice in self.rules {
+            let end = splice.at.saturating_add(splice.remove);
+            let hosts = &mut proxy
+                .ports
+                .get_mut(splice.port)
+                .and_then(|p| p.listeners.get_mut(splice.listener))
+                .ok_or(DeltaError::NoListener {
+                    port: splice.port,
+                    listener: splice.listener,
+                })?
+                .virtual_hosts;
+            let rules = match hosts.get_mut(splice.host) {
+                Some(host) if end <= host.rules.len() => &mut host.rules,
+                found => {
+                    return Err(DeltaError::RulesOutOfRange {
+                        host: splice.host,
+                        at: splice.at,
+                        end,
+                        len: found.map_or(0, |h| h.rules.len()),
+                    });
+                }
+            };
+            rules.splice(splice.at..end, splice.insert);
+        }
         for id in &self.removed_backends {
             proxy.backends.remove(id);
         }
@@ -126,9 +182,51 @@ impl Delta {
     }
 }
 
-/// The run of `new` that replaces a run of `old`: everything between their common head and
-/// common tail; `None` when they are equal.
-fn splice(port: usize, listener: usize, old: &[VirtualHost], new: &[VirtualHost]) -> Option<Splice> {
+impl Delta {
+    /// This delta, made from `previous`, with every replaced run of virtual hosts that kept its
+    /// hostnames (one for one) narrowed to the rules that changed in each host.
+    pub fn narrowed(&self, previous: &Proxy) -> Delta {
+        let mut narrowed = Delta {
+            virtual_hosts: Vec::new(),
+            rules: self.rules.clone(),
+            backends: self.backends.clone(),
+            removed_backends: self.removed_backends.clone(),
+        };
+        for splice in &self.virtual_hosts {
+            let old = previous
+                .ports
+                .get(splice.port)
+                .and_then(|p| p.listeners.get(splice.listener))
+                .and_then(|l| l.virtual_hosts.get(splice.at..splice.at + splice.remove));
+            let same_hosts = old.is_some_and(|old| {
+                old.len() == splice.insert.len()
+                    && old.iter().zip(&splice.insert).all(|(a, b)| a.hostname == b.hostname)
+            });
+            let Some(old) = old.filter(|_| same_hosts) else {
+                narrowed.virtual_hosts.push(splice.clone());
+                continue;
+            };
+            for (i, (old, new)) in old.iter().zip(&splice.insert).enumerate() {
+                if let Some((at, remove, insert)) = run(&old.rules, &new.rules) {
+                    narrowed.rules.push(RuleSplice {
+                        port: splice.port,
+                        listener: splice.listener,
+                        host: splice.at + i,
+                        at,
+                        remove,
+                        insert: insert.to_vec(),
+                    });
+                }
+            }
+        }
+        narrowed
+    }
+}
+
+/// Where `new` differs from `old`: the position of the first difference, how many of `old`
+/// are replaced, and by which of `new` (everything between the common head and the common
+/// tail); `None` when they are equal.
+fn run<'n, T: PartialEq>(old: &[T], new: &'n [T]) -> Option<(usize, usize, &'n [T])> {
     let head = old.iter().zip(new).take_while(|(a, b)| a == b).count();
     if head == old.len() && head == new.len() {
         return None;
@@ -139,12 +237,19 @@ fn splice(port: usize, listener: usize, old: &[VirtualHost], new: &[VirtualHost]
         .zip(new[head..].iter().rev())
         .take_while(|(a, b)| a == b)
         .count();
+    Some((head, old.len() - head - tail, &new[head..new.len() - tail]))
+}
+
+/// The run of `new` that replaces a run of `old`: everything between their common head and
+/// common tail; `None` when they are equal.
+fn splice(port: usize, listener: usize, old: &[VirtualHost], new: &[VirtualHost]) -> Option<Splice> {
+    let (at, remove, insert) = run(old, new)?;
     Some(Splice {
         port,
         listener,
-        at: head,
-        remove: old.len() - head - tail,
-        insert: new[head..new.len() - tail].to_vec(),
+        at,
+        remove,
+        insert: insert.to_vec(),
     })
 }
 
@@ -339,5 +444,93 @@ mod tests {
             panic!("a delta");
         };
         assert!(matches!(delta.apply(&mut none), Err(DeltaError::NoListener { .. })));
+    }
+
+    /// `name` with one rule per `(route, backend)`.
+    fn host_with(name: &str, rules: &[(&str, &str)]) -> VirtualHost {
+        VirtualHost {
+            hostname: name.into(),
+            rules: rules
+                .iter()
+                .flat_map(|(route, backend)| host(route, backend).rules)
+                .collect(),
+        }
+    }
+
+    fn narrowed_round_trip(old: &Proxy, new: &Proxy) -> Delta {
+        let Difference::Delta(delta) = difference(old, new) else {
+            panic!("expected a delta");
+        };
+        let narrowed = delta.narrowed(old);
+        let mut patched = old.clone();
+        narrowed.clone().apply(&mut patched).expect("applies to its base");
+        assert_eq!(&patched, new);
+        // What a proxy receives is what it applies.
+        let line = serde_json::to_string(&narrowed).expect("serializes");
+        assert_eq!(serde_json::from_str::<Delta>(&line).expect("reads back"), narrowed);
+        narrowed
+    }
+
+    #[test]
+    fn a_route_added_to_a_shared_host_sends_its_rules_only() {
+        let routes: Vec<(String, &str)> = (0..100).map(|i| (format!("r{i:03}"), "b")).collect();
+        let rules = |skip: Option<usize>| -> Vec<(&str, &str)> {
+            routes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != skip)
+                .map(|(_, (r, b))| (r.as_str(), *b))
+                .collect()
+        };
+        let mut old = proxy(&[], &[("b", 1)]);
+        old.ports[0].listeners[0].virtual_hosts =
+            vec![host_with("a.example", &[("x", "b")]), host_with("*", &rules(Some(50)))];
+        let mut new = old.clone();
+        new.ports[0].listeners[0].virtual_hosts[1] = host_with("*", &rules(None));
+        let narrowed = narrowed_round_trip(&old, &new);
+        assert!(narrowed.virtual_hosts.is_empty());
+        assert_eq!(narrowed.rules.len(), 1);
+        let splice = &narrowed.rules[0];
+        assert_eq!(
+            (splice.host, splice.at, splice.remove, splice.insert.len()),
+            (1, 50, 0, 1)
+        );
+        assert_eq!(splice.insert[0].route.name, "r050");
+
+        // Removed and changed rules of two hosts at once, and a backend.
+        let mut changed = new.clone();
+        changed.ports[0].listeners[0].virtual_hosts[0] = host_with("a.example", &[("x", "c")]);
+        changed.ports[0].listeners[0].virtual_hosts[1].rules.remove(7);
+        changed.backends.insert("c".into(), backend("c", 2));
+        let narrowed = narrowed_round_trip(&new, &changed);
+        assert_eq!(narrowed.rules.len(), 2);
+        assert_eq!(narrowed.backends.len(), 1);
+    }
+
+    #[test]
+    fn hosts_added_or_renamed_stay_host_splices() {
+        let old = proxy(&["a", "b", "d"], &[]);
+        let added = narrowed_round_trip(&old, &proxy(&["a", "b", "c", "d"], &[]));
+        assert_eq!((added.virtual_hosts.len(), added.rules.len()), (1, 0));
+        let renamed = narrowed_round_trip(&old, &proxy(&["a", "x", "d"], &[]));
+        assert_eq!((renamed.virtual_hosts.len(), renamed.rules.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_rule_delta_for_another_version_is_refused() {
+        let mut old = proxy(&[], &[]);
+        old.ports[0].listeners[0].virtual_hosts = vec![host_with("*", &[("a", "b"), ("c", "b")])];
+        let mut new = old.clone();
+        new.ports[0].listeners[0].virtual_hosts[0].rules.pop();
+        let Difference::Delta(delta) = difference(&old, &new) else {
+            panic!("a delta");
+        };
+        let narrowed = delta.narrowed(&old);
+        let mut other = old.clone();
+        other.ports[0].listeners[0].virtual_hosts[0].rules.clear();
+        assert!(matches!(
+            narrowed.apply(&mut other),
+            Err(DeltaError::RulesOutOfRange { len: 0, .. })
+        ));
     }
 }
