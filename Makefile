@@ -1,7 +1,7 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator \
+.PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator bench-local bench-standalone bench-fleet \
 	bench-dataplane bench-dataplane-instructions fuzz deploy-tools deploy-check
 
 all: build
@@ -97,7 +97,11 @@ bench-fleet:
 bench-local:
 	$(CARGO) bench -p turna-operator --bench local_reload
 
-bench: bench-translator
+## bench: every benchmark of the Performance section of the README, one after another (about
+## 45 minutes on 2 cores; the first run also builds the control plane): translation, the proxy
+## against nginx and HAProxy, turna local, turna standalone, controller convergence and the
+## push fleet. Each has its own target to run it alone.
+bench: bench-translator bench-dataplane bench-local bench-standalone bench-operator bench-fleet
 
 # ---- e2e: a real control plane built from Go modules (e2e/README.md) ----
 E2E_CLUSTER_DIR ?= $(CURDIR)/e2e/.cache/controlplane

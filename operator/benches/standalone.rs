@@ -226,14 +226,20 @@ fn main() {
         let median = percentile(&mut r.steady_ms, 0.5);
         let p99 = percentile(&mut r.steady_ms, 0.99);
         println!(
-            "| {} | {:.1} s / {:.1} s | {}, {:.1} ms, {:.1} ms ({:.1} ms) | {median:.1} ms | {:.1} ms | {p99:.1} ms | {:.1} ms | {:.1} ms | {:.0} / {:.0} MiB |",
+            "| {} | {:.1} s / {:.1} s | {} | {median:.1} ms | {:.1} ms | {p99:.1} ms | {:.1} ms | {:.1} ms | {:.0} / {:.0} MiB |",
             r.routes,
             r.served_after.as_secs_f64(),
             r.written_after.as_secs_f64(),
-            r.storm_ms.len(),
-            percentile(&mut r.storm_ms, 0.5),
-            storm_max,
-            percentile(&mut r.storm_create_ms, 0.5),
+            if r.storm_ms.is_empty() {
+                "none (written before the first sample)".to_string()
+            } else {
+                format!(
+                    "{}, {:.1} ms, {storm_max:.1} ms ({:.1} ms)",
+                    r.storm_ms.len(),
+                    percentile(&mut r.storm_ms, 0.5),
+                    percentile(&mut r.storm_create_ms, 0.5)
+                )
+            },
             percentile(&mut r.steady_ms, 0.9),
             percentile(&mut r.steady_ms, 1.0),
             percentile(&mut r.steady_create_ms, 0.5),
