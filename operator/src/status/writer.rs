@@ -24,6 +24,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use translator::api;
 use translator::status::Statuses;
 
 use crate::watch::snapshot::Changed;
@@ -120,6 +121,37 @@ pub fn now() -> String {
         .to_string()
 }
 
+/// The status of a watched object as JSON (`{}` when it has none), as the object's own JSON
+/// holds it: only the status is serialized, not the spec beside it.
+pub trait StatusJson {
+    fn status_json(&self) -> Value;
+}
+
+macro_rules! status_json {
+    ($($kind:ty),* $(,)?) => {
+        $(impl StatusJson for $kind {
+            fn status_json(&self) -> Value {
+                self.status
+                    .as_ref()
+                    .and_then(|status| serde_json::to_value(status).ok())
+                    .unwrap_or_else(|| json!({}))
+            }
+        })*
+    };
+}
+
+status_json!(
+    api::GatewayClass,
+    api::Gateway,
+    api::ListenerSet,
+    api::HttpRoute,
+    api::GrpcRoute,
+    api::TlsRoute,
+    api::TcpRoute,
+    api::UdpRoute,
+    api::BackendTlsPolicy,
+);
+
 /// A status write a pass found needed.
 struct Pending {
     api: Api<DynamicObject>,
@@ -154,7 +186,7 @@ impl Plan<'_> {
         merge_status: impl FnOnce(&Value) -> Value,
     ) where
         D: PartialEq + Clone + Send + Sync + 'static,
-        K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
+        K: Resource + StatusJson + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone,
         K: Resource<DynamicType = ()>,
     {
@@ -174,11 +206,7 @@ impl Plan<'_> {
         }
         // A route the typed API cannot read has its status kept beside the store.
         let (resource_version, current_status) = match store.get(&reference) {
-            Some(current) => {
-                let current_json = serde_json::to_value(&*current).unwrap_or(Value::Null);
-                let status = current_json.get("status").cloned().unwrap_or_else(|| json!({}));
-                (current.resource_version(), status)
-            }
+            Some(current) => (current.resource_version(), current.status_json()),
             None => match self.stores.unreadable_routes.status(&K::kind(&()), ns, name) {
                 Some(found) => found,
                 None => return,
@@ -326,4 +354,28 @@ pub async fn write(
     }
     plan.seen.finish_pass();
     plan.send().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reading only the status gives what the object's own JSON holds under `status`.
+    #[test]
+    fn the_status_alone_is_the_objects_status() {
+        let route: api::HttpRoute = serde_json::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": {"parentRefs": [{"name": "gw"}]},
+            "status": {"parents": [{"parentRef": {"name": "gw"}, "controllerName": "x/y",
+                "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}]},
+        }))
+        .expect("a route");
+        let whole = serde_json::to_value(&route).expect("serializes");
+        assert_eq!(route.status_json(), whole["status"]);
+        let mut without = route.clone();
+        without.status = None;
+        assert_eq!(without.status_json(), json!({}));
+    }
 }
