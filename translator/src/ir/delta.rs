@@ -129,15 +129,7 @@ impl Delta {
     /// partly changed and must not be used as that version any more.
     pub fn apply(self, proxy: &mut Proxy) -> Result<(), DeltaError> {
         for splice in self.virtual_hosts {
-            let listener = proxy
-                .ports
-                .get_mut(splice.port)
-                .and_then(|p| p.listeners.get_mut(splice.listener))
-                .ok_or(DeltaError::NoListener {
-                    port: splice.port,
-                    listener: splice.listener,
-                })?;
-            let hosts = &mut listener.virtual_hosts;
+            let hosts = &mut listener(proxy, splice.port, splice.listener)?.virtual_hosts;
             let end = splice.at.saturating_add(splice.remove);
             if end > hosts.len() {
                 return Err(DeltaError::OutOfRange {
@@ -150,15 +142,7 @@ impl Delta {
         }
         for splice in self.rules {
             let end = splice.at.saturating_add(splice.remove);
-            let hosts = &mut proxy
-                .ports
-                .get_mut(splice.port)
-                .and_then(|p| p.listeners.get_mut(splice.listener))
-                .ok_or(DeltaError::NoListener {
-                    port: splice.port,
-                    listener: splice.listener,
-                })?
-                .virtual_hosts;
+            let hosts = &mut listener(proxy, splice.port, splice.listener)?.virtual_hosts;
             let rules = match hosts.get_mut(splice.host) {
                 Some(host) if end <= host.rules.len() => &mut host.rules,
                 found => {
@@ -180,9 +164,7 @@ impl Delta {
         }
         Ok(())
     }
-}
 
-impl Delta {
     /// This delta, made from `previous`, with every replaced run of virtual hosts that kept its
     /// hostnames (one for one) narrowed to the rules that changed in each host.
     pub fn narrowed(&self, previous: &Proxy) -> Delta {
@@ -221,6 +203,15 @@ impl Delta {
         }
         narrowed
     }
+}
+
+/// Listener `listener` of port `port` of `proxy`, which a delta names.
+fn listener(proxy: &mut Proxy, port: usize, listener: usize) -> Result<&mut Listener, DeltaError> {
+    proxy
+        .ports
+        .get_mut(port)
+        .and_then(|p| p.listeners.get_mut(listener))
+        .ok_or(DeltaError::NoListener { port, listener })
 }
 
 /// Where `new` differs from `old`: the position of the first difference, how many of `old`
