@@ -22,19 +22,7 @@ const TARGET_MS: f64 = 20.0;
 
 fn objects(port: u16, backend: SocketAddr, routes: usize) -> (String, String) {
     let base = format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: turna}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: local, namespace: default}}
-spec:
-  gatewayClassName: turna
-  listeners:
-    - {{name: http, port: {port}, protocol: HTTP}}
----
+        "{}---
 apiVersion: v1
 kind: Service
 metadata: {{name: app, namespace: default}}
@@ -53,6 +41,7 @@ endpoints:
   - addresses: [\"{ip}\"]
     conditions: {{ready: true}}
 ",
+        common::local_gateway(port),
         bp = backend.port(),
         ip = backend.ip(),
     );
@@ -144,15 +133,8 @@ fn write_edit(path: &Path, text: &str) {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::var("TURNA_BENCH_ROUTES")
-        .unwrap_or_else(|_| "1,1000,5000".into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
-    let samples: usize = std::env::var("TURNA_BENCH_SAMPLES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+    let sizes = shared::route_counts();
+    let samples = shared::env_usize("TURNA_BENCH_SAMPLES", 30);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     println!("turna local: an edited file to the first 200 of its new route ({samples} samples per size)");
     println!("| routes | median | p90 | p99 | max | RSS / peak |");

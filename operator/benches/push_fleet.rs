@@ -23,40 +23,16 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, PostParams};
 use operator::provision::Names;
 use operator::push::client::{self, Stream, Version};
 use operator::settings::Kubernetes;
-use serde_json::json;
 use tokio::sync::mpsc;
 
-use shared::{Turna, http_routes, memory, percentile};
+use shared::{Turna, create_routes, env_usize, http_routes, memory, percentile, route_on};
 
 const TARGET_MS: f64 = 100.0;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// An HTTPRoute for `path` on the Gateways `gateways`.
-fn route(name: &str, path: &str, gateways: &[String], backend_port: u16) -> DynamicObject {
-    let parents: Vec<_> = gateways.iter().map(|g| json!({"name": g})).collect();
-    serde_json::from_value(json!({
-        "apiVersion": format!("{}/v1", translator::GROUP),
-        "kind": "HTTPRoute",
-        "metadata": {"name": name},
-        "spec": {
-            "parentRefs": parents,
-            "rules": [{
-                "matches": [{"path": {"type": "PathPrefix", "value": path}}],
-                "backendRefs": [{"name": "app", "port": backend_port}],
-            }],
-        },
-    }))
-    .expect("route")
-}
 
 /// Whether `version` serves HTTPRoute `name`.
 fn serves(version: &Version, name: &str) -> bool {
@@ -125,10 +101,10 @@ fn cpu(pid: u32) -> Duration {
 }
 
 fn main() {
-    let proxies = env("TURNA_BENCH_PROXIES", 1000);
-    let gateways = env("TURNA_BENCH_GATEWAYS", 10).clamp(1, 32);
-    let routes = env("TURNA_BENCH_ROUTES", 100);
-    let samples = env("TURNA_BENCH_SAMPLES", 10);
+    let proxies = env_usize("TURNA_BENCH_PROXIES", 1000);
+    let gateways = env_usize("TURNA_BENCH_GATEWAYS", 10).clamp(1, 32);
+    let routes = env_usize("TURNA_BENCH_ROUTES", 100);
+    let samples = env_usize("TURNA_BENCH_SAMPLES", 10);
     let plane = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -151,17 +127,10 @@ kind: GatewayClass
 metadata: {{name: {class}}}
 spec: {{controllerName: {}}}
 ---
-apiVersion: v1
-kind: Service
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  type: ExternalName
-  externalName: localhost
-  ports: [{{name: http, protocol: TCP, port: {}}}]
----
+{}---
 ",
         common::CONTROLLER_NAME,
-        backend.port()
+        common::loopback_service(&ns, backend.port())
     );
     for g in &gateways {
         yaml.push_str(&format!(
@@ -177,23 +146,15 @@ spec:
     }
     plane.apply_yaml(&yaml).expect("apply the Gateways");
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &http_routes());
-    futures::stream::iter(0..routes * gateway_count)
-        .map(|i| {
-            let api = api.clone();
-            let gateway = gateways[i % gateway_count].clone();
-            async move {
-                api.create(
-                    &PostParams::default(),
-                    &route(&format!("r{i}"), &format!("/r{i}"), &[gateway], backend.port()),
-                )
-                .await
-                .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<()>>()
-        .await
-        .expect("create the routes");
+    create_routes(&api, routes * gateway_count, |i| {
+        route_on(
+            &format!("r{i}"),
+            &format!("/r{i}"),
+            &[gateways[i % gateway_count].as_str()],
+            backend.port(),
+        )
+    })
+    .await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let push_port = common::free_port().await;
@@ -286,6 +247,7 @@ spec:
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (rss_after, _) = memory(pid);
 
+    let parents: Vec<&str> = gateways.iter().map(String::as_str).collect();
     let cpu_before = cpu(pid);
     let mut all_ms = Vec::new();
     let mut median_ms = Vec::new();
@@ -294,7 +256,7 @@ spec:
         let start = Instant::now();
         api.create(
             &PostParams::default(),
-            &route(&format!("probe-{k}"), &format!("/probe-{k}"), &gateways, backend.port()),
+            &route_on(&format!("probe-{k}"), &format!("/probe-{k}"), &parents, backend.port()),
         )
         .await
         .expect("create the measured route");

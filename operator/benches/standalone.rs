@@ -21,10 +21,9 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject, PostParams};
 
-use shared::{Turna, accepted, http_routes, memory, percentile, route};
+use shared::{Turna, accepted, create_routes, http_routes, memory, percentile, route};
 
 /// Routes created while the start-up statuses are written, at most.
 const STORM_SAMPLES: usize = 200;
@@ -79,35 +78,13 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize)
         &format!("[{{name: http, port: {port}, protocol: HTTP}}]"),
     );
     plane
-        .apply_yaml(&format!(
-            "{gateway}apiVersion: v1
-kind: Service
-metadata: {{name: app, namespace: {ns}}}
-spec:
-  type: ExternalName
-  externalName: localhost
-  ports: [{{name: http, protocol: TCP, port: {}}}]
-",
-            backend.port()
-        ))
+        .apply_yaml(&format!("{gateway}{}", common::loopback_service(&ns, backend.port())))
         .expect("apply Gateway");
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &http_routes());
-    futures::stream::iter(0..routes)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                api.create(
-                    &PostParams::default(),
-                    &route(&format!("r{i}"), &format!("/r{i}"), backend.port()),
-                )
-                .await
-                .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<()>>()
-        .await
-        .expect("create the existing routes");
+    create_routes(&api, routes, |i| {
+        route(&format!("r{i}"), &format!("/r{i}"), backend.port())
+    })
+    .await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let health_port = common::free_port().await;
@@ -199,15 +176,8 @@ spec:
 }
 
 fn main() {
-    let routes: Vec<usize> = std::env::var("TURNA_BENCH_ROUTES")
-        .unwrap_or_else(|_| "1,1000,5000".into())
-        .split(',')
-        .filter_map(|n| n.trim().parse().ok())
-        .collect();
-    let samples: usize = std::env::var("TURNA_BENCH_SAMPLES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(30);
+    let routes = shared::route_counts();
+    let samples = shared::env_usize("TURNA_BENCH_SAMPLES", 30);
     let plane = control_plane::ControlPlane::start(control_plane::Options::default()).expect("control plane starts");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -30,24 +30,6 @@ async fn eventually(addr: SocketAddr, path: &str, want: &str) {
     panic!("GET {path}: want 200 {want:?}, last {last:?}");
 }
 
-fn gateway(port: u16) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: turna}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: local, namespace: default}}
-spec:
-  gatewayClassName: turna
-  listeners:
-    - {{name: http, port: {port}, protocol: HTTP}}
-"
-    )
-}
-
 fn backends(one: SocketAddr, two: SocketAddr) -> String {
     [("one", one), ("two", two)]
         .iter()
@@ -114,7 +96,7 @@ async fn serves_files_reloads_changes_and_keeps_the_last_good_configuration() {
     let two = backend("two").await;
     let port = free_port().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    write(dir.path(), "gateway.yaml", &gateway(port));
+    write(dir.path(), "gateway.yaml", &common::local_gateway(port));
     write(dir.path(), "backends.yaml", &backends(one, two));
     write(dir.path(), "route.yaml", &route(&[("/one", "one"), ("/two", "two")]));
 
@@ -181,7 +163,7 @@ async fn serves_with_the_limits_of_the_configuration_file() {
     let two = backend("two").await;
     let port = free_port().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    write(dir.path(), "gateway.yaml", &gateway(port));
+    write(dir.path(), "gateway.yaml", &common::local_gateway(port));
     write(dir.path(), "backends.yaml", &backends(one, two));
     write(dir.path(), "route.yaml", &route(&[("/one", "one")]));
     let config = tempfile::tempdir().expect("tempdir");

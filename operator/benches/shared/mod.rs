@@ -5,7 +5,9 @@
 
 use std::process::Child;
 
-use kube::api::{ApiResource, DynamicObject};
+use futures::{StreamExt, TryStreamExt};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, PostParams};
 use serde_json::json;
 
 use crate::common::CONTROLLER_NAME;
@@ -22,12 +24,18 @@ pub fn http_routes() -> ApiResource {
 
 /// An HTTPRoute on Gateway `web` sending `path` to Service `app` at `backend_port`.
 pub fn route(name: &str, path: &str, backend_port: u16) -> DynamicObject {
+    route_on(name, path, &["web"], backend_port)
+}
+
+/// An HTTPRoute on the Gateways `gateways` sending `path` to Service `app` at `backend_port`.
+pub fn route_on(name: &str, path: &str, gateways: &[&str], backend_port: u16) -> DynamicObject {
+    let parents: Vec<_> = gateways.iter().map(|g| json!({"name": g})).collect();
     serde_json::from_value(json!({
         "apiVersion": format!("{}/v1", translator::GROUP),
         "kind": "HTTPRoute",
         "metadata": {"name": name},
         "spec": {
-            "parentRefs": [{"name": "web"}],
+            "parentRefs": parents,
             "rules": [{
                 "matches": [{"path": {"type": "PathPrefix", "value": path}}],
                 "backendRefs": [{"name": "app", "port": backend_port}],
@@ -35,6 +43,36 @@ pub fn route(name: &str, path: &str, backend_port: u16) -> DynamicObject {
         },
     }))
     .expect("route")
+}
+
+/// Creates route `route(i)` for every `i` below `count`, 16 at a time.
+pub async fn create_routes(api: &Api<DynamicObject>, count: usize, route: impl Fn(usize) -> DynamicObject) {
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let (api, route) = (api.clone(), route(i));
+            async move { api.create(&PostParams::default(), &route).await.map(|_| ()) }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await
+        .expect("create the existing routes");
+}
+
+/// Environment variable `name` as a number, or `default`.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// The route counts of `TURNA_BENCH_ROUTES` (comma-separated), or 1, 1,000 and 5,000.
+pub fn route_counts() -> Vec<usize> {
+    std::env::var("TURNA_BENCH_ROUTES")
+        .unwrap_or_else(|_| "1,1000,5000".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
 }
 
 /// Whether `route` has Accepted=True from Turna for its parent.

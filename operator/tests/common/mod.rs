@@ -202,13 +202,42 @@ spec:
   rules:
     {rule}
 ---
-apiVersion: v1
+{}",
+        loopback_service(ns, backend_port)
+    )
+}
+
+/// Service `app` in `ns`: an ExternalName Service for `localhost` on `port`, which is how a
+/// route reaches a loopback backend (needs `backend.allow_external_name`).
+pub fn loopback_service(ns: &str, port: u16) -> String {
+    format!(
+        "apiVersion: v1
 kind: Service
 metadata: {{name: app, namespace: {ns}}}
 spec:
   type: ExternalName
   externalName: localhost
-  ports: [{{name: http, protocol: TCP, port: {backend_port}}}]
+  ports: [{{name: http, protocol: TCP, port: {port}}}]
+"
+    )
+}
+
+/// GatewayClass `turna` and Gateway `default/local` with one HTTP listener on `port`, as files
+/// for `turna local` write them.
+pub fn local_gateway(port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: turna}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: local, namespace: default}}
+spec:
+  gatewayClassName: turna
+  listeners:
+    - {{name: http, port: {port}, protocol: HTTP}}
 "
     )
 }
