@@ -15,13 +15,27 @@ pub fn is_valid(h: &str, wildcard: bool) -> bool {
         Some(rest) if wildcard => rest,
         _ => h,
     };
-    h.len() <= 253
-        && name.split('.').all(|label| {
-            (1..=63).contains(&label.len())
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
+    if h.len() > 253 {
+        return false;
+    }
+    // One pass over the bytes (every route's hostnames are checked in every translation):
+    // labels of 1 to 63 letters, digits and hyphens, not starting or ending with a hyphen.
+    let (mut label, mut previous) = (0, b'.');
+    for b in name.bytes() {
+        if b == b'.' {
+            if label == 0 || previous == b'-' {
+                return false;
+            }
+            label = 0;
+        } else {
+            if !(b.is_ascii_alphanumeric() || b == b'-') || (label == 0 && b == b'-') || label == 63 {
+                return false;
+            }
+            label += 1;
+        }
+        previous = b;
+    }
+    label > 0 && previous != b'-'
 }
 
 /// Whether `host` (exact, lower-case) is matched by `pattern` (exact or wildcard).
@@ -166,6 +180,26 @@ mod tests {
         assert!(!is_valid("*.*.example.com", true));
         assert!(!is_valid(&format!("{}.com", "a".repeat(64)), false));
         assert!(!is_valid(&format!("{}a", "a.".repeat(127)), false), "254 bytes");
+    }
+
+    proptest::proptest! {
+        /// The one-pass check says what the RFC 1123 label rules say, label by label.
+        #[test]
+        fn validity_is_the_label_rules(h in "[*a-c9.-]{0,12}", long in 0usize..3, wildcard: bool) {
+            let h = format!("{h}{}", "b".repeat([0, 60, 250][long]));
+            let name = match h.strip_prefix("*.") {
+                Some(rest) if wildcard => rest,
+                _ => &h,
+            };
+            let labels = h.len() <= 253
+                && name.split('.').all(|label| {
+                    (1..=63).contains(&label.len())
+                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                });
+            proptest::prop_assert_eq!(is_valid(&h, wildcard), labels, "{:?}", h);
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The pipeline: classes, Gateways and their listeners, route attachment, backends and policies,
 //! then one IR per proxy and every status.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -71,7 +71,8 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
-    let mut seen_backends: Vec<HashSet<*const ir::Backend>> = gateways.iter().map(|_| HashSet::new()).collect();
+    let mut seen_backends: Vec<foldhash::HashSet<*const ir::Backend>> =
+        gateways.iter().map(|_| foldhash::HashSet::default()).collect();
     let mut gateway_backends: Vec<BTreeMap<ir::SmolStr, Rc<ir::Backend>>> =
         gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -481,7 +482,8 @@ fn virtual_hosts(
     // The entries stay with their contribution until their virtual host takes them; hosts
     // list (contribution, the route's own hostname that produced the effective one).
     // Unordered: the virtual hosts are sorted by specificity, a total order, at the end.
-    let mut hosts: HashMap<&str, Vec<(usize, &str)>> = HashMap::with_capacity(contributions.len());
+    let mut hosts: foldhash::HashMap<&str, Vec<(usize, &str)>> =
+        foldhash::HashMap::with_capacity_and_hasher(contributions.len(), Default::default());
     let mut owners = Vec::with_capacity(contributions.len());
     // Hosts still to serve each contribution's entries: the last one takes them, the others
     // copy them.

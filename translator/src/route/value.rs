@@ -42,17 +42,26 @@ impl Regexes {
     }
 }
 
+/// A header name as the proxy's `http::HeaderName::from_bytes` accepts it: 1 to 65,535 token
+/// characters (RFC 9110), upper case allowed. Checked here without building one, which would
+/// allocate a copy per header of every route.
 pub fn header_name(name: &str) -> Result<(), Problem> {
-    http::HeaderName::from_bytes(name.as_bytes())
-        .map(|_| ())
-        .map_err(|_| unsupported(format!("Invalid header name {name:?}")))
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if !name.is_empty() && name.len() < 1 << 16 && name.bytes().all(token) {
+        Ok(())
+    } else {
+        Err(unsupported(format!("Invalid header name {name:?}")))
+    }
 }
 
-/// A header value: visible ASCII and other bytes above 0x7f, spaces and tabs.
+/// A header value as `http::HeaderValue::from_str` accepts it: visible ASCII and other bytes
+/// above 0x7f, spaces and tabs; checked without building one.
 pub fn header_value(name: &str, value: &str) -> Result<(), Problem> {
-    http::HeaderValue::from_str(value)
-        .map(|_| ())
-        .map_err(|_| unsupported(format!("Invalid value of header {name:?}")))
+    if value.bytes().all(|b| (b >= 32 && b != 127) || b == b'\t') {
+        Ok(())
+    } else {
+        Err(unsupported(format!("Invalid value of header {name:?}")))
+    }
 }
 
 /// An `Exact` or `PathPrefix` path, or a `ReplaceFullPath`: absolute.
@@ -172,5 +181,47 @@ mod tests {
         assert!(header_name("X-Tenant").is_ok());
         assert!(header_name("bad name").is_err());
         assert!(header_name("").is_err());
+    }
+
+    /// The checks accept exactly what the proxy's `http` types accept, byte by byte.
+    #[test]
+    fn header_checks_agree_with_the_http_crate() {
+        for b in 0..=u8::MAX {
+            let bytes = [b'a', b, b'z'];
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                continue;
+            };
+            assert_eq!(
+                header_name(text).is_ok(),
+                http::HeaderName::from_bytes(text.as_bytes()).is_ok(),
+                "name with byte {b:#x}"
+            );
+            assert_eq!(
+                header_value("x", text).is_ok(),
+                http::HeaderValue::from_str(text).is_ok(),
+                "value with byte {b:#x}"
+            );
+        }
+        for text in [
+            "é",
+            "ä-b",
+            "a\u{7f}",
+            "X-Upper",
+            &"n".repeat(65_535),
+            &"n".repeat(65_536),
+        ] {
+            assert_eq!(
+                header_name(text).is_ok(),
+                http::HeaderName::from_bytes(text.as_bytes()).is_ok(),
+                "{:.20}",
+                text
+            );
+            assert_eq!(
+                header_value("x", text).is_ok(),
+                http::HeaderValue::from_str(text).is_ok(),
+                "{:.20}",
+                text
+            );
+        }
     }
 }
