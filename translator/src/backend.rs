@@ -1,10 +1,9 @@
 //! backendRefs to weighted endpoints: Service lookup, ReferenceGrants, ExternalName, the
 //! application protocol of the Service port, and the endpoints from EndpointSlices.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -28,14 +27,15 @@ pub struct Backends<'a> {
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     pub policies: Policies<'a>,
     /// Resolutions already made in this translation: routes share few distinct backendRefs.
-    cache: RefCell<Cache>,
+    /// Behind a lock because routes are compiled on several threads ([`crate::translate`]).
+    cache: Mutex<Cache>,
 }
 
 /// A resolved backendRef.
 #[derive(Clone, Debug)]
 pub struct Resolved {
     /// Shared by every backendRef that resolves the same way.
-    pub backend: Rc<Backend>,
+    pub backend: Arc<Backend>,
     /// The BackendTLSPolicy applied, `namespace/name`.
     pub policy: Option<String>,
 }
@@ -180,7 +180,7 @@ impl<'a> Backends<'a> {
             services,
             slices,
             policies: Policies::build(snapshot, config),
-            cache: RefCell::default(),
+            cache: Mutex::default(),
         }
     }
 
@@ -210,17 +210,27 @@ impl<'a> Backends<'a> {
         // The Service, port and namespaces tell most resolutions apart; the bucket compares the
         // whole key.
         let hash = key_hash(key.name, key.port, key.route_ns, key.namespace);
-        if let Some(found) = self.cache.borrow().get(hash, key) {
+        if let Some(found) = self.cache().get(hash, key) {
             return found.clone();
         }
+        // Resolved outside the lock; two threads resolving the same key keep the first.
         let resolution = self.resolve_uncached(kind, route_ns, r, tls, client_certificate);
-        self.cache
-            .borrow_mut()
+        let mut cache = self.cache();
+        if let Some(found) = cache.get(hash, key) {
+            return found.clone();
+        }
+        cache
             .entries
             .entry(hash)
             .or_default()
             .push((key.to_owned(), resolution.clone()));
         resolution
+    }
+
+    /// The resolution cache; a thread that panicked while holding it left it consistent (entries
+    /// are pushed whole), so a poisoned lock is still used.
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn resolve_uncached(
@@ -359,7 +369,7 @@ impl<'a> Backends<'a> {
             protocol
         };
         Ok(Resolved {
-            backend: Rc::new(backend),
+            backend: Arc::new(backend),
             policy,
         })
     }

@@ -28,4 +28,4 @@ pub use bundle::Bundle;
 pub use config::{Config, Mode};
 pub use object::{GROUP, X_GROUP};
 pub use snapshot::Snapshot;
-pub use translate::{Output, translate};
+pub use translate::{Output, translate, translate_on};

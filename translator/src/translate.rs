@@ -2,7 +2,6 @@
 //! then one IR per proxy and every status.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -47,6 +46,13 @@ struct Contribution {
 
 /// Translates a snapshot.
 pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
+    let routes = snapshot.http_routes.len() + snapshot.grpc_routes.len();
+    translate_on(snapshot, config, route::compiled::threads_for(routes))
+}
+
+/// [`translate`], compiling route rules on `threads` threads; the output is the same for any
+/// number (a property test holds it to that).
+pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Output {
     let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = snapshot
         .namespaces
         .iter()
@@ -73,17 +79,26 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut seen_backends: Vec<foldhash::HashSet<*const ir::Backend>> =
         gateways.iter().map(|_| foldhash::HashSet::default()).collect();
-    let mut gateway_backends: Vec<BTreeMap<ir::SmolStr, Rc<ir::Backend>>> =
+    let mut gateway_backends: Vec<BTreeMap<ir::SmolStr, Arc<ir::Backend>>> =
         gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut route_statuses: Vec<Option<crate::status::RouteStatus>> = (0..routes.len()).map(|_| None).collect();
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
     let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age);
+    let mut compiled_routes = route::compiled::CompiledRoutes::new(
+        &routes,
+        &all_attachments,
+        &gateways,
+        &backends,
+        &regexes,
+        config,
+        threads,
+    );
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
     // the backends and policies it uses, kept if it is accepted.
     let mut attached: Vec<(usize, Vec<usize>)> = Vec::new();
-    let mut used_backends: Vec<(usize, Rc<ir::Backend>)> = Vec::new();
+    let mut used_backends: Vec<(usize, Arc<ir::Backend>)> = Vec::new();
     let mut used_policies: Vec<(String, String)> = Vec::new();
     for (ri, route) in routes.iter().enumerate() {
         let mut attachments = std::mem::take(&mut all_attachments[ri]);
@@ -137,7 +152,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
             let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
             let (mut rules, streams, compiled) = match route.kind {
                 RouteKind::Http | RouteKind::Grpc => {
-                    let mut c = route::http::compile(route, &backends, &regexes, client_certificate, &mut outcome);
+                    let mut c = compiled_routes.take(ri, client_certificate, &mut outcome);
                     (std::mem::take(&mut c.rules), BTreeMap::new(), c)
                 }
                 RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {
@@ -178,7 +193,7 @@ pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
         } else {
             for (gi, b) in used_backends.drain(..) {
                 // Routes share resolved backends: a backend seen before has its id in the map.
-                if seen_backends[gi].insert(Rc::as_ptr(&b)) && !gateway_backends[gi].contains_key(&b.id) {
+                if seen_backends[gi].insert(Arc::as_ptr(&b)) && !gateway_backends[gi].contains_key(&b.id) {
                     gateway_backends[gi].insert(b.id.clone(), b);
                 }
             }

@@ -90,6 +90,18 @@ fn cases(cases: u32) -> ProptestConfig {
 proptest! {
     #![proptest_config(cases(256))]
 
+    /// Routes compiled on several threads translate as on one, byte for byte.
+    #[test]
+    fn threads_do_not_matter(scenario in scenario(), threads in 2usize..5) {
+        let (snapshot, output) = run(&scenario);
+        let one = translator::translate_on(&snapshot, &scenario.config, 1);
+        let many = translator::translate_on(&snapshot, &scenario.config, threads);
+        let one = serde_json::to_string(&one).expect("output serializes");
+        let many = serde_json::to_string(&many).expect("output serializes");
+        prop_assert!(one == many, "threads change the output:\n{}", first_difference(&one, &many));
+        prop_assert!(one == serde_json::to_string(&output).expect("output serializes"));
+    }
+
     /// Object order never shows in the output (serialized, byte for byte).
     #[test]
     fn object_order_does_not_matter(scenario in scenario()) {

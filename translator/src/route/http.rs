@@ -2,7 +2,7 @@
 //! retries. Their order is [`super::precedence`]'s.
 
 use std::borrow::Cow;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 use smol_str::{SmolStr, format_smolstr};
@@ -34,7 +34,7 @@ use super::value::{self, Regexes};
 pub struct Compiled {
     pub rules: Vec<HttpRule>,
     /// Backends the entries reference.
-    pub backends: Vec<Rc<Backend>>,
+    pub backends: Vec<Arc<Backend>>,
     /// BackendTLSPolicies the backends use.
     pub policies: Vec<String>,
 }

@@ -10,6 +10,7 @@
 //! the older route (then the first by `namespace/name`) keeps the parent, the other gets
 //! Accepted=False for it.
 
+pub mod compiled;
 pub mod http;
 pub mod model;
 pub mod precedence;
@@ -200,6 +201,22 @@ pub struct RouteOutcome {
     pub unresolved: Option<Problem>,
     /// Some rules were dropped; the others are served.
     pub partially_invalid: Option<Problem>,
+}
+
+impl RouteOutcome {
+    /// Adds the problems of `other` that this outcome does not have yet: the first problem of
+    /// each kind is the one reported.
+    pub fn add(&mut self, other: &RouteOutcome) {
+        for (mine, theirs) in [
+            (&mut self.not_accepted, &other.not_accepted),
+            (&mut self.unresolved, &other.unresolved),
+            (&mut self.partially_invalid, &other.partially_invalid),
+        ] {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
+        }
+    }
 }
 
 /// The route's status entry: one parent per attachment. `controller_name` is the config's,

@@ -4,8 +4,8 @@
 //! dropped with reason UnsupportedValue instead. The CRDs reject most of these values, but not
 //! all (header values on the standard channel, regex sizes) and not in local mode.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use crate::api::http::{
     HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
@@ -22,13 +22,13 @@ fn unsupported(message: String) -> Problem {
 /// Regular expressions checked in one translation, by pattern: compiling is the costly part of a
 /// check, and routes and the Gateways they attach to repeat patterns.
 #[derive(Debug, Default)]
-pub struct Regexes(RefCell<HashMap<String, Result<(), Problem>>>);
+pub struct Regexes(Mutex<HashMap<String, Result<(), Problem>>>);
 
 impl Regexes {
     /// Whether `pattern` compiles as the proxy compiles it: RE2 syntax matching the whole value,
     /// within the `regex` crate's default size and nesting limits.
     pub fn check(&self, pattern: &str) -> Result<(), Problem> {
-        if let Some(known) = self.0.borrow().get(pattern) {
+        if let Some(known) = self.known().get(pattern) {
             return known.clone();
         }
         let result = regex::Regex::new(&format!("^(?:{pattern})$")).map(|_| ()).map_err(|e| {
@@ -37,8 +37,13 @@ impl Regexes {
             let why = text.lines().last().unwrap_or_default().trim_start_matches("error: ");
             unsupported(format!("Invalid regular expression {pattern:?}: {why}"))
         });
-        self.0.borrow_mut().insert(pattern.to_string(), result.clone());
+        self.known().insert(pattern.to_string(), result.clone());
         result
+    }
+
+    /// The checked patterns; entries are inserted whole, so a poisoned lock is still used.
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Result<(), Problem>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
