@@ -15,6 +15,7 @@ pub mod gateway;
 pub mod hostname;
 pub mod ir;
 pub mod object;
+mod parallel;
 pub mod parameters;
 pub mod policy;
 pub mod reference_grant;

@@ -47,11 +47,11 @@ struct Contribution {
 /// Translates a snapshot.
 pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
     let routes = snapshot.http_routes.len() + snapshot.grpc_routes.len();
-    translate_on(snapshot, config, route::compiled::threads_for(routes))
+    translate_on(snapshot, config, crate::parallel::threads_for(routes))
 }
 
-/// [`translate`], compiling route rules on `threads` threads; the output is the same for any
-/// number (a property test holds it to that).
+/// [`translate`], with the work per route on `threads` threads ([`crate::parallel`]); the
+/// output is the same for any number.
 pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Output {
     let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = snapshot
         .namespaces
@@ -66,7 +66,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Out
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
     // is much faster on large snapshots than in name order. Only statuses need name order.
-    let (routes, by_name) = unique_routes(collect_routes(snapshot, config));
+    let (routes, by_name) = unique_routes(collect_routes(snapshot, config, threads));
     // Age rank of each route, oldest first: precedence between routes.
     let mut by_age: Vec<usize> = (0..routes.len()).collect();
     by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
@@ -82,7 +82,8 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Out
     let mut gateway_backends: Vec<BTreeMap<ir::SmolStr, Arc<ir::Backend>>> =
         gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut route_statuses: Vec<Option<crate::status::RouteStatus>> = (0..routes.len()).map(|_| None).collect();
+    // Each route's outcome, for its status after the loop.
+    let mut outcomes: Vec<Option<RouteOutcome>> = (0..routes.len()).map(|_| None).collect();
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
     let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age);
@@ -201,8 +202,18 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Out
                 policy_usage.entry(p).or_default().insert(gw);
             }
         }
-        route_statuses[ri] = Some(route::status(route, &attachments, &outcome, &controller_name));
+        outcomes[ri] = Some(outcome);
+        all_attachments[ri] = attachments;
     }
+    let mut route_statuses = crate::parallel::map(routes.len(), threads, |ri| {
+        let outcome = outcomes[ri].as_ref()?;
+        Some(route::status(
+            &routes[ri],
+            &all_attachments[ri],
+            outcome,
+            &controller_name,
+        ))
+    });
 
     let mut statuses = Statuses {
         gateway_classes: gateway::class::statuses(&classes, config),
@@ -331,7 +342,7 @@ fn unique_routes(mut routes: Vec<RouteModel<'_>>) -> (Vec<RouteModel<'_>>, Vec<u
     (routes, by_name)
 }
 
-fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel<'a>> {
+fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -> Vec<RouteModel<'a>> {
     let installed = |k: RouteKind| snapshot.facts.installed(k.name());
     let watched = |ns: &str| config.watches_namespace(ns);
     // Sized once: regrowing a list of thousands of routes copies it into fresh memory.
@@ -344,14 +355,14 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<RouteModel
             + snapshot.unreadable_routes.len(),
     );
     if installed(RouteKind::Http) {
-        routes.extend(
-            snapshot
-                .http_routes
-                .iter()
-                .map(Arc::as_ref)
+        // Most routes are HTTPRoutes: read on several threads when there are many.
+        let http = &snapshot.http_routes;
+        let models = crate::parallel::map(http.len(), threads, |i| {
+            Some(&http[i])
                 .filter(|r| watched(r.namespace()))
-                .map(RouteModel::from_http),
-        );
+                .map(|r| RouteModel::from_http(r))
+        });
+        routes.extend(models.into_iter().flatten());
     }
     if installed(RouteKind::Grpc) {
         routes.extend(

@@ -14,23 +14,6 @@ use super::model::{RouteKind, RouteModel};
 use super::value::Regexes;
 use super::{Attachment, RouteOutcome};
 
-/// Below this many routes, one thread compiles them: starting threads would cost more than it
-/// saves.
-const PARALLEL_FROM: usize = 1_000;
-/// At most this many threads compile; a translation should not take every core of a large node
-/// from the proxies it serves beside (standalone mode).
-const MAX_THREADS: usize = 4;
-
-/// The threads that compile `routes` routes: one for small snapshots, else one per core up to
-/// [`MAX_THREADS`].
-pub fn threads_for(routes: usize) -> usize {
-    if routes < PARALLEL_FROM {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
-    }
-}
-
 /// One route's rules for one client certificate.
 struct Entry {
     client_certificate: Option<String>,
@@ -45,7 +28,7 @@ pub struct CompiledRoutes(Vec<Vec<Entry>>);
 
 impl CompiledRoutes {
     /// Compiles the HTTP and gRPC routes that attached to at least one Gateway, on `threads`
-    /// threads (at least one).
+    /// threads ([`crate::parallel`]).
     pub fn new(
         routes: &[RouteModel<'_>],
         attachments: &[Vec<Attachment>],
@@ -55,25 +38,9 @@ impl CompiledRoutes {
         config: &Config,
         threads: usize,
     ) -> Self {
-        let one = |ri: usize| compile_one(&routes[ri], &attachments[ri], gateways, backends, regexes, config);
-        if threads <= 1 || routes.len() < 2 {
-            return CompiledRoutes((0..routes.len()).map(one).collect());
-        }
-        let chunk = routes.len().div_ceil(threads.min(routes.len()));
-        let parts: Vec<Vec<Vec<Entry>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..routes.len())
-                .step_by(chunk)
-                .map(|start| {
-                    let one = &one;
-                    scope.spawn(move || (start..(start + chunk).min(routes.len())).map(one).collect())
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
-        });
-        CompiledRoutes(parts.into_iter().flatten().collect())
+        CompiledRoutes(crate::parallel::map(routes.len(), threads, |ri| {
+            compile_one(&routes[ri], &attachments[ri], gateways, backends, regexes, config)
+        }))
     }
 
     /// Route `ri`'s rules for `client_certificate`, its problems added to `outcome`; empty
