@@ -4,12 +4,14 @@
 //!
 //! Everything is real: a kube-apiserver from `e2e/scripts` with the Gateway API CRDs, the `turna
 //! controller` binary as a child process (its RSS is the controller's memory), and `turna proxy`
-//! in this process, pushed its IR by the controller. The controller's `debounce` is the default
+//! as another child, started as a proxy pod starts it (its provider configuration, the push
+//! CA and its ServiceAccount token) and pushed its IR by the controller; its RSS is the proxy's
+//! memory, at 1 route as good as idle. The controller's `debounce` is the default
 //! (200ms) unless `TURNA_BENCH_DEBOUNCE` (e.g. `20ms`) says otherwise.
 //!
 //! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) and `TURNA_BENCH_SAMPLES` (default 15) tune it.
-//! Targets (issue 4): at 5,000 routes, median under 100 ms to status and under 300 ms to traffic,
-//! controller under 150 MiB.
+//! Targets (issue 13): at 5,000 routes, median at most 20 ms to traffic, controller at most
+//! 100 MiB and proxy at most 40 MiB; the proxy at 1 route (idle) at most 10 MiB.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -25,9 +27,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::watcher;
-use operator::modes::proxy;
 use operator::provision::Names;
-use operator::push::client;
 use operator::settings::Kubernetes;
 
 use shared::{Turna, accepted, create_routes, http_routes, median, memory, percentile, route};
@@ -56,6 +56,9 @@ struct Result {
     traffic_ms: Vec<f64>,
     rss: f64,
     hwm: f64,
+    /// The `turna proxy` child's RSS after the samples, and its peak.
+    proxy_rss: f64,
+    proxy_hwm: f64,
     initial: Duration,
 }
 
@@ -142,29 +145,48 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
     let token = common::service_account_token(&admin, &home, &names.proxy, None).await;
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, &token).expect("write token");
-    let running = proxy::start(
-        admin.clone(),
-        proxy::Options {
-            settings: Kubernetes {
-                certificate_secret: format!("{home}/{}", names.bundle),
-                health_address: "127.0.0.1:0".into(),
-                address: "127.0.0.1".into(),
-                ..Kubernetes::default()
-            },
-            push: client::Options {
-                url: format!("https://127.0.0.1:{push_port}").parse().expect("url"),
-                ca_pem: ca,
-                token_file,
-                endpoints: None,
-            },
-        },
+    let ca_file = dir.path().join("push-ca.crt");
+    std::fs::write(&ca_file, &ca).expect("write push CA");
+    // What the controller's proxy ConfigMap says, with loopback addresses.
+    let proxy_config = dir.path().join("proxy.yaml");
+    std::fs::write(
+        &proxy_config,
+        format!(
+            "providers:
+  kubernetes:
+    mode: proxy
+    controller_name: {controller}
+    controller_id: {controller_id}
+    gateways: [{ns}/web]
+    certificate_secret: {home}/{bundle}
+    port_offset: 0
+    address: 127.0.0.1
+    health_address: 127.0.0.1:{proxy_health}
+",
+            controller = common::CONTROLLER_NAME,
+            bundle = names.bundle,
+            proxy_health = common::free_port().await,
+        ),
     )
-    .await
-    .expect("proxy starts");
+    .expect("write proxy config");
+    let proxy = Turna(
+        Command::new(env!("CARGO_BIN_EXE_turna"))
+            .args(["proxy", "--config"])
+            .arg(&proxy_config)
+            .args(["--operator", &format!("https://127.0.0.1:{push_port}")])
+            .arg("--operator-ca")
+            .arg(&ca_file)
+            .arg("--token-file")
+            .arg(&token_file)
+            .env("KUBECONFIG", plane.kubeconfig())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start turna proxy"),
+    );
     let gateway = SocketAddr::new(common::LOOPBACK, port);
     let last = format!("/r{}", routes.saturating_sub(1));
     common::within(Duration::from_secs(120), "the existing routes served", || async {
-        running.dataplane().local_addr(port).await?;
         common::get(gateway, "bench.test", &last).await.filter(|r| r.0 == 200)
     })
     .await;
@@ -232,8 +254,9 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
     let pass_after = histogram(health, "turna_operator_reconcile_duration_seconds").await;
     let mean = |before: (f64, f64), after: (f64, f64)| 1000.0 * (after.0 - before.0) / (after.1 - before.1).max(1.0);
     let (rss, hwm) = memory(controller.0.id());
+    let (proxy_rss, proxy_hwm) = memory(proxy.0.id());
     drop(controller);
-    running.serve(async {}).await;
+    drop(proxy);
     Result {
         routes,
         translate_ms: mean(translate_before, translate_after),
@@ -242,6 +265,8 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
         traffic_ms,
         rss,
         hwm,
+        proxy_rss,
+        proxy_hwm,
         initial,
     }
 }
@@ -259,7 +284,7 @@ fn main() {
         .expect("runtime");
     println!("debounce {debounce}, {samples} samples per size");
     println!(
-        "{:>6}  {:>13} {:>13}  {:>14} {:>14}  {:>12} {:>12}  {:>10}  {:>12} {:>12}",
+        "{:>6}  {:>13} {:>13}  {:>14} {:>14}  {:>12} {:>12}  {:>12} {:>12}  {:>10}  {:>12} {:>12}",
         "routes",
         "status p50",
         "status p90",
@@ -267,15 +292,18 @@ fn main() {
         "traffic p90",
         "ctrl RSS",
         "ctrl peak",
+        "proxy RSS",
+        "proxy peak",
         "first sync",
         "translate",
         "pass"
     );
+    let mut first: Option<Result> = None;
     let mut last = None;
     for n in routes {
         let mut r = runtime.block_on(run(&plane, n, samples, &debounce));
         println!(
-            "{:>6}  {:>10.1} ms {:>10.1} ms  {:>11.1} ms {:>11.1} ms  {:>8.1} MiB {:>8.1} MiB  {:>8.1} s  {:>9.1} ms {:>9.1} ms",
+            "{:>6}  {:>10.1} ms {:>10.1} ms  {:>11.1} ms {:>11.1} ms  {:>8.1} MiB {:>8.1} MiB  {:>8.1} MiB {:>8.1} MiB  {:>8.1} s  {:>9.1} ms {:>9.1} ms",
             r.routes,
             median(&mut r.status_ms),
             percentile(&mut r.status_ms, 0.9),
@@ -283,25 +311,48 @@ fn main() {
             percentile(&mut r.traffic_ms, 0.9),
             r.rss,
             r.hwm,
+            r.proxy_rss,
+            r.proxy_hwm,
             r.initial.as_secs_f64(),
             r.translate_ms,
             r.pass_ms
         );
-        last = Some(r);
+        match &first {
+            None => first = Some(r),
+            Some(_) => last = Some(r),
+        }
+    }
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    if let Some(f) = first.as_ref().filter(|f| f.routes <= 1) {
+        println!(
+            "target: proxy idle (1 route) {:.1} MiB <= 10 MiB {}",
+            f.proxy_rss,
+            verdict(f.proxy_rss <= 10.0)
+        );
+    }
+    if let (Some(f), Some(l)) = (&first, &last) {
+        let per_route = |a: f64, b: f64| (b - a) * 1024.0 / (l.routes - f.routes).max(1) as f64;
+        println!(
+            "growth per route from {} to {} routes: controller {:.1} KiB, proxy {:.1} KiB",
+            f.routes,
+            l.routes,
+            per_route(f.rss, l.rss),
+            per_route(f.proxy_rss, l.proxy_rss)
+        );
     }
     if let Some(mut r) = last.filter(|r| r.routes >= 5000) {
         let status = median(&mut r.status_ms);
         let traffic = median(&mut r.traffic_ms);
-        let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
         println!(
-            "targets at {} routes: status {:.1} ms < 100 ms {}; traffic {:.1} ms < 300 ms {}; controller {:.1} MiB < 150 MiB {}",
+            "targets at {} routes (issue 13): traffic {:.1} ms <= 20 ms {}; controller {:.1} MiB <= 100 MiB {}; proxy {:.1} MiB <= 40 MiB {} (status {:.1} ms)",
             r.routes,
-            status,
-            verdict(status < 100.0),
             traffic,
-            verdict(traffic < 300.0),
-            r.hwm,
-            verdict(r.hwm < 150.0)
+            verdict(traffic <= 20.0),
+            r.rss,
+            verdict(r.rss <= 100.0),
+            r.proxy_rss,
+            verdict(r.proxy_rss <= 40.0),
+            status
         );
     }
 }
