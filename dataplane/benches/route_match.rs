@@ -116,6 +116,7 @@ fn bench(c: &mut Criterion) {
                 ir::PathMatch::Prefix(format!("/service-{i}/api").into()),
                 vec![header],
             )
+            .into()
         })
         .collect();
     let paths = table(vec![ir::VirtualHost {
@@ -135,7 +136,7 @@ fn bench(c: &mut Criterion) {
             } else {
                 format!("*.zone-{i}.example.com")
             },
-            rules: vec![rule(&format!("h{i}"), ir::PathMatch::Prefix("/".into()), vec![])],
+            rules: vec![rule(&format!("h{i}"), ir::PathMatch::Prefix("/".into()), vec![]).into()],
         })
         .collect();
     let hosts = table(virtual_hosts);

@@ -83,7 +83,7 @@ async fn backoff_is_waited_between_attempts() {
 async fn timed_out_attempts_are_retried() {
     let echo = EchoBackend::start("echo").await;
     let mut ir = with_retry(vec![echo_backend(&echo)], &[500], 1, None);
-    ir.ports[0].listeners[0].virtual_hosts[0].rules[0]
+    std::sync::Arc::make_mut(&mut ir.ports[0].listeners[0].virtual_hosts[0].rules[0])
         .timeouts
         .backend_request_ms = Some(200);
     let (_dp, addr) = start(ir).await;
@@ -101,7 +101,7 @@ async fn timed_out_attempts_are_retried() {
 async fn request_timeout_bounds_all_attempts() {
     let echo = EchoBackend::start("echo").await;
     let mut ir = with_retry(vec![echo_backend(&echo)], &[], 10, None);
-    let timeouts = &mut ir.ports[0].listeners[0].virtual_hosts[0].rules[0].timeouts;
+    let timeouts = &mut std::sync::Arc::make_mut(&mut ir.ports[0].listeners[0].virtual_hosts[0].rules[0]).timeouts;
     timeouts.backend_request_ms = Some(100);
     timeouts.request_ms = Some(350);
     let (_dp, addr) = start(ir).await;

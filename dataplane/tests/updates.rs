@@ -81,8 +81,9 @@ async fn invalid_ir_is_rejected_and_the_previous_keeps_serving() {
     let echo = EchoBackend::start("echo").await;
     let (dp, addr) = start(to(&echo, &[])).await;
     let mut bad_regex = to(&echo, &[]);
-    bad_regex.ports[0].listeners[0].virtual_hosts[0].rules[0].matcher.path =
-        ir::PathMatch::RegularExpression("/(unclosed".into());
+    std::sync::Arc::make_mut(&mut bad_regex.ports[0].listeners[0].virtual_hosts[0].rules[0])
+        .matcher
+        .path = ir::PathMatch::RegularExpression("/(unclosed".into());
     let mut unknown_backend = to(&echo, &[]);
     unknown_backend.backends.clear();
     let mut duplicate_port = to(&echo, &[]);
@@ -174,7 +175,7 @@ async fn unchanged_backends_keep_their_connections_across_swaps() {
     let client = client();
     assert_eq!(get(&client, addr, "a.com", "/").await.status, StatusCode::OK);
     let mut changed_routes = to(&echo, &[]);
-    changed_routes.ports[0].listeners[0].virtual_hosts[0].rules[0]
+    std::sync::Arc::make_mut(&mut changed_routes.ports[0].listeners[0].virtual_hosts[0].rules[0])
         .matcher
         .path = prefix("/api");
     dp.apply(changed_routes).await.unwrap();

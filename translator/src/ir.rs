@@ -6,6 +6,7 @@
 //! proxy reads them from its bundle Secret (see [`crate::bundle`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 pub use smol_str::SmolStr;
@@ -162,8 +163,10 @@ pub enum FrontendValidationMode {
 pub struct VirtualHost {
     /// Exact, `*.`-wildcard, or `*` for any host.
     pub hostname: String,
-    /// Match entries in precedence order: the first that matches wins.
-    pub rules: Vec<HttpRule>,
+    /// Match entries in precedence order: the first that matches wins. Shared: a route's
+    /// entries appear under each of its hostnames and under the hosts a wildcard covers, and
+    /// the translator keeps them to reuse while the route is unchanged.
+    pub rules: Vec<Arc<HttpRule>>,
 }
 
 /// Which route and rule an entry came from (for metrics and logs).

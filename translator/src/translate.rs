@@ -40,7 +40,7 @@ pub const STANDALONE: &str = "standalone";
 /// What one route contributes to one listener.
 struct Contribution {
     route: usize,
-    rules: Vec<ir::HttpRule>,
+    rules: Vec<Arc<ir::HttpRule>>,
     stream: Option<StreamRoute>,
 }
 
@@ -505,27 +505,22 @@ fn virtual_hosts(
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
-    // The entries stay with their contribution until their virtual host takes them; hosts
-    // list (contribution, the route's own hostname that produced the effective one).
+    // Hosts list (contribution, the route's own hostname that produced the effective one).
     // Unordered: the virtual hosts are sorted by specificity, a total order, at the end.
     let mut hosts: foldhash::HashMap<&str, Vec<(usize, &str)>> =
         foldhash::HashMap::with_capacity_and_hasher(contributions.len(), Default::default());
     let mut owners = Vec::with_capacity(contributions.len());
-    // Hosts still to serve each contribution's entries: the last one takes them, the others
-    // copy them.
-    let mut uses = Vec::with_capacity(contributions.len());
-    let mut entries: Vec<Vec<Option<ir::HttpRule>>> = Vec::with_capacity(contributions.len());
+    // Shared by every host that serves them.
+    let mut entries: Vec<Vec<Arc<ir::HttpRule>>> = Vec::with_capacity(contributions.len());
     for (ci, c) in contributions.into_iter().enumerate() {
         let route_hostnames = routes[c.route].hostnames;
         let effective = hostname::effective(listener_hostname, route_hostnames);
-        uses.push(effective.len());
         for h in effective {
             let original = route::http::original_hostname(listener_hostname, route_hostnames, h);
             hosts.entry(h).or_default().push((ci, original));
         }
         owners.push(c.route);
-        // Same layout: collected in place.
-        entries.push(c.rules.into_iter().map(Some).collect());
+        entries.push(c.rules);
     }
     let mut out: Vec<VirtualHost> = hosts
         .into_iter()
@@ -535,13 +530,7 @@ fn virtual_hosts(
                 .iter()
                 .min_by_key(|(ci, _)| age_rank[owners[*ci]])
                 .map(|(ci, _)| routes[owners[*ci]].kind);
-            served.retain(|(ci, _)| {
-                let keep = Some(routes[owners[*ci]].kind) == oldest_kind;
-                if !keep {
-                    uses[*ci] -= 1;
-                }
-                keep
-            });
+            served.retain(|(ci, _)| Some(routes[owners[*ci]].kind) == oldest_kind);
             // The route's own hostname first (exact over wildcard, longer first), then matches.
             // Keys are computed once: the entries lie all over memory. The few distinct route
             // hostnames are ranked first, so the sort compares numbers only.
@@ -558,24 +547,12 @@ fn virtual_hosts(
                     entries[ci]
                         .iter()
                         .enumerate()
-                        .filter_map(move |(k, rule)| Some((host_rank, precedence_key(rule.as_ref()?, age), ci, k)))
+                        .map(move |(k, rule)| (host_rank, precedence_key(rule, age), ci, k))
                 })
                 .collect();
             // Stable: a rule's matches keep their order.
             order.sort_by_key(|&(host_rank, key, _, _)| (host_rank, key));
-            for (ci, _) in &served {
-                uses[*ci] -= 1;
-            }
-            let rules = order
-                .into_iter()
-                .filter_map(|(_, _, ci, k)| {
-                    if uses[ci] == 0 {
-                        entries[ci][k].take()
-                    } else {
-                        entries[ci][k].clone()
-                    }
-                })
-                .collect();
+            let rules = order.into_iter().map(|(_, _, ci, k)| entries[ci][k].clone()).collect();
             VirtualHost {
                 hostname: hostname.to_string(),
                 rules,

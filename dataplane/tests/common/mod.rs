@@ -309,7 +309,7 @@ pub fn listener(name: &str, hostname: Option<&str>, virtual_hosts: Vec<ir::Virtu
 pub fn vhost(hostname: &str, rules: Vec<ir::HttpRule>) -> ir::VirtualHost {
     ir::VirtualHost {
         hostname: hostname.into(),
-        rules,
+        rules: rules.into_iter().map(std::sync::Arc::new).collect(),
     }
 }
 

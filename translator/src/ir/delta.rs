@@ -16,6 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
 use super::{Backend, HttpRule, Listener, Port, Proxy, SmolStr, VirtualHost};
 
 /// How a proxy's IR differs from the version before it.
@@ -74,7 +76,7 @@ pub struct RuleSplice {
     pub at: usize,
     pub remove: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub insert: Vec<HttpRule>,
+    pub insert: Vec<Arc<HttpRule>>,
 }
 
 /// Why a delta does not apply to an IR (it was made for another version).
@@ -306,7 +308,7 @@ mod tests {
     fn host(name: &str, backend: &str) -> VirtualHost {
         VirtualHost {
             hostname: name.into(),
-            rules: vec![ir::HttpRule {
+            rules: vec![Arc::new(ir::HttpRule {
                 route: ir::RouteRef {
                     kind: "HTTPRoute".into(),
                     namespace: "default".into(),
@@ -324,7 +326,7 @@ mod tests {
                 }],
                 timeouts: ir::Timeouts::default(),
                 retry: None,
-            }],
+            })],
         }
     }
 

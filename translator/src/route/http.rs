@@ -32,7 +32,7 @@ use super::value::{self, Regexes};
 /// The compiled entries of one route for one Gateway.
 #[derive(Clone, Debug, Default)]
 pub struct Compiled {
-    pub rules: Vec<HttpRule>,
+    pub rules: Vec<Arc<HttpRule>>,
     /// Backends the entries reference.
     pub backends: Vec<Arc<Backend>>,
     /// BackendTLSPolicies the backends use.
@@ -148,7 +148,7 @@ pub fn compile(
         let Some(last) = matches.pop() else { continue };
         out.rules.reserve(matches.len() + 1);
         for m in matches {
-            out.rules.push(HttpRule {
+            out.rules.push(Arc::new(HttpRule {
                 route: route_ref.clone(),
                 grpc,
                 matcher: m,
@@ -156,9 +156,9 @@ pub fn compile(
                 backends: weighted.clone(),
                 timeouts: parts.timeouts.clone(),
                 retry: parts.retry.clone(),
-            });
+            }));
         }
-        out.rules.push(HttpRule {
+        out.rules.push(Arc::new(HttpRule {
             route: route_ref,
             grpc,
             matcher: last,
@@ -166,7 +166,7 @@ pub fn compile(
             backends: weighted,
             timeouts: parts.timeouts,
             retry: parts.retry,
-        });
+        }));
     }
     if session_persistence {
         // After the rules: a reference problem is the more useful ResolvedRefs reason.

@@ -4,6 +4,7 @@
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::ir::{HttpRule, PathMatch, RouteRef, VirtualHost};
 
@@ -56,7 +57,7 @@ pub struct PrecedenceKey {
 /// most specific first.
 pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
     // Only `*` and wildcards cover other hosts: their own entries by hostname, with their rank.
-    let wildcards: BTreeMap<String, (usize, Vec<HttpRule>)> = hosts
+    let wildcards: BTreeMap<String, (usize, Vec<Arc<HttpRule>>)> = hosts
         .iter()
         .enumerate()
         .filter(|(_, h)| h.hostname.starts_with('*'))
@@ -68,7 +69,7 @@ pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
     for host in hosts.iter_mut() {
         let name = host.hostname.clone();
         // The candidates are `*` and `*` plus each suffix of the name that starts at a dot.
-        let mut covering: Vec<&(usize, Vec<HttpRule>)> = name
+        let mut covering: Vec<&(usize, Vec<Arc<HttpRule>>)> = name
             .match_indices('.')
             .map(|(i, _)| format!("*{}", &name[i..]))
             .chain(std::iter::once("*".to_string()))
@@ -182,7 +183,7 @@ mod tests {
     fn hosts_inherit_less_specific_entries_in_order() {
         let host = |name: &str, rule_index: usize| VirtualHost {
             hostname: name.into(),
-            rules: vec![rule(PathMatch::Prefix("/".into()), None, 0, rule_index)],
+            rules: vec![Arc::new(rule(PathMatch::Prefix("/".into()), None, 0, rule_index))],
         };
         let mut hosts = vec![host("a.example.com", 0), host("*.example.com", 1), host("*", 2)];
         inherit_less_specific(&mut hosts);
