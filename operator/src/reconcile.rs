@@ -167,6 +167,8 @@ async fn reconcile(
     let metrics = &options.metrics;
     let mut retry = Retry::default();
     let mut snapshots = Snapshots::new(stores);
+    // The rules last compiled: a pass compiles only the routes that changed.
+    let mut compiled = translator::CompileCache::default();
     let statuses = (!settings.status.disabled).then(|| {
         StatusWriter::start(
             client.clone(),
@@ -200,7 +202,7 @@ async fn reconcile(
         let output = off_the_workers(|| {
             let snapshot = snapshots.refresh();
             provisioning.observe(&mut snapshot.facts);
-            translator::translate(snapshot, &config)
+            translator::translate_reusing(snapshot, &config, &mut compiled)
         });
         metrics.translated(started.elapsed());
         // Every instance serves proxies the IR it translated, leader or not.

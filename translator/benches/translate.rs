@@ -184,7 +184,7 @@ fn bench(c: &mut Criterion) {
 #[inline(never)]
 fn translate_once(snapshot: &Snapshot, config: &Config) -> translator::Output {
     match std::env::var("TURNA_BENCH_THREADS").ok().and_then(|t| t.parse().ok()) {
-        Some(threads) => translator::translate_on(black_box(snapshot), black_box(config), threads),
+        Some(threads) => translator::translate_on(black_box(snapshot), black_box(config), threads, None),
         None => translate(black_box(snapshot), black_box(config)),
     }
 }

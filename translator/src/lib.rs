@@ -28,5 +28,6 @@ mod translate;
 pub use bundle::Bundle;
 pub use config::{Config, Mode};
 pub use object::{GROUP, X_GROUP};
+pub use route::compiled::CompileCache;
 pub use snapshot::Snapshot;
-pub use translate::{Output, translate, translate_on};
+pub use translate::{Output, translate, translate_on, translate_reusing};

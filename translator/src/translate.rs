@@ -14,6 +14,7 @@ use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
+use crate::route::compiled::CompileCache;
 use crate::route::http::{PrecedenceKey, precedence_key};
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
 use crate::snapshot::Snapshot;
@@ -46,13 +47,23 @@ struct Contribution {
 
 /// Translates a snapshot.
 pub fn translate(snapshot: &Snapshot, config: &Config) -> Output {
-    let routes = snapshot.http_routes.len() + snapshot.grpc_routes.len();
-    translate_on(snapshot, config, crate::parallel::threads_for(routes))
+    translate_on(snapshot, config, threads_for(snapshot), None)
 }
 
-/// [`translate`], with the work per route on `threads` threads ([`crate::parallel`]); the
-/// output is the same for any number.
-pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Output {
+/// [`translate`], compiling only the routes that changed since the last translation with
+/// `cache` (and keeping this one's rules there): the operator's loop translates so.
+pub fn translate_reusing(snapshot: &Snapshot, config: &Config, cache: &mut CompileCache) -> Output {
+    translate_on(snapshot, config, threads_for(snapshot), Some(cache))
+}
+
+fn threads_for(snapshot: &Snapshot) -> usize {
+    crate::parallel::threads_for(snapshot.http_routes.len() + snapshot.grpc_routes.len())
+}
+
+/// [`translate`], with the work per route on `threads` threads ([`crate::parallel`]) and
+/// compiled rules reused from `cache`; the output is the same for any number of threads and
+/// with or without a cache.
+pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache: Option<&mut CompileCache>) -> Output {
     let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = snapshot
         .namespaces
         .iter()
@@ -87,6 +98,10 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Out
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
     let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age);
+    let mut cache = cache;
+    if let Some(cache) = cache.as_deref_mut() {
+        cache.check(snapshot, config);
+    }
     let mut compiled_routes = route::compiled::CompiledRoutes::new(
         &routes,
         &all_attachments,
@@ -95,7 +110,11 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize) -> Out
         &regexes,
         config,
         threads,
+        cache.as_deref(),
     );
+    if let Some(cache) = cache {
+        cache.keep(&routes, &compiled_routes);
+    }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
     // the backends and policies it uses, kept if it is accepted.
     let mut attached: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -358,9 +377,10 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
         // Most routes are HTTPRoutes: read on several threads when there are many.
         let http = &snapshot.http_routes;
         let models = crate::parallel::map(http.len(), threads, |i| {
-            Some(&http[i])
-                .filter(|r| watched(r.namespace()))
-                .map(|r| RouteModel::from_http(r))
+            Some(&http[i]).filter(|r| watched(r.namespace())).map(|r| RouteModel {
+                object: Some(route::model::RouteObject::Http(r)),
+                ..RouteModel::from_http(r)
+            })
         });
         routes.extend(models.into_iter().flatten());
     }
@@ -369,9 +389,11 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
             snapshot
                 .grpc_routes
                 .iter()
-                .map(Arc::as_ref)
                 .filter(|r| watched(r.namespace()))
-                .map(RouteModel::from_grpc),
+                .map(|r| RouteModel {
+                    object: Some(route::model::RouteObject::Grpc(r)),
+                    ..RouteModel::from_grpc(r)
+                }),
         );
     }
     if installed(RouteKind::Tls) {

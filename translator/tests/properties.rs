@@ -94,8 +94,8 @@ proptest! {
     #[test]
     fn threads_do_not_matter(scenario in scenario(), threads in 2usize..5) {
         let (snapshot, output) = run(&scenario);
-        let one = translator::translate_on(&snapshot, &scenario.config, 1);
-        let many = translator::translate_on(&snapshot, &scenario.config, threads);
+        let one = translator::translate_on(&snapshot, &scenario.config, 1, None);
+        let many = translator::translate_on(&snapshot, &scenario.config, threads, None);
         let one = serde_json::to_string(&one).expect("output serializes");
         let many = serde_json::to_string(&many).expect("output serializes");
         prop_assert!(one == many, "threads change the output:\n{}", first_difference(&one, &many));
@@ -287,6 +287,57 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(256))]
+
+    /// Rules reused from earlier translations (a `CompileCache`) give the output of a fresh
+    /// translation: with nothing changed, after objects of any kind the rules read were removed
+    /// or replaced by changed copies, and back again; on one thread and several.
+    #[test]
+    fn reused_rules_translate_as_fresh_ones(
+        scenario in scenario(),
+        changes in prop::collection::vec((0usize..7, any::<prop::sample::Index>()), 1..4),
+    ) {
+        let mut all = scenario.snapshot();
+        add_good(&mut all);
+        // Shares every unchanged object with `all`, as the operator's snapshots share them.
+        let mut some = all.clone();
+        for (kind, index) in &changes {
+            macro_rules! remove {
+                ($list:expr) => {
+                    if !$list.is_empty() {
+                        $list.remove(index.index($list.len()));
+                    }
+                };
+            }
+            match kind {
+                0 => remove!(some.http_routes),
+                1 => remove!(some.grpc_routes),
+                2 => remove!(some.services),
+                3 => remove!(some.endpoint_slices),
+                4 => remove!(some.reference_grants),
+                5 => remove!(some.config_maps),
+                _ => {
+                    // The same route, changed: a new object under the same name.
+                    if !some.http_routes.is_empty() {
+                        let i = index.index(some.http_routes.len());
+                        let mut changed = (*some.http_routes[i]).clone();
+                        changed.spec.hostnames = Some(vec!["changed.example.com".into()]);
+                        some.http_routes[i] = std::sync::Arc::new(changed);
+                    }
+                }
+            }
+        }
+        let mut cache = translator::CompileCache::default();
+        for (step, snapshot) in [&all, &all, &some, &some, &all].into_iter().enumerate() {
+            let reused = translator::translate_on(snapshot, &scenario.config, 1 + step % 3, Some(&mut cache));
+            let reused = serde_json::to_string(&reused).expect("output serializes");
+            let fresh = serde_json::to_string(&translate(snapshot, &scenario.config)).expect("output serializes");
+            prop_assert!(reused == fresh, "step {}: reused rules differ:\n{}", step, first_difference(&fresh, &reused));
         }
     }
 }

@@ -86,7 +86,8 @@ pub async fn start(options: Options) -> Result<Local, LocalModeError> {
     let fingerprint = local::fingerprint(&options.files)?;
     let mut reader = local::Reader::default();
     let input = reader.read(&options.files)?;
-    match apply(&dataplane, &settings, input).await {
+    let mut compiled = translator::CompileCache::default();
+    match apply(&dataplane, &settings, input, &mut compiled).await {
         Ok(()) | Err(ApplyError::Ports(_)) => {}
         Err(error) => return Err(LocalModeError::Rejected(error)),
     }
@@ -111,6 +112,7 @@ pub async fn start(options: Options) -> Result<Local, LocalModeError> {
             poll: options.poll,
             last: fingerprint,
             reader,
+            compiled,
         },
         generation,
     ));
@@ -151,9 +153,15 @@ pub async fn run(options: Options, signal: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
-/// Translates `input` in standalone mode and applies the single proxy with its TLS material.
-async fn apply(dataplane: &Dataplane, settings: &Kubernetes, input: Input) -> Result<(), ApplyError> {
-    let out = translator::translate(&input.snapshot, &settings.translator_config());
+/// Translates `input` in standalone mode, compiling only the routes that changed since the
+/// last translation, and applies the single proxy with its TLS material.
+async fn apply(
+    dataplane: &Dataplane,
+    settings: &Kubernetes,
+    input: Input,
+    compiled: &mut translator::CompileCache,
+) -> Result<(), ApplyError> {
+    let out = translator::translate_reusing(&input.snapshot, &settings.translator_config(), compiled);
     let proxy = standalone_proxy(out.proxies);
     let result = dataplane.apply_with(&proxy, &input.material).await;
     if let Err(ApplyError::Ports(errors)) = &result {
@@ -181,6 +189,8 @@ struct Changes {
     last: Vec<(PathBuf, Option<std::time::SystemTime>, u64)>,
     /// The files as last read: only changed ones are parsed again.
     reader: local::Reader,
+    /// The rules last compiled: only changed routes are compiled again.
+    compiled: translator::CompileCache,
 }
 
 /// Reads and applies the files again whenever they change.
@@ -212,7 +222,7 @@ async fn follow(
         }
         changes.last = current;
         let result = match changes.reader.read(&files) {
-            Ok(input) => apply(&dataplane, &settings, input).await,
+            Ok(input) => apply(&dataplane, &settings, input, &mut changes.compiled).await,
             Err(error) => {
                 tracing::error!(%error, "cannot read the files; the last good configuration keeps serving");
                 generation.send_modify(|g| g.rejected += 1);

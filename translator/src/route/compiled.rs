@@ -1,23 +1,33 @@
 //! The rules of every HTTP and gRPC route, compiled before the routes are assembled into
 //! listeners. A route's rules depend only on the route, the backends and the client certificate
 //! its Gateways give it, so they are compiled apart from attachment and assembly: on several
-//! threads when the snapshot is large (compiling is about half of a translation), and once per
-//! client certificate however many Gateways share it.
+//! threads when the snapshot is large (compiling is about half of a translation), once per
+//! client certificate however many Gateways share it, and, with a [`CompileCache`], only for
+//! the routes that changed since the last translation.
 
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::api::{BackendTlsPolicy, GrpcRoute, HttpRoute, ReferenceGrant};
 use crate::backend::Backends;
 use crate::config::Config;
 use crate::gateway::GatewayModel;
 use crate::policy::backend_tls;
+use crate::snapshot::{ConfigMapFacts, Snapshot};
 
 use super::http::{self, Compiled};
-use super::model::{RouteKind, RouteModel};
+use super::model::{RouteKind, RouteModel, RouteObject};
 use super::value::Regexes;
 use super::{Attachment, RouteOutcome};
 
 /// One route's rules for one client certificate.
+#[derive(Clone)]
 struct Entry {
     client_certificate: Option<String>,
-    compiled: Compiled,
+    /// Shared with the [`CompileCache`] that keeps it.
+    compiled: Arc<Compiled>,
     outcome: RouteOutcome,
     /// Gateways that still take it: the last one moves it, the others copy it.
     uses: usize,
@@ -28,7 +38,8 @@ pub struct CompiledRoutes(Vec<Vec<Entry>>);
 
 impl CompiledRoutes {
     /// Compiles the HTTP and gRPC routes that attached to at least one Gateway, on `threads`
-    /// threads ([`crate::parallel`]).
+    /// threads ([`crate::parallel`]), reusing what `cache` holds for unchanged routes.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         routes: &[RouteModel<'_>],
         attachments: &[Vec<Attachment>],
@@ -37,9 +48,12 @@ impl CompiledRoutes {
         regexes: &Regexes,
         config: &Config,
         threads: usize,
+        cache: Option<&CompileCache>,
     ) -> Self {
         CompiledRoutes(crate::parallel::map(routes.len(), threads, |ri| {
-            compile_one(&routes[ri], &attachments[ri], gateways, backends, regexes, config)
+            let route = &routes[ri];
+            let cached = cache.and_then(|c| c.routes.get(&address(route.object?)));
+            compile_one(route, &attachments[ri], gateways, backends, regexes, config, cached)
         }))
     }
 
@@ -55,9 +69,10 @@ impl CompiledRoutes {
         outcome.add(&entry.outcome);
         entry.uses -= 1;
         if entry.uses == 0 {
-            std::mem::take(&mut entry.compiled)
+            // Moved out unless a cache shares it.
+            Arc::unwrap_or_clone(std::mem::take(&mut entry.compiled))
         } else {
-            entry.compiled.clone()
+            Compiled::clone(&entry.compiled)
         }
     }
 }
@@ -71,6 +86,7 @@ fn compile_one(
     backends: &Backends<'_>,
     regexes: &Regexes,
     config: &Config,
+    cached: Option<&Cached>,
 ) -> Vec<Entry> {
     if !matches!(route.kind, RouteKind::Http | RouteKind::Grpc) {
         return Vec::new();
@@ -96,14 +112,129 @@ fn compile_one(
             e.uses += 1;
             continue;
         }
-        let mut outcome = RouteOutcome::default();
-        let compiled = http::compile(route, backends, regexes, client_certificate, &mut outcome);
-        entries.push(Entry {
-            client_certificate: client_certificate.map(str::to_string),
-            compiled,
-            outcome,
-            uses: 1,
+        let reused = cached.and_then(|c| {
+            c.entries
+                .iter()
+                .find(|e| e.client_certificate.as_deref() == client_certificate)
+        });
+        entries.push(match reused {
+            Some(e) => Entry { uses: 1, ..e.clone() },
+            None => {
+                let mut outcome = RouteOutcome::default();
+                let compiled = http::compile(route, backends, regexes, client_certificate, &mut outcome);
+                Entry {
+                    client_certificate: client_certificate.map(str::to_string),
+                    compiled: Arc::new(compiled),
+                    outcome,
+                    uses: 1,
+                }
+            }
         });
     }
     entries
+}
+
+/// The compiled rules of the last translation, kept to translate the next snapshot faster:
+/// a route whose object is the same (the snapshot shares unchanged objects) keeps its rules
+/// while nothing else that compiling reads has changed. Any change to Services,
+/// EndpointSlices, ReferenceGrants, BackendTLSPolicies, ConfigMaps or the configuration
+/// compiles every route again. The output is the same as without the cache (a property test
+/// holds it to that).
+#[derive(Default)]
+pub struct CompileCache {
+    inputs: Option<Inputs>,
+    /// By the address of the route object, which [`Cached`] holds so that it is not reused.
+    routes: foldhash::HashMap<usize, Cached>,
+}
+
+/// One route's entries, and its object.
+struct Cached {
+    _object: Owned,
+    entries: Vec<Entry>,
+}
+
+/// A route object held by the cache.
+enum Owned {
+    Http(#[allow(dead_code)] Arc<HttpRoute>),
+    Grpc(#[allow(dead_code)] Arc<GrpcRoute>),
+}
+
+/// Everything besides the route that compiling reads, as the snapshot shares it.
+struct Inputs {
+    services: Vec<Arc<Service>>,
+    endpoint_slices: Vec<Arc<EndpointSlice>>,
+    reference_grants: Vec<Arc<ReferenceGrant>>,
+    backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    config_maps: Vec<ConfigMapFacts>,
+    backend_tls_installed: bool,
+    config: Config,
+}
+
+impl Inputs {
+    fn of(snapshot: &Snapshot, config: &Config) -> Self {
+        Inputs {
+            services: snapshot.services.clone(),
+            endpoint_slices: snapshot.endpoint_slices.clone(),
+            reference_grants: snapshot.reference_grants.clone(),
+            backend_tls_policies: snapshot.backend_tls_policies.clone(),
+            config_maps: snapshot.config_maps.clone(),
+            backend_tls_installed: snapshot.facts.installed("BackendTLSPolicy"),
+            config: config.clone(),
+        }
+    }
+
+    /// Whether `snapshot` and `config` hold the same objects (the same shared ones, in the
+    /// same order) and values.
+    fn same(&self, snapshot: &Snapshot, config: &Config) -> bool {
+        fn shared<T>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b))
+        }
+        shared(&self.services, &snapshot.services)
+            && shared(&self.endpoint_slices, &snapshot.endpoint_slices)
+            && shared(&self.reference_grants, &snapshot.reference_grants)
+            && shared(&self.backend_tls_policies, &snapshot.backend_tls_policies)
+            && self.config_maps == snapshot.config_maps
+            && self.backend_tls_installed == snapshot.facts.installed("BackendTLSPolicy")
+            && self.config == *config
+    }
+}
+
+impl CompileCache {
+    /// Forgets every route if something besides the routes changed since the last
+    /// translation; the cache then describes `snapshot`'s other inputs.
+    pub fn check(&mut self, snapshot: &Snapshot, config: &Config) {
+        if !self.inputs.as_ref().is_some_and(|i| i.same(snapshot, config)) {
+            self.routes.clear();
+            self.inputs = Some(Inputs::of(snapshot, config));
+        }
+    }
+
+    /// Keeps the rules just compiled for `routes`, and only those: removed routes go.
+    pub fn keep(&mut self, routes: &[RouteModel<'_>], compiled: &CompiledRoutes) {
+        self.routes.clear();
+        for (route, entries) in routes.iter().zip(&compiled.0) {
+            let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
+                continue;
+            };
+            let owned = match object {
+                RouteObject::Http(r) => Owned::Http(r.clone()),
+                RouteObject::Grpc(r) => Owned::Grpc(r.clone()),
+            };
+            self.routes.insert(
+                address(object),
+                Cached {
+                    _object: owned,
+                    entries: entries.clone(),
+                },
+            );
+        }
+    }
+}
+
+/// The address of a route object: its identity while the cache holds it.
+fn address(object: RouteObject<'_>) -> usize {
+    match object {
+        RouteObject::Http(r) => Arc::as_ptr(r) as usize,
+        RouteObject::Grpc(r) => Arc::as_ptr(r) as usize,
+    }
 }

@@ -106,6 +106,16 @@ pub struct RouteModel<'a> {
     /// Why the route's spec cannot be read ([`UnreadableRoute`]): it has no rules and is not
     /// accepted by any parent.
     pub unreadable: Option<&'a str>,
+    /// The snapshot's HTTPRoute or GRPCRoute this model reads, whose compiled rules a
+    /// [`super::compiled::CompileCache`] can keep.
+    pub object: Option<RouteObject<'a>>,
+}
+
+/// An HTTPRoute or GRPCRoute as the snapshot shares it.
+#[derive(Clone, Copy, Debug)]
+pub enum RouteObject<'a> {
+    Http(&'a std::sync::Arc<HttpRoute>),
+    Grpc(&'a std::sync::Arc<GrpcRoute>),
 }
 
 macro_rules! parent_refs {
@@ -159,6 +169,7 @@ fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
         parent_refs: Vec::new(),
         rules: Vec::new(),
         unreadable: None,
+        object: None,
     }
 }
 
