@@ -164,7 +164,8 @@ impl Table {
             let mut validation = 0;
             if !https.listeners.is_empty() {
                 https_configs.insert(port.port, tls::server_config(&https, material, tls::Alpn::Http)?);
-                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams)?);
+                let before = previous.http_ports.get(&port.port);
+                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams, before)?);
                 validation = validation_fingerprint(port, material);
             }
             let terminates = |l: &ir::Listener| {
@@ -176,7 +177,8 @@ impl Table {
             }
             match kind {
                 SocketKind::Http => {
-                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams)?);
+                    let before = previous.http_ports.get(&port.port);
+                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams, before)?);
                 }
                 SocketKind::Https => {}
                 _ => {
@@ -276,5 +278,149 @@ fn transport_name(transport: ir::Transport) -> &'static str {
     match transport {
         ir::Transport::Tcp => "TCP",
         ir::Transport::Udp => "UDP",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use translator::config::Strategy;
+
+    use super::*;
+
+    fn backend(id: &str, port: u16) -> ir::Backend {
+        ir::Backend {
+            id: id.into(),
+            service: format!("test/{id}"),
+            port: 80,
+            protocol: ir::AppProtocol::Http,
+            endpoints: vec![ir::Endpoint {
+                address: "127.0.0.1".into(),
+                port,
+            }],
+            tls: None,
+            strategy: Strategy::RoundRobin,
+        }
+    }
+
+    fn rule(name: &str, backend: &str) -> Arc<ir::HttpRule> {
+        Arc::new(ir::HttpRule {
+            route: ir::RouteRef {
+                kind: "HTTPRoute".into(),
+                namespace: "test".into(),
+                name: name.into(),
+                rule: 0,
+                rule_name: None,
+            },
+            grpc: false,
+            matcher: ir::HttpMatch {
+                path: ir::PathMatch::Prefix(format!("/{name}").into()),
+                ..Default::default()
+            },
+            filters: Vec::new(),
+            backends: vec![ir::WeightedBackend {
+                backend: Some(backend.into()),
+                weight: 1,
+                filters: Vec::new(),
+            }],
+            timeouts: ir::Timeouts::default(),
+            retry: None,
+        })
+    }
+
+    /// One HTTP port with listeners `http` and `other`, both serving `rules`.
+    fn proxy(rules: &[Arc<ir::HttpRule>], backends: Vec<ir::Backend>) -> ir::Proxy {
+        let listener = |name: &str, hostname: &str| ir::Listener {
+            name: format!("test/gateway/{name}"),
+            protocol: ir::Protocol::Http,
+            hostname: Some(hostname.into()),
+            tls: None,
+            virtual_hosts: vec![ir::VirtualHost {
+                hostname: hostname.into(),
+                rules: rules.to_vec(),
+            }],
+            stream_routes: Vec::new(),
+        };
+        ir::Proxy {
+            schema: ir::SCHEMA_VERSION,
+            id: "test/gateway".into(),
+            gateways: vec!["test/gateway".into()],
+            ports: vec![ir::Port {
+                transport: ir::Transport::Tcp,
+                port: 80,
+                bind_port: 0,
+                listeners: vec![listener("http", "a.test"), listener("other", "b.test")],
+                frontend_validation: None,
+            }],
+            backends: backends
+                .into_iter()
+                .map(|b| (b.id.clone(), b))
+                .collect::<BTreeMap<_, _>>(),
+            connect_retries: 2,
+            infrastructure: None,
+        }
+    }
+
+    fn build(proxy: &ir::Proxy, previous: &Table) -> Table {
+        Table::build(
+            proxy,
+            &Material::default(),
+            previous,
+            &Metrics::default(),
+            PassiveHealth::default(),
+        )
+        .unwrap()
+    }
+
+    /// The compiled rules of `table`'s listener `listener`, in order.
+    fn rules(table: &Table, listener: &str) -> Vec<Arc<crate::http::rule::Rule>> {
+        table.http_ports[&80].listener_rules(&format!("test/gateway/{listener}"))
+    }
+
+    /// A new version of the IR compiles only the rules it changed: the same IR rule, in the
+    /// same listener, sending to unchanged upstreams, keeps its compilation; a rule whose
+    /// backend changed is compiled again against the new upstream.
+    #[test]
+    fn unchanged_rules_keep_their_compilation_and_the_others_are_compiled_again() {
+        let (kept, moved) = (rule("kept", "one"), rule("moved", "two"));
+        let first = build(
+            &proxy(
+                &[kept.clone(), moved.clone()],
+                vec![backend("one", 1), backend("two", 2)],
+            ),
+            &Table::default(),
+        );
+        // One more rule, and backend two on another endpoint.
+        let added = rule("added", "one");
+        let ir = proxy(
+            &[kept.clone(), added, moved.clone()],
+            vec![backend("one", 1), backend("two", 3)],
+        );
+        let second = build(&ir, &first);
+        for listener in ["http", "other"] {
+            let (before, after) = (rules(&first, listener), rules(&second, listener));
+            assert_eq!(after.len(), 3);
+            assert!(
+                Arc::ptr_eq(&before[0], &after[0]),
+                "{listener}: the unchanged rule is reused"
+            );
+            assert!(Arc::ptr_eq(
+                after[1].source(),
+                &ir.ports[0].listeners[0].virtual_hosts[0].rules[1]
+            ));
+            assert!(!Arc::ptr_eq(&before[1], &after[2]), "{listener}: backend two changed");
+            let upstream = after[2].backends[0].upstream.as_ref().unwrap();
+            assert!(
+                Arc::ptr_eq(upstream, &second.upstreams["two"]),
+                "{listener}: the new upstream"
+            );
+        }
+        // The same rules in a listener of another name are compiled for it, not shared.
+        assert!(!Arc::ptr_eq(&rules(&second, "http")[0], &rules(&second, "other")[0]));
+        // An IR rule equal to the old one but not the same value is compiled again.
+        let copy = Arc::new(ir::HttpRule::clone(&kept));
+        let third = build(&proxy(&[copy], vec![backend("one", 1)]), &second);
+        assert!(!Arc::ptr_eq(&rules(&second, "http")[0], &rules(&third, "http")[0]));
     }
 }

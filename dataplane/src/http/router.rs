@@ -52,11 +52,20 @@ pub struct RequestView<'a> {
 }
 
 impl PortRoutes {
-    pub fn compile(port: &ir::Port, upstreams: &HashMap<String, Arc<Upstream>>) -> Result<Self, ValidationError> {
+    /// Compiles the HTTP listeners of `port`, reusing the rules of `previous` (the port in the
+    /// table before) that did not change.
+    pub fn compile(
+        port: &ir::Port,
+        upstreams: &HashMap<String, Arc<Upstream>>,
+        previous: Option<&PortRoutes>,
+    ) -> Result<Self, ValidationError> {
         let mut listeners = port
             .listeners
             .iter()
-            .map(|l| ListenerRoutes::compile(l, upstreams))
+            .map(|l| {
+                let previous = previous.and_then(|p| p.listeners.iter().find(|p| p.name == l.name));
+                ListenerRoutes::compile(l, upstreams, previous)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         // Stable: listeners of equal specificity keep the IR's order.
         listeners.sort_by_key(|l| std::cmp::Reverse(l.hostname.specificity()));
@@ -71,6 +80,18 @@ impl PortRoutes {
         self.listeners.iter().find(|l| l.hostname.matches(host))
     }
 
+    /// The compiled rules of listener `name`, every virtual host's in order.
+    #[cfg(test)]
+    pub fn listener_rules(&self, name: &str) -> Vec<Arc<Rule>> {
+        let listener = self.listeners.iter().find(|l| l.name == name);
+        listener
+            .into_iter()
+            .flat_map(|l| &l.virtual_hosts)
+            .flat_map(Rules::iter)
+            .cloned()
+            .collect()
+    }
+
     /// The first matching rule of the selected listener and virtual host; `None` answers 404.
     pub fn route<'a>(&'a self, req: &RequestView<'_>) -> Option<Routed<'a>> {
         let listener = self.listener(req.host)?;
@@ -81,7 +102,11 @@ impl PortRoutes {
 }
 
 impl ListenerRoutes {
-    fn compile(listener: &ir::Listener, upstreams: &HashMap<String, Arc<Upstream>>) -> Result<Self, ValidationError> {
+    fn compile(
+        listener: &ir::Listener,
+        upstreams: &HashMap<String, Arc<Upstream>>,
+        previous: Option<&ListenerRoutes>,
+    ) -> Result<Self, ValidationError> {
         let invalid = |hostname: &str| ValidationError::Hostname {
             listener: listener.name.clone(),
             hostname: hostname.to_string(),
@@ -98,12 +123,22 @@ impl ListenerRoutes {
             any: None,
             virtual_hosts: Vec::with_capacity(listener.virtual_hosts.len()),
         };
+        // The previous compilations by the address of their IR rule, which they keep alive.
+        let compiled: HashMap<*const ir::HttpRule, &Arc<Rule>> = previous
+            .iter()
+            .flat_map(|p| &p.virtual_hosts)
+            .flat_map(Rules::iter)
+            .map(|r| (Arc::as_ptr(r.source()), r))
+            .collect();
         for vhost in &listener.virtual_hosts {
             let index = routes.virtual_hosts.len();
             let rules = vhost
                 .rules
                 .iter()
-                .map(|r| Rule::compile(r, &listener.name, upstreams))
+                .map(|r| match compiled.get(&Arc::as_ptr(r)) {
+                    Some(previous) if Rule::reuse(r, previous, upstreams) => Ok(Arc::clone(previous)),
+                    _ => Rule::compile(r, &listener.name, upstreams).map(Arc::new),
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             routes.virtual_hosts.push(Rules::new(rules));
             // The first virtual host of a name wins.

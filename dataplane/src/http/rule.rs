@@ -16,6 +16,9 @@ use crate::upstream::{self, Upstream};
 /// A rule entry ready to serve.
 #[derive(Debug)]
 pub struct Rule {
+    /// The IR rule compiled. The IR shares unchanged rules from one version to the next, so
+    /// the next table reuses this compilation when it gets the same one ([`Rule::reuse`]).
+    source: Arc<ir::HttpRule>,
     pub route: ir::RouteRef,
     /// How logs and metrics name the rule.
     pub name: String,
@@ -48,9 +51,38 @@ pub fn describe(route: &ir::RouteRef) -> String {
 }
 
 impl Rule {
+    /// `previous`, the compilation of the same IR rule for the same listener in the table
+    /// before, when every upstream it uses is still the same one in `upstreams`: rebuilding a
+    /// table of thousands of rules after one changed then compiles one.
+    pub fn reuse(rule: &Arc<ir::HttpRule>, previous: &Arc<Rule>, upstreams: &HashMap<String, Arc<Upstream>>) -> bool {
+        Arc::ptr_eq(&previous.source, rule)
+            && previous
+                .upstreams()
+                .all(|u| upstreams.get(u.id.as_str()).is_some_and(|next| Arc::ptr_eq(next, u)))
+    }
+
+    /// The IR rule this compiles.
+    pub fn source(&self) -> &Arc<ir::HttpRule> {
+        &self.source
+    }
+
+    /// Every upstream the rule sends to: its backends' and its mirrors'.
+    fn upstreams(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        let filters = self.filters.iter().chain(self.backends.iter().flat_map(|b| &b.filters));
+        let mirrors = filters.filter_map(|f| match f {
+            Filter::Mirror(m) => m.upstream.as_ref(),
+            Filter::RequestHeaders(_)
+            | Filter::ResponseHeaders(_)
+            | Filter::Redirect(_)
+            | Filter::Rewrite(_)
+            | Filter::Cors(_) => None,
+        });
+        self.backends.iter().filter_map(|b| b.upstream.as_ref()).chain(mirrors)
+    }
+
     /// Compiles `rule` of the listener named `listener`.
     pub fn compile(
-        rule: &ir::HttpRule,
+        rule: &Arc<ir::HttpRule>,
         listener: &str,
         upstreams: &HashMap<String, Arc<Upstream>>,
     ) -> Result<Self, ValidationError> {
@@ -72,6 +104,7 @@ impl Rule {
             })
             .collect::<Result<_, ValidationError>>()?;
         Ok(Rule {
+            source: rule.clone(),
             name: context.clone(),
             route: rule.route.clone(),
             grpc: rule.grpc,

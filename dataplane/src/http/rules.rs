@@ -2,6 +2,7 @@
 //! rules checks only the few that can match.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::router::RequestView;
 use super::rule::Rule;
@@ -12,7 +13,8 @@ const INDEX_FROM: usize = 16;
 /// Rules in precedence order, with an index of their path predicates.
 #[derive(Debug)]
 pub struct Rules {
-    rules: Vec<Rule>,
+    /// Shared with the next table when it keeps them ([`Rule::reuse`]).
+    rules: Vec<Arc<Rule>>,
     index: Option<PathIndex>,
 }
 
@@ -33,7 +35,7 @@ pub enum PathKey<'a> {
 }
 
 impl Rules {
-    pub fn new(rules: Vec<Rule>) -> Self {
+    pub fn new(rules: Vec<Arc<Rule>>) -> Self {
         let index = (rules.len() >= INDEX_FROM).then(|| {
             let mut index = PathIndex::default();
             for (position, rule) in rules.iter().enumerate() {
@@ -52,7 +54,7 @@ impl Rules {
     pub fn first_match(&self, req: &RequestView<'_>) -> Option<&Rule> {
         let matches = |rule: &&Rule| rule.matcher.matches(req.method, req.path, req.query, req.headers);
         let Some(index) = &self.index else {
-            return self.rules.iter().find(matches);
+            return self.rules.iter().map(Arc::as_ref).find(matches);
         };
         let mut candidates: Vec<usize> = index.always.clone();
         if let Some(exact) = index.exact.get(req.path) {
@@ -71,7 +73,12 @@ impl Rules {
         }
         candidates.sort_unstable();
         candidates.dedup();
-        candidates.into_iter().map(|i| &self.rules[i]).find(matches)
+        candidates.into_iter().map(|i| &*self.rules[i]).find(matches)
+    }
+
+    /// The rules, in precedence order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Rule>> {
+        self.rules.iter()
     }
 }
 
@@ -84,7 +91,7 @@ mod tests {
 
     use super::*;
 
-    fn rule(position: usize, path: ir::PathMatch, method: Option<&str>) -> Rule {
+    fn rule(position: usize, path: ir::PathMatch, method: Option<&str>) -> Arc<Rule> {
         let ir = ir::HttpRule {
             route: ir::RouteRef {
                 kind: "HTTPRoute".into(),
@@ -104,7 +111,7 @@ mod tests {
             timeouts: ir::Timeouts::default(),
             retry: None,
         };
-        Rule::compile(&ir, "test/gateway/http", &HashMap::new()).unwrap()
+        Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new()).unwrap())
     }
 
     /// The index finds the same first match as a scan, for every path and method tried.
