@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use dataplane::{Dataplane, Settings};
 use translator::ir;
 
-/// The allocator of the `turna` binary, so the benchmark measures what ships.
+/// The allocator of the `turna` binary, set as in `turna proxy`, so the benchmark measures
+/// what ships.
 #[global_allocator]
 static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    allocator::reset_instead_of_decommit();
     // One worker thread (TOKIO_WORKER_THREADS=1) runs on a current-thread runtime: no work
     // stealing or cross-thread wakeups, as a single nginx or HAProxy worker.
     let single = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|n| n.trim() == "1");

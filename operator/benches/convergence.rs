@@ -9,7 +9,10 @@
 //! memory, at 1 route as good as idle. The controller's `debounce` is the default
 //! (200ms) unless `TURNA_BENCH_DEBOUNCE` (e.g. `20ms`) says otherwise.
 //!
-//! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) and `TURNA_BENCH_SAMPLES` (default 15) tune it.
+//! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) and `TURNA_BENCH_SAMPLES` (default 15) tune it;
+//! `TURNA_BENCH_LOG` is both children's `RUST_LOG` (default `warn`; `operator=debug,dataplane=info`
+//! logs each step from a change to its proxy's table, and the bench then logs when it created
+//! each measured route).
 //! Targets (issue 13): at 5,000 routes, median at most 20 ms to traffic, controller at most
 //! 100 MiB and proxy at most 40 MiB; the proxy at 1 route (idle) at most 10 MiB.
 
@@ -59,6 +62,9 @@ struct Result {
     /// The `turna proxy` child's RSS after the samples, and its peak.
     proxy_rss: f64,
     proxy_hwm: f64,
+    /// The proxy's RSS parts: allocated, and binary pages (shared with other `turna` processes).
+    proxy_anon: f64,
+    proxy_file: f64,
     initial: Duration,
 }
 
@@ -115,7 +121,10 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
         .args(["--push-name", "127.0.0.1"])
         .env("KUBECONFIG", plane.kubeconfig())
         .env("POD_NAMESPACE", &home)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("TURNA_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .spawn()
         .expect("start turna controller");
@@ -179,7 +188,10 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
             .arg("--token-file")
             .arg(&token_file)
             .env("KUBECONFIG", plane.kubeconfig())
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("TURNA_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .spawn()
             .expect("start turna proxy"),
@@ -222,6 +234,14 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
             }
         }
         let start = Instant::now();
+        if std::env::var_os("TURNA_BENCH_LOG").is_some() {
+            eprintln!(
+                "create {name} at {:?}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+            );
+        }
         api.create(&PostParams::default(), &route(&name, &path, backend.port()))
             .await
             .expect("create the measured route");
@@ -246,6 +266,9 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
         let (status, traffic) = tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(status, traffic) })
             .await
             .expect("converges within a minute");
+        if std::env::var_os("TURNA_BENCH_LOG").is_some() {
+            eprintln!("{name}: status {status:?} traffic {traffic:?}");
+        }
         status_ms.push(status.as_secs_f64() * 1000.0);
         traffic_ms.push(traffic.as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -255,6 +278,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
     let mean = |before: (f64, f64), after: (f64, f64)| 1000.0 * (after.0 - before.0) / (after.1 - before.1).max(1.0);
     let (rss, hwm) = memory(controller.0.id());
     let (proxy_rss, proxy_hwm) = memory(proxy.0.id());
+    let (proxy_anon, proxy_file) = shared::rss_parts(proxy.0.id());
     drop(controller);
     drop(proxy);
     Result {
@@ -267,6 +291,8 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
         hwm,
         proxy_rss,
         proxy_hwm,
+        proxy_anon,
+        proxy_file,
         initial,
     }
 }
@@ -316,6 +342,10 @@ fn main() {
             r.initial.as_secs_f64(),
             r.translate_ms,
             r.pass_ms
+        );
+        println!(
+            "{:>6}  proxy RSS: {:.1} MiB allocated, {:.1} MiB of the binary's pages",
+            "", r.proxy_anon, r.proxy_file
         );
         match &first {
             None => first = Some(r),

@@ -164,11 +164,13 @@ async fn shutdown() {
 
 fn main() -> anyhow::Result<()> {
     let command = Cli::parse().command;
-    // Proxies and local mode keep freed memory for the next request or translation (reset); the
-    // controller and standalone mode hold the cluster's objects for good and translate after
-    // pauses, so what they free goes back to the system once unused for a second (mimalloc's
-    // default decommit): their RSS is what they use, not their past peaks.
-    if !matches!(command, Command::Controller { .. } | Command::Standalone { .. }) {
+    // Local mode keeps freed memory for its next translation (reset). The controller and
+    // standalone mode hold the cluster's objects for good and translate after pauses, and a
+    // proxy's requests reuse their memory within a second: what they free goes back to the
+    // system once unused for a second (mimalloc's default decommit), so their RSS is what they
+    // use, not their past peaks (a proxy's whole first IR, parsed and built, is freed once
+    // served).
+    if matches!(command, Command::Local { .. }) {
         allocator::reset_instead_of_decommit();
     }
     tracing_subscriber::fmt()

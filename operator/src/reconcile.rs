@@ -184,6 +184,7 @@ async fn reconcile(
     loop {
         changes.settled(settings.debounce).await;
         let started = Instant::now();
+        tracing::debug!("pass started");
         if !changes.take_translate() {
             // Only statuses changed (our own writes coming back, or someone else's): nothing to
             // translate. The leader checks the statuses others changed against its own again.
@@ -205,6 +206,7 @@ async fn reconcile(
             translator::translate_reusing(snapshot, &config, &mut compiled)
         });
         metrics.translated(started.elapsed());
+        tracing::debug!(took = ?started.elapsed(), "translated");
         // Every instance serves proxies the IR it translated, leader or not.
         if let Some(hub) = &options.push {
             hub.publish_holding(&output.proxies, &output.held);

@@ -103,16 +103,24 @@ pub fn percentile(values: &mut [f64], p: f64) -> f64 {
 
 /// `VmRSS` and `VmHWM` of process `pid`, MiB.
 pub fn memory(pid: u32) -> (f64, f64) {
+    (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"))
+}
+
+/// `RssAnon` and `RssFile` of process `pid`, MiB: the memory it allocated, and the pages of
+/// its binary (and other files) it touched, which other processes running it share.
+pub fn rss_parts(pid: u32) -> (f64, f64) {
+    (status_mib(pid, "RssAnon:"), status_mib(pid, "RssFile:"))
+}
+
+/// Field `name` (kB) of `/proc/<pid>/status`, MiB; 0 when absent.
+fn status_mib(pid: u32, name: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 /// A `turna` child process, killed when dropped.

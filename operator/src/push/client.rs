@@ -236,6 +236,7 @@ async fn follow(
     loop {
         tokio::select! {
             message = stream.next() => {
+                tracing::debug!("IR message received");
                 let received = receive(last, message?)?;
                 *backoff = BACKOFF_MIN;
                 let current = material.borrow_and_update().clone();
