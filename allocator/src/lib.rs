@@ -78,6 +78,28 @@ pub fn reset_instead_of_decommit() {
     unsafe { mi::mi_option_set(PURGE_DECOMMITS, 0) };
 }
 
+/// The environment variable, with its value, that keeps mimalloc off huge pages from its
+/// first allocation, before `main` (see [`without_huge_pages`]): set on proxy pods.
+pub const WITHOUT_HUGE_PAGES_ENV: (&str, &str) = ("MIMALLOC_ALLOW_THP", "0");
+
+/// mimalloc's `mi_option_allow_thp`: its position in `mi_option_e`.
+const ALLOW_THP: mi::mi_option_t = 43;
+
+/// Keeps the process on small pages: no transparent huge pages. mimalloc advises them on its
+/// arenas, and the kernel then backs each 2 MiB of heap touched at all with a whole huge page:
+/// an idle proxy held 8 MiB of them for under 2 MiB of data. A proxy's heap is small, so huge
+/// pages save it few TLB misses; translating thousands of routes (controller, standalone) keeps
+/// them. Call first thing in `main`; what was allocated before (a few huge pages) stays unless
+/// [`WITHOUT_HUGE_PAGES_ENV`] is set too.
+pub fn without_huge_pages() {
+    // SAFETY: sets an option's value, read by mimalloc when it next asks the OS for memory.
+    unsafe { mi::mi_option_set(ALLOW_THP, 0) };
+    // The arena mimalloc reserved before `main` is advised already; the process flag keeps
+    // huge pages out of it too. Best effort: a kernel without it keeps them.
+    // SAFETY: PR_SET_THP_DISABLE takes an integer flag and touches no memory of ours.
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +111,15 @@ mod tests {
         // SAFETY: reads option values.
         let (decommits, delay) = unsafe { (mi::mi_option_get(PURGE_DECOMMITS), mi::mi_option_get(15)) };
         assert_eq!((decommits, delay), (1, 1000));
+    }
+
+    /// 43 must still be `allow_thp` (default 1), between `page_cross_thread_max_reclaim` (42,
+    /// default 32) and `minimal_purge_size` (44, default 0).
+    #[test]
+    fn option_43_is_allow_thp() {
+        // SAFETY: reads option values.
+        let options = unsafe { [42, ALLOW_THP, 44].map(|o| mi::mi_option_get(o)) };
+        assert_eq!(options, [32, 1, 0]);
     }
 
     /// Every size up to 20 KiB, at every alignment from 1 to 4 KiB, comes back aligned, usable

@@ -13,6 +13,7 @@ use translator::ir;
 static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    allocator::without_huge_pages();
     // One worker thread (TOKIO_WORKER_THREADS=1) runs on a current-thread runtime: no work
     // stealing or cross-thread wakeups, as a single nginx or HAProxy worker.
     let single = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|n| n.trim() == "1");

@@ -188,6 +188,8 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
             .arg("--token-file")
             .arg(&token_file)
             .env("KUBECONFIG", plane.kubeconfig())
+            // As in a provisioned proxy pod.
+            .env(allocator::WITHOUT_HUGE_PAGES_ENV.0, allocator::WITHOUT_HUGE_PAGES_ENV.1)
             .env(
                 "RUST_LOG",
                 std::env::var("TURNA_BENCH_LOG").unwrap_or_else(|_| "warn".into()),

@@ -173,6 +173,10 @@ fn main() -> anyhow::Result<()> {
     if matches!(command, Command::Local { .. }) {
         allocator::reset_instead_of_decommit();
     }
+    // A proxy's heap is small: on huge pages it would take several times what it holds.
+    if matches!(command, Command::Proxy { .. }) {
+        allocator::without_huge_pages();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)

@@ -225,6 +225,13 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
             value_from: Some(field("metadata.namespace")),
             ..EnvVar::default()
         },
+        // Small pages from the first allocation: a proxy's heap on huge pages took several
+        // times the memory it holds.
+        EnvVar {
+            name: allocator::WITHOUT_HUGE_PAGES_ENV.0.into(),
+            value: Some(allocator::WITHOUT_HUGE_PAGES_ENV.1.into()),
+            ..EnvVar::default()
+        },
     ];
     if let Some(level) = parameters.and_then(|p| p.log_level) {
         env.push(EnvVar {
@@ -799,6 +806,10 @@ mod tests {
         assert!(
             env.iter()
                 .any(|e| e.name == "RUST_LOG" && e.value.as_deref() == Some("debug"))
+        );
+        assert!(
+            env.iter()
+                .any(|e| e.name == "MIMALLOC_ALLOW_THP" && e.value.as_deref() == Some("0"))
         );
         let sleep = container
             .lifecycle
