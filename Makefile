@@ -2,7 +2,7 @@
 CARGO ?= cargo
 
 .PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator bench-local bench-standalone bench-fleet \
-	bench-dataplane bench-dataplane-instructions fuzz deploy-tools deploy-check
+	bench-dataplane bench-dataplane-instructions bench-protocols fuzz deploy-tools deploy-check
 
 all: build
 
@@ -64,6 +64,13 @@ bench-translator:
 bench-dataplane:
 	dataplane/bench/run.sh
 
+## bench-protocols: Turna's proxy against nginx and HAProxy beyond HTTP/1.1: HTTPS keep-alive and
+## new TLS 1.3 handshakes, HTTP/2 over TLS, gRPC unary and streaming, TCP and TLS passthrough
+## (Gbit/s), UDP (datagrams/s); rate and CPU per unit and the ratios. Installs its Debian packages
+## when missing and builds its Go load tool (dataplane/bench/load). DURATION and ROUNDS tune it.
+bench-protocols:
+	dataplane/bench/protocols.sh
+
 ## bench-dataplane-instructions: instructions per proxied request (callgrind), Turna and nginx.
 bench-dataplane-instructions:
 	dataplane/bench/callgrind.sh
@@ -98,10 +105,10 @@ bench-local:
 	$(CARGO) bench -p turna-operator --bench local_reload
 
 ## bench: every benchmark of the Performance section of the README, one after another (about
-## 45 minutes on 2 cores; the first run also builds the control plane): translation, the proxy
-## against nginx and HAProxy, turna local, turna standalone, controller convergence and the
-## push fleet. Each has its own target to run it alone.
-bench: bench-translator bench-dataplane bench-local bench-standalone bench-operator bench-fleet
+## 55 minutes on 2 cores; the first run also builds the control plane): translation, the proxy
+## against nginx and HAProxy (HTTP/1.1 and h2c, then the other protocols), turna local, turna
+## standalone, controller convergence and the push fleet. Each has its own target to run it alone.
+bench: bench-translator bench-dataplane bench-protocols bench-local bench-standalone bench-operator bench-fleet
 
 # ---- e2e: a real control plane built from Go modules (e2e/README.md) ----
 E2E_CLUSTER_DIR ?= $(CURDIR)/e2e/.cache/controlplane

@@ -1,5 +1,7 @@
-# Sourced by run.sh and callgrind.sh, after they declare PACKAGE (tool -> Debian package): a
-# scratch folder DIR removed on exit together with every process in PIDS, the missing tools
+# Sourced by run.sh, protocols.sh and callgrind.sh, after they declare PACKAGE (tool -> Debian
+# package; a key starting with / is a file the package installs, such as an nginx module): a
+# scratch folder DIR removed on exit together with every process in PIDS (waited for, so their
+# ports are free for the next script), the missing tools
 # installed from their Debian packages, the serve example built (profile-guided by pgo.sh, as the
 # shipped binary; PGO=0 for a plain release build; TURNA_SERVE names a prebuilt one, to compare
 # builds) and the 1 KiB body the backend serves.
@@ -10,13 +12,18 @@ chmod 755 "$DIR"
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$DIR"
 }
 trap cleanup EXIT
 
 missing=()
 for tool in "${!PACKAGE[@]}"; do
-  command -v "$tool" >/dev/null || missing+=("${PACKAGE[$tool]}")
+  if [[ $tool == /* ]]; then
+    [ -e "$tool" ] || missing+=("${PACKAGE[$tool]}")
+  else
+    command -v "$tool" >/dev/null || missing+=("${PACKAGE[$tool]}")
+  fi
 done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)

@@ -1,10 +1,16 @@
-//! Serves an IR from a YAML file: `cargo run -p turna-dataplane --example serve -- proxy.yaml
-//! [address] [health-address]`. Certificates are not loaded, so HTTPS and TLS Terminate
-//! listeners are rejected; everything else is served until Ctrl-C.
+//! Serves an IR from a YAML file until Ctrl-C:
+//!
+//!     cargo run -p turna-dataplane --example serve -- proxy.yaml [address] [health-address] \
+//!         [namespace/name=chain.pem,key.pem ...]
+//!
+//! Each `namespace/name=chain.pem,key.pem` is a certificate Secret the IR's HTTPS and TLS
+//! Terminate listeners may name, read from the two PEM files and handed to the dataplane as the
+//! proxy's bundle is ([`Material`], [`Dataplane::apply_with`]); without one such listeners are
+//! rejected.
 
 use std::net::SocketAddr;
 
-use dataplane::{Dataplane, Settings};
+use dataplane::{Dataplane, Material, Settings, TlsCertificate};
 use translator::ir;
 
 /// The allocator of the `turna` binary, set as in `turna proxy`, so the benchmark measures
@@ -26,18 +32,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    const USAGE: &str = "usage: serve <proxy.yaml> [address] [health-address] [namespace/name=chain.pem,key.pem ...]";
     let mut args = std::env::args().skip(1);
-    let path = args
-        .next()
-        .ok_or("usage: serve <proxy.yaml> [address] [health-address]")?;
+    let path = args.next().ok_or(USAGE)?;
     let address = args.next().unwrap_or_else(|| "0.0.0.0".into()).parse()?;
     let health: SocketAddr = args.next().unwrap_or_else(|| "127.0.0.1:9901".into()).parse()?;
+    let mut material = Material::default();
+    for secret in args {
+        let (name, files) = secret.split_once('=').ok_or(USAGE)?;
+        let (chain, key) = files.split_once(',').ok_or(USAGE)?;
+        let certificate = TlsCertificate {
+            chain_pem: std::fs::read_to_string(chain).map_err(|e| format!("{chain}: {e}"))?,
+            key_pem: std::fs::read_to_string(key).map_err(|e| format!("{key}: {e}"))?,
+        };
+        material.certificates.insert(name.to_string(), certificate);
+    }
     let proxy: ir::Proxy = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
     let mut settings = Settings::on(address);
     settings.access_log = std::env::var_os("TURNA_ACCESS_LOG").is_some();
     let dataplane = Dataplane::new(settings);
     dataplane.serve_health(health).await?;
-    dataplane.apply(proxy).await?;
+    dataplane.apply_with(&proxy, &material).await?;
     eprintln!("serving {path}; health on {health}");
     dataplane
         .serve(async {
