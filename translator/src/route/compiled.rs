@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::api::{BackendTlsPolicy, GrpcRoute, HttpRoute, ReferenceGrant};
+use crate::api::{BackendTlsPolicy, ReferenceGrant};
 use crate::backend::Backends;
 use crate::config::Config;
 use crate::gateway::GatewayModel;
@@ -18,7 +18,7 @@ use crate::policy::backend_tls;
 use crate::snapshot::{ConfigMapFacts, Snapshot};
 
 use super::http::{self, Compiled};
-use super::model::{RouteKind, RouteModel, RouteObject};
+use super::model::{RouteKind, RouteModel};
 use super::value::Regexes;
 use super::{Attachment, RouteOutcome};
 
@@ -52,7 +52,7 @@ impl CompiledRoutes {
     ) -> Self {
         CompiledRoutes(crate::parallel::map(routes.len(), threads, |ri| {
             let route = &routes[ri];
-            let cached = cache.and_then(|c| c.routes.get(&address(route.object?)));
+            let cached = cache.and_then(|c| c.routes.get(&route.object?.address()));
             compile_one(route, &attachments[ri], gateways, backends, regexes, config, cached)
         }))
     }
@@ -149,14 +149,8 @@ pub struct CompileCache {
 
 /// One route's entries, and its object.
 struct Cached {
-    _object: Owned,
+    _object: Arc<dyn std::any::Any + Send + Sync>,
     entries: Vec<Entry>,
-}
-
-/// A route object held by the cache.
-enum Owned {
-    Http(#[allow(dead_code)] Arc<HttpRoute>),
-    Grpc(#[allow(dead_code)] Arc<GrpcRoute>),
 }
 
 /// Everything besides the route that compiling reads, as the snapshot shares it.
@@ -216,25 +210,13 @@ impl CompileCache {
             let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
                 continue;
             };
-            let owned = match object {
-                RouteObject::Http(r) => Owned::Http(r.clone()),
-                RouteObject::Grpc(r) => Owned::Grpc(r.clone()),
-            };
             self.routes.insert(
-                address(object),
+                object.address(),
                 Cached {
-                    _object: owned,
+                    _object: object.shared(),
                     entries: entries.clone(),
                 },
             );
         }
-    }
-}
-
-/// The address of a route object: its identity while the cache holds it.
-fn address(object: RouteObject<'_>) -> usize {
-    match object {
-        RouteObject::Http(r) => Arc::as_ptr(r) as usize,
-        RouteObject::Grpc(r) => Arc::as_ptr(r) as usize,
     }
 }

@@ -118,6 +118,24 @@ pub enum RouteObject<'a> {
     Grpc(&'a std::sync::Arc<GrpcRoute>),
 }
 
+impl RouteObject<'_> {
+    /// Its address: its identity while something holds it.
+    pub fn address(self) -> usize {
+        match self {
+            RouteObject::Http(r) => std::sync::Arc::as_ptr(r) as usize,
+            RouteObject::Grpc(r) => std::sync::Arc::as_ptr(r) as usize,
+        }
+    }
+
+    /// The object itself, shared, to keep it (and so its address) alive.
+    pub fn shared(self) -> std::sync::Arc<dyn std::any::Any + Send + Sync> {
+        match self {
+            RouteObject::Http(r) => r.clone(),
+            RouteObject::Grpc(r) => r.clone(),
+        }
+    }
+}
+
 macro_rules! parent_refs {
     ($refs:expr, $ns:expr) => {
         $refs
