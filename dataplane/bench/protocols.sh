@@ -83,16 +83,6 @@ for port in 9100 9151 9120 9144 8143 8151 8120 8144 8243 8251 8220 8244 8343 835
   exit 1
 done
 
-# User + system clock ticks of a proxy: its process and its children (nginx's workers).
-ticks() { # name
-  local pid=${PROCESS[$1]} total=0 p
-  for p in $pid $(pgrep -P "$pid" || true); do
-    total=$((total + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
-  done
-  echo "$total"
-}
-HZ=$(getconf CLK_TCK)
-
 # The port of a load on a proxy: 81xx nginx, 82xx HAProxy, 83xx Turna.
 port() { # proxy load
   local base

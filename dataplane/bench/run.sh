@@ -32,16 +32,6 @@ TOKIO_WORKER_THREADS=$THREADS "${PROXY[@]}" "$TURNA_SERVE" "$HERE/turna.yaml" 12
 PROCESS[turna]=$!
 sleep 1
 
-# User + system clock ticks of a proxy: its process and its children (nginx's workers).
-ticks() { # name
-  local pid=${PROCESS[$1]} total=0 p
-  for p in $pid $(pgrep -P "$pid" || true); do
-    total=$((total + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
-  done
-  echo "$total"
-}
-HZ=$(getconf CLK_TCK)
-
 declare -A RPS P99 CPU
 # Runs a load generator against proxy $1; sets its req/s, p99 and CPU (us) per request.
 measure() { # name kind port [connections]

@@ -4,7 +4,7 @@
 # ports are free for the next script), the missing tools
 # installed from their Debian packages, the serve example built (profile-guided by pgo.sh, as the
 # shipped binary; PGO=0 for a plain release build; TURNA_SERVE names a prebuilt one, to compare
-# builds) and the 1 KiB body the backend serves.
+# builds), the 1 KiB body the backend serves, and `ticks`, a proxy's CPU time so far.
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 DIR=$(mktemp -d)
@@ -37,3 +37,15 @@ elif [ -z "${TURNA_SERVE:-}" ]; then
   TURNA_SERVE=$("$HERE/pgo.sh")
 fi
 head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
+
+# User + system clock ticks of proxy $1 of the caller's PROCESS (name -> pid): its process and
+# its children (nginx's workers).
+ticks() { # name
+  local pid=${PROCESS[$1]} total=0 p
+  for p in $pid $(pgrep -P "$pid" || true); do
+    total=$((total + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+# shellcheck disable=SC2034 # used by the scripts that source this one
+HZ=$(getconf CLK_TCK)
