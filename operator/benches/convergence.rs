@@ -74,6 +74,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
     let home = plane.fresh_namespace("bench-home");
     let class = format!("turna-{ns}");
     let backend = common::backend("app").await;
+    let log = std::env::var("TURNA_BENCH_LOG").ok();
     let port = common::free_port().await;
     let gateway = common::class_and_gateway(
         &class,
@@ -121,10 +122,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
         .args(["--push-name", "127.0.0.1"])
         .env("KUBECONFIG", plane.kubeconfig())
         .env("POD_NAMESPACE", &home)
-        .env(
-            "RUST_LOG",
-            std::env::var("TURNA_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+        .env("RUST_LOG", log.as_deref().unwrap_or("warn"))
         .stdout(Stdio::null())
         .spawn()
         .expect("start turna controller");
@@ -190,10 +188,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
             .env("KUBECONFIG", plane.kubeconfig())
             // As in a provisioned proxy pod.
             .env(allocator::WITHOUT_HUGE_PAGES_ENV.0, allocator::WITHOUT_HUGE_PAGES_ENV.1)
-            .env(
-                "RUST_LOG",
-                std::env::var("TURNA_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("RUST_LOG", log.as_deref().unwrap_or("warn"))
             .stdout(Stdio::null())
             .spawn()
             .expect("start turna proxy"),
@@ -236,7 +231,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
             }
         }
         let start = Instant::now();
-        if std::env::var_os("TURNA_BENCH_LOG").is_some() {
+        if log.is_some() {
             eprintln!(
                 "create {name} at {:?}",
                 std::time::SystemTime::now()
@@ -268,7 +263,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
         let (status, traffic) = tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(status, traffic) })
             .await
             .expect("converges within a minute");
-        if std::env::var_os("TURNA_BENCH_LOG").is_some() {
+        if log.is_some() {
             eprintln!("{name}: status {status:?} traffic {traffic:?}");
         }
         status_ms.push(status.as_secs_f64() * 1000.0);
