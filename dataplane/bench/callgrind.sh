@@ -4,7 +4,9 @@
 # figure does not depend on the machine's load. REQUESTS per load (default 5000), after a
 # warm-up of the same size. Loads: HTTP/1.1 with 1 and 64 connections, h2c with 16x8 streams.
 # TURNA_SERVE names a prebuilt examples/serve binary; by default it is built. KEEP=dir keeps
-# the callgrind profiles there (for callgrind_annotate); ONLY=turna or ONLY=nginx measures one.
+# the callgrind profiles there (for callgrind_annotate); ONLY=turna, ONLY=turna-log or ONLY=nginx
+# measures one. turna-log is Turna with its JSON access log on (to a file; the writer thread's
+# instructions count too): the cost of logging, beside Turna without it.
 # Needs valgrind, h2load (nghttp2-client) and nginx (Debian packages, installed when missing).
 set -euo pipefail
 
@@ -55,4 +57,9 @@ measure() { # name port h2port command...
 }
 
 if [ "${ONLY:-turna}" = turna ]; then TOKIO_WORKER_THREADS=1 measure turna 8083 8083 "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0; fi
+if [ "${ONLY:-turna-log}" = turna-log ]; then
+  TURNA_ACCESS_LOG=json TURNA_ACCESS_LOG_PATH="$DIR/access.log" TOKIO_WORKER_THREADS=1 \
+    measure turna-log 8083 8083 "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0
+  echo "turna-log wrote $(wc -l <"$DIR/access.log") lines"
+fi
 if [ "${ONLY:-nginx}" = nginx ]; then measure nginx 8081 8091 nginx -c "$DIR/nginx.conf"; fi

@@ -7,6 +7,8 @@
 # With two or more cores (PIN=1, the default there) the proxies run on core 1 and the load
 # generators and the backend on core 0, so each proxy's process CPU (user + system, from /proc,
 # every thread and worker process) per request is its own: reported beside req/s and p99.
+# turna-log is a second Turna with its JSON access log on (written to a file in the scratch
+# folder): what logging costs, as ratios to Turna without it.
 set -euo pipefail
 
 THREADS=${THREADS:-1}
@@ -30,6 +32,10 @@ declare -A PROCESS=([nginx]=$!)
 PROCESS[haproxy]=$!
 TOKIO_WORKER_THREADS=$THREADS "${PROXY[@]}" "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0 2>"$DIR/turna.log" & PIDS+=($!)
 PROCESS[turna]=$!
+sed 's/bindPort: 8083/bindPort: 8084/' "$HERE/turna.yaml" > "$DIR/turna-log.yaml"
+TURNA_ACCESS_LOG=json TURNA_ACCESS_LOG_PATH="$DIR/access.log" TOKIO_WORKER_THREADS=$THREADS "${PROXY[@]}" \
+  "$TURNA_SERVE" "$DIR/turna-log.yaml" 127.0.0.1 127.0.0.1:0 2>"$DIR/turna-log.log" & PIDS+=($!)
+PROCESS[turnalog]=$!
 sleep 1
 
 declare -A RPS P99 CPU
@@ -59,8 +65,11 @@ printf '%-10s %-8s %12s %10s %14s\n' proxy load req/s p99 'CPU us/req'
 
 for round in $(seq "$ROUNDS"); do
   for load in c1 c64 h2; do
-    for proxy in turna nginx haproxy; do
-      case $proxy in turna) port=8083 h2port=8083 ;; nginx) port=8081 h2port=8091 ;; haproxy) port=8082 h2port=8082 ;; esac
+    for proxy in turna nginx haproxy turnalog; do
+      case $proxy in
+        turna) port=8083 h2port=8083 ;; nginx) port=8081 h2port=8091 ;;
+        haproxy) port=8082 h2port=8082 ;; turnalog) port=8084 h2port=8084 ;;
+      esac
       case $load in
         c1) measure "$proxy-$load" h1 "$port" 1 ;;
         c64) measure "$proxy-$load" h1 "$port" 64 ;;
@@ -78,5 +87,8 @@ for round in $(seq "$ROUNDS"); do
       cpu=$(awk -v a="${CPU[turna-$load]}" -v b="${CPU[$other-$load]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
       echo "round $round $load: Turna/$other req/s $ratio, p99 $p99, CPU per request $cpu"
     done
+    ratio=$(awk -v a="${RPS[turnalog-$load]}" -v b="${RPS[turna-$load]}" 'BEGIN { printf "%.2f", a / b }')
+    cpu=$(awk -v a="${CPU[turnalog-$load]}" -v b="${CPU[turna-$load]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+    echo "round $round $load: Turna with access log / without: req/s $ratio, CPU per request $cpu"
   done
 done

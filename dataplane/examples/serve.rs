@@ -49,7 +49,17 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let proxy: ir::Proxy = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
     let mut settings = Settings::on(address);
-    settings.access_log = std::env::var_os("TURNA_ACCESS_LOG").is_some();
+    // TURNA_ACCESS_LOG=json|text turns access logs on, TURNA_ACCESS_LOG_PATH names their file.
+    settings.access_log = std::env::var("TURNA_ACCESS_LOG")
+        .ok()
+        .map(|format| dataplane::access_log::Settings {
+            format: if format == "text" {
+                dataplane::access_log::Format::Text
+            } else {
+                dataplane::access_log::Format::Json
+            },
+            path: std::env::var_os("TURNA_ACCESS_LOG_PATH").map(std::path::PathBuf::from),
+        });
     let dataplane = Dataplane::new(settings);
     dataplane.serve_health(health).await?;
     dataplane.apply_with(&proxy, &material).await?;

@@ -5,6 +5,7 @@
 //! swaps the table atomically (requests in flight finish on the table they started with) and
 //! reconciles the listeners.
 
+pub mod access_log;
 pub mod admin;
 pub mod error;
 pub mod http;
@@ -43,8 +44,8 @@ pub struct Settings {
     /// How long [`Dataplane::serve`] keeps accepting after its signal (load balancers need time
     /// to stop sending new connections).
     pub shutdown_delay: Duration,
-    /// Log one line per HTTP request (target `turna::access`).
-    pub access_log: bool,
+    /// One line per HTTP request and per TCP, TLS or UDP session; off when `None`.
+    pub access_log: Option<access_log::Settings>,
     /// When endpoints that fail to connect are left out of balancing, and for how long.
     pub passive_health: PassiveHealth,
     /// What clients may ask of the HTTP, HTTPS, TCP and TLS listeners.
@@ -67,9 +68,31 @@ impl Default for Settings {
             address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             udp_idle_timeout: Duration::from_secs(60),
             shutdown_delay: Duration::ZERO,
-            access_log: false,
+            access_log: None,
             passive_health: PassiveHealth::default(),
             limits: Limits::default(),
+        }
+    }
+}
+
+/// Opens the access log; a file that cannot be opened (the operator checks it at start-up, so it
+/// went away since) leaves the lines on standard output.
+fn open_access_log(log: &access_log::Settings, metrics: &metrics::Metrics) -> Option<access_log::AccessLog> {
+    let dropped = metrics.access_log_dropped.clone();
+    let error = match access_log::AccessLog::open(log, dropped.clone()) {
+        Ok(opened) => return Some(opened),
+        Err(error) => error,
+    };
+    tracing::error!(path = ?log.path, %error, "cannot open the access log, writing it to standard output");
+    let stdout = access_log::Settings {
+        path: None,
+        ..log.clone()
+    };
+    match access_log::AccessLog::open(&stdout, dropped) {
+        Ok(opened) => Some(opened),
+        Err(error) => {
+            tracing::error!(%error, "cannot start the access log; requests are not logged");
+            None
         }
     }
 }
@@ -95,6 +118,12 @@ struct Inner {
 impl Dataplane {
     /// A proxy serving nothing until the first [`Dataplane::apply`]. Needs a Tokio runtime.
     pub fn new(settings: Settings) -> Self {
+        let metrics = Arc::new(metrics::Metrics::default());
+        let access_log = settings
+            .access_log
+            .as_ref()
+            .and_then(|log| open_access_log(log, &metrics))
+            .map(Arc::new);
         Dataplane {
             inner: Arc::new(Inner {
                 shared: Shared {
@@ -102,8 +131,8 @@ impl Dataplane {
                     table: Arc::new(ArcSwap::from_pointee(Table::default())),
                     udp_idle_timeout: settings.udp_idle_timeout,
                     mirror_slots: Arc::new(tokio::sync::Semaphore::new(http::MAX_MIRRORS_IN_FLIGHT)),
-                    metrics: Arc::new(metrics::Metrics::default()),
-                    access_log: settings.access_log,
+                    metrics,
+                    access_log,
                     passive_health: settings.passive_health,
                     limits: settings.limits,
                     deadlines: listener::Deadlines::start(),

@@ -80,6 +80,8 @@ pub struct Metrics {
     pub ejections: Family<BackendLabels, Counter>,
     pub config_version: Gauge,
     pub apply_errors: Counter,
+    /// Access log lines dropped because the writer fell behind.
+    pub access_log_dropped: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -140,6 +142,12 @@ impl Default for Metrics {
         );
         registry.register("config_version", "IRs applied since start", config_version.clone());
         registry.register("apply_errors", "IRs rejected by validation", apply_errors.clone());
+        let access_log_dropped = Counter::default();
+        registry.register(
+            "access_log_dropped",
+            "Access log lines dropped because the writer fell behind",
+            access_log_dropped.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -151,6 +159,7 @@ impl Default for Metrics {
             ejections,
             config_version,
             apply_errors,
+            access_log_dropped,
         }
     }
 }

@@ -10,7 +10,11 @@ use http::StatusCode;
 
 fn settings() -> Settings {
     let mut settings = Settings::on([127, 0, 0, 1].into());
-    settings.access_log = true;
+    // Requests are logged (to a file: the test's output stays clean) as an operator would.
+    settings.access_log = Some(dataplane::access_log::Settings {
+        format: dataplane::access_log::Format::Json,
+        path: Some(std::env::temp_dir().join(format!("turna-operations-{}.log", std::process::id()))),
+    });
     settings
 }
 

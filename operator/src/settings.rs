@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+pub use translator::parameters::api::AccessLogFormat;
 
 /// Why the configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -54,8 +55,14 @@ pub struct Kubernetes {
     pub status: Status,
     pub proxy: Proxy,
     pub limits: Limits,
-    /// One log line per HTTP request (every mode that serves traffic).
+    /// One access log line per HTTP request and per TCP, TLS or UDP session (every mode that
+    /// serves traffic; proxies of controller mode unless their TurnaProxy says otherwise).
     pub access_log: bool,
+    /// `json` (one object per line) or `text` (`key=value` fields).
+    pub access_log_format: AccessLogFormat,
+    /// A file the access log is appended to; standard output when empty. Proxies of
+    /// controller mode always write to standard output.
+    pub access_log_path: String,
     pub passive_health: PassiveHealth,
 }
 
@@ -312,6 +319,8 @@ impl Default for Kubernetes {
             proxy: Proxy::default(),
             limits: Limits::default(),
             access_log: false,
+            access_log_format: AccessLogFormat::Json,
+            access_log_path: String::new(),
             passive_health: PassiveHealth::default(),
         }
     }
@@ -419,6 +428,17 @@ impl Kubernetes {
                 "passive_health.eject_after must be at least 1".into(),
             ));
         }
+        // The file is opened now, so that a path that cannot be written is an error at start-up
+        // rather than lines that go missing.
+        if self.access_log && !self.access_log_path.is_empty() && self.mode != Mode::Controller {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.access_log_path)
+                .map_err(|error| {
+                    SettingsError::Invalid(format!("access_log_path {:?}: {error}", self.access_log_path))
+                })?;
+        }
         for g in &self.gateways {
             if g.split_once('/')
                 .is_none_or(|(ns, name)| ns.is_empty() || name.is_empty())
@@ -435,7 +455,15 @@ impl Kubernetes {
     pub fn dataplane_settings(&self, address: std::net::IpAddr) -> dataplane::Settings {
         dataplane::Settings {
             limits: dataplane::Limits::from(&self.limits),
-            access_log: self.access_log,
+            access_log: self.access_log.then(|| dataplane::access_log::Settings {
+                format: match self.access_log_format {
+                    AccessLogFormat::Json => dataplane::access_log::Format::Json,
+                    AccessLogFormat::Text => dataplane::access_log::Format::Text,
+                },
+                path: Some(&self.access_log_path)
+                    .filter(|p| !p.is_empty())
+                    .map(std::path::PathBuf::from),
+            }),
             passive_health: dataplane::PassiveHealth {
                 eject_after: self.passive_health.eject_after,
                 cool_down: self.passive_health.cool_down,
@@ -609,6 +637,32 @@ mod tests {
         let typo: Result<File, _> =
             serde_yaml::from_str("providers:\n  kubernetes:\n    limits:\n      max_header: 1\n");
         assert!(typo.is_err());
+    }
+
+    #[test]
+    fn access_logs_reach_the_dataplane_and_an_unwritable_file_is_an_error() {
+        let read =
+            |text: &str| -> Kubernetes { serde_yaml::from_str::<File>(text).expect("parses").providers.kubernetes };
+        assert_eq!(read("{}").dataplane_settings([0, 0, 0, 0].into()).access_log, None);
+        let path = std::env::temp_dir().join(format!("turna-settings-access-{}.log", std::process::id()));
+        let k = read(&format!(
+            "providers:\n  kubernetes:\n    mode: standalone\n    access_log: true\n    access_log_format: text\n    access_log_path: {}\n",
+            path.display()
+        ))
+        .validate()
+        .expect("valid");
+        let log = k.dataplane_settings([0, 0, 0, 0].into()).access_log.expect("on");
+        assert_eq!(log.format, dataplane::access_log::Format::Text);
+        assert_eq!(log.path.as_deref(), Some(path.as_path()));
+        let _ = std::fs::remove_file(&path);
+
+        let error = read(
+            "providers:\n  kubernetes:\n    mode: standalone\n    access_log: true\n    access_log_path: /nonexistent-dir/access.log\n",
+        )
+        .validate()
+        .expect_err("the folder does not exist");
+        assert!(error.to_string().contains("access_log_path"), "{error}");
+        assert!(serde_yaml::from_str::<File>("providers:\n  kubernetes:\n    access_log_format: xml\n").is_err());
     }
 
     #[test]

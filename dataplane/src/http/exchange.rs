@@ -16,6 +16,7 @@ use super::response::{self, ProxyBody};
 use super::retry::MAX_RETRY_BODY;
 use super::rule::{Rule, describe};
 use super::upgrade::UpgradeRequest;
+use crate::access_log::{Flag, Trail};
 use crate::metrics::{Metrics, Timeout};
 use crate::upstream::{BodyClock, BufferedBody, ClientBody, ForwardError, RequestBody, Upstream};
 
@@ -34,6 +35,8 @@ pub struct Exchange<'a> {
     pub metrics: &'a Metrics,
     /// The longest wait for the client's request body before a response started.
     pub body_timeout: Duration,
+    /// What the access log line of the request learns; `None` when access logs are off.
+    pub trail: Option<&'a Arc<Trail>>,
 }
 
 /// The outcome of one attempt.
@@ -70,7 +73,7 @@ impl<'a> Exchange<'a> {
             return answer;
         }
         let mut upgrade = UpgradeRequest::take(&mut parts);
-        let (body, clock) = ClientBody::new(body, self.body_timeout);
+        let (body, clock) = ClientBody::new(body, self.body_timeout, self.trail.cloned());
         // With a route retry, endpoints are not retried by the backend: attempts + 1 in all.
         let connect_retries = if rule.retry.is_some() { 0 } else { self.connect_retries };
         // Retries and mirrors need the body more than once; upgrades are sent once, unmirrored.
@@ -124,7 +127,10 @@ impl<'a> Exchange<'a> {
                     self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade),
                 ))
                 .await
-                .unwrap_or(Attempt::Failed(StatusCode::GATEWAY_TIMEOUT)),
+                .unwrap_or_else(|_| {
+                    self.flag(Flag::BackendTimeout);
+                    Attempt::Failed(StatusCode::GATEWAY_TIMEOUT)
+                }),
                 None => {
                     self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade)
                         .await
@@ -140,15 +146,11 @@ impl<'a> Exchange<'a> {
                     }
                 }
             }
-            let retry = attempt < retries
-                && match &outcome {
-                    Attempt::Response(response) => {
-                        rule.retry.as_ref().is_some_and(|p| p.retries_status(response.status()))
-                    }
-                    // Connection errors and timed out attempts are always retried.
-                    Attempt::Failed(_) => true,
-                };
+            let retry = attempt < retries && retryable(rule, &outcome);
             if !retry {
+                if retries > 0 && self.trail.is_some() && retryable(rule, &outcome) {
+                    self.flag(Flag::RetriesExhausted);
+                }
                 return match outcome {
                     Attempt::Response(response) => response,
                     Attempt::Failed(status) => response::local(status, rule.grpc),
@@ -162,12 +164,20 @@ impl<'a> Exchange<'a> {
         }
     }
 
+    /// Notes `flag` on the request's access log line.
+    fn flag(&self, flag: Flag) {
+        if let Some(trail) = self.trail {
+            trail.flag(flag);
+        }
+    }
+
     /// 408 when the client stalled its request body (whatever error the backend side saw).
     fn body_timed_out(&self, clock: Option<&BodyClock>) -> Option<Response<ProxyBody>> {
         if !clock.is_some_and(BodyClock::timed_out) {
             return None;
         }
         self.metrics.timeouts.inc(Timeout::request_body);
+        self.flag(Flag::RequestBodyTimeout);
         tracing::debug!(rule = %describe(&self.rule.route), "request body timed out");
         Some(response::local(StatusCode::REQUEST_TIMEOUT, self.rule.grpc))
     }
@@ -182,6 +192,7 @@ impl<'a> Exchange<'a> {
         upgrade: &mut Option<UpgradeRequest>,
     ) -> Attempt {
         let Some(backend) = self.rule.pick_backend() else {
+            self.flag(Flag::InvalidBackend);
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
         };
         let mut response_edits = Vec::new();
@@ -196,8 +207,12 @@ impl<'a> Exchange<'a> {
             }
         }
         let Some(upstream) = &backend.upstream else {
+            self.flag(Flag::InvalidBackend);
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
         };
+        if let Some(trail) = self.trail {
+            trail.attempt(upstream);
+        }
         strip_hop_by_hop(&mut parts.headers);
         if let Some(upgrade) = upgrade {
             upgrade.restore_headers(&mut parts.headers);
@@ -206,9 +221,13 @@ impl<'a> Exchange<'a> {
             Ok(forwarded) => forwarded,
             Err(error) => {
                 log_failure(self.rule, &error);
+                self.flag(error.flag());
                 return Attempt::Failed(error.status());
             }
         };
+        if let Some(trail) = self.trail {
+            trail.endpoint(forwarded.endpoint);
+        }
         let switching = forwarded.response.status() == StatusCode::SWITCHING_PROTOCOLS;
         let joined = match upgrade.take() {
             Some(upgrade) if switching => {
@@ -291,6 +310,15 @@ impl<'a> Exchange<'a> {
             }
         }
         None
+    }
+}
+
+/// Whether the rule's retry policy would send another attempt after `outcome`.
+fn retryable(rule: &Rule, outcome: &Attempt) -> bool {
+    match outcome {
+        Attempt::Response(response) => rule.retry.as_ref().is_some_and(|p| p.retries_status(response.status())),
+        // Connection errors and timed out attempts are always retried.
+        Attempt::Failed(_) => true,
     }
 }
 

@@ -6,7 +6,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use http::header::{self, HeaderName, HeaderValue};
@@ -21,6 +20,7 @@ use super::host::request_host;
 use super::response::{self, ProxyBody};
 use super::router::RequestView;
 use super::rule::Rule;
+use crate::access_log::{AccessLog, Flag, Pending, Trail};
 use crate::listener::{Activity, Deadlines, Limits};
 use crate::metrics::{Metrics, RequestLabels};
 use prometheus_client::metrics::counter::Counter;
@@ -41,8 +41,8 @@ pub struct ListenerContext {
     /// Mirror copies that may still be sent, shared by all listeners.
     pub mirror_slots: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
-    /// Log one line per request.
-    pub access_log: bool,
+    /// Where request lines go; `None` when access logs are off.
+    pub access_log: Option<Arc<AccessLog>>,
     pub limits: Limits,
     /// Watches the connections' header and idle deadlines.
     pub deadlines: Arc<Deadlines>,
@@ -89,6 +89,14 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
         // The head is boxed once here: moved through every await below, it stays a pointer.
         let (parts, body) = req.into_parts();
         let parts = Box::new(parts);
+        // Decided before the future is made: requests that are not logged carry nothing of it.
+        if let Some(log) = self.connection.context.access_log.clone() {
+            return Box::pin(async move {
+                let mut response = in_flight.0.handle_logged(&log, parts, body).await;
+                response.body_mut().hold(in_flight);
+                Ok(response)
+            });
+        }
         Box::pin(async move {
             let mut response = in_flight.0.handle(parts, body).await;
             response.body_mut().hold(in_flight);
@@ -139,43 +147,49 @@ impl HttpService {
 
 impl Connection {
     async fn handle(&self, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
-        let logged = self
-            .context
-            .access_log
-            .then(|| (Instant::now(), parts.method.clone(), parts.uri.path().to_string()));
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
-        let response = self.route(&table, parts, body, &mut served).await;
+        let response = self.route(&table, parts, body, &mut served, None).await;
+        self.count(&served, response.status().as_u16());
+        response
+    }
+
+    /// [`Connection::handle`] with an access log line, written when the response body is done
+    /// (or here, when the client goes away before the response).
+    async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
+        let mut pending = Pending::start(log, self.peer, self.context.scheme, &parts);
+        let trail = pending.trail.clone();
+        let table = self.context.table.load_full();
+        let mut served = Served::Unrouted;
+        let mut response = self.route(&table, parts, body, &mut served, Some(&trail)).await;
         let code = response.status().as_u16();
+        pending.answered(code);
+        pending.line.listener = self.count(&served, code).to_string();
+        if let Served::Rule(rule) = served {
+            pending.line.route = Some(rule.route.clone());
+        }
+        response.body_mut().log(pending);
+        response
+    }
+
+    /// Counts a request answered with `code`; returns the listener that took it.
+    fn count<'t>(&self, served: &Served<'t>, code: u16) -> &'t str {
         let requests = &self.context.metrics.requests;
-        let (listener, route) = match served {
+        match *served {
             Served::Rule(rule) => {
                 rule.counters.inc(code, requests);
-                (rule.counters.listener(), rule.name.as_str())
+                rule.counters.listener()
             }
             Served::Listener(listener) => {
                 count_unrouted(requests, listener, code);
-                (listener, "")
+                listener
             }
             Served::Unrouted => {
                 count_unrouted(requests, "", code);
-                ("", "")
+                ""
             }
-        };
-        if let Some((started, method, path)) = logged {
-            tracing::info!(
-                target: "turna::access",
-                peer = %self.peer,
-                %method,
-                %path,
-                status = code,
-                listener = %listener,
-                route = %route,
-                micros = started.elapsed().as_micros() as u64,
-            );
         }
-        response
     }
 
     /// Routes and serves `req` on `table`, naming the listener and rule it took in `served`.
@@ -185,12 +199,20 @@ impl Connection {
         mut parts: Box<Parts>,
         body: Incoming,
         served: &mut Served<'t>,
+        trail: Option<&Arc<Trail>>,
     ) -> Response<ProxyBody> {
         let context = &self.context;
+        let flag = |flag| {
+            if let Some(trail) = trail {
+                trail.flag(flag);
+            }
+        };
         if let Some(status) = context.limits.refuse(&parts) {
+            flag(Flag::RequestRefused);
             return response::local(status, is_grpc(&parts.headers));
         }
         let Some(routes) = table.http_port(context.port) else {
+            flag(Flag::NoRoute);
             return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
         };
         let host = request_host(&parts.headers, &parts.uri);
@@ -200,6 +222,7 @@ impl Connection {
         if let Some(server_name) = &self.server_name
             && routes.listener(server_name).map(|l| &l.name) != listener.map(|l| &l.name)
         {
+            flag(Flag::Misdirected);
             return response::local(StatusCode::MISDIRECTED_REQUEST, is_grpc(&parts.headers));
         }
         if let Some(listener) = listener {
@@ -213,6 +236,7 @@ impl Connection {
             headers: &parts.headers,
         });
         let Some(routed) = routed else {
+            flag(Flag::NoRoute);
             return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
         };
         let rule = routed.rule;
@@ -233,12 +257,16 @@ impl Connection {
             mirror_slots: &context.mirror_slots,
             metrics: &context.metrics,
             body_timeout: context.limits.request_body_timeout,
+            trail,
         };
         match rule.request_timeout {
             // Boxed: the timer would make every request's future larger.
             Some(limit) => match Box::pin(tokio::time::timeout(limit, exchange.run(parts, body))).await {
                 Ok(response) => response,
-                Err(_) => response::local(StatusCode::GATEWAY_TIMEOUT, rule.grpc),
+                Err(_) => {
+                    flag(Flag::RequestTimeout);
+                    response::local(StatusCode::GATEWAY_TIMEOUT, rule.grpc)
+                }
             },
             None => exchange.run(parts, body).await,
         }

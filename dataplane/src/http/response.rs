@@ -6,10 +6,11 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Body, Frame, SizeHint};
 
 use super::proxy::InFlight;
+use crate::access_log::{Flag, Pending};
 use crate::upstream::{Forwarded, ResponseBody};
 
 pub use crate::upstream::BoxError;
@@ -30,6 +31,53 @@ impl ProxyBody {
     /// Keeps the request counted as in flight until this body is dropped.
     pub(super) fn hold(&mut self, in_flight: InFlight) {
         self.in_flight = Some(in_flight);
+    }
+
+    /// Counts the bytes sent into the request's access log line, written once this body is
+    /// dropped. (A wrapper only logged requests pay for.)
+    pub(super) fn log(&mut self, pending: Box<Pending>) {
+        let inner = std::mem::replace(&mut self.inner, Empty::new().map_err(|e| match e {}).boxed_unsync());
+        self.inner = LoggedBody { inner, pending }.boxed_unsync();
+    }
+}
+
+/// A response body that counts what it sends into its request's access log line.
+struct LoggedBody {
+    inner: UnsyncBoxBody<Bytes, BoxError>,
+    pending: Box<Pending>,
+}
+
+impl Body for LoggedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let log = &mut self.pending;
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => log.sent(frame.data_ref().map_or(0, Bytes::len)),
+            Poll::Ready(Some(Err(_))) => log.trail.flag(Flag::UpstreamReset),
+            Poll::Ready(None) => log.ended(),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        // A body that ends without a last poll (empty, or with a known length) is whole.
+        if self.inner.is_end_stream() {
+            self.pending.ended();
+        }
     }
 }
 
@@ -109,6 +157,7 @@ pub fn upstream(forwarded: Forwarded) -> Response<ProxyBody> {
         response,
         guard,
         checkin,
+        endpoint: _,
     } = forwarded;
     response.map(|body| {
         ProxyBody::new(

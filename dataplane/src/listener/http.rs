@@ -45,7 +45,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
         },
         mirror_slots: shared.mirror_slots.clone(),
         metrics: shared.metrics.clone(),
-        access_log: shared.access_log,
+        access_log: shared.access_log.clone(),
         limits: shared.limits,
         deadlines: shared.deadlines.clone(),
     });

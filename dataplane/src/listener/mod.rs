@@ -40,8 +40,8 @@ pub struct Shared {
     /// Request mirror copies that may still be sent.
     pub mirror_slots: Arc<tokio::sync::Semaphore>,
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// Log one line per HTTP request.
-    pub access_log: bool,
+    /// Where request and session lines go; `None` when access logs are off.
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// When endpoints are ejected.
     pub passive_health: crate::upstream::PassiveHealth,
     pub limits: Limits,

@@ -18,6 +18,7 @@ use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
 use tokio_rustls::TlsAcceptor;
 
+use crate::access_log::{Flag, PendingStream, StreamLine};
 use crate::http::{HttpService, ListenerContext};
 use crate::metrics::Timeout;
 use crate::stream::Dispatch;
@@ -59,7 +60,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
             scheme: "https",
             mirror_slots: shared.mirror_slots.clone(),
             metrics: shared.metrics.clone(),
-            access_log: shared.access_log,
+            access_log: shared.access_log.clone(),
             limits: shared.limits,
             deadlines: shared.deadlines.clone(),
         }),
@@ -144,14 +145,21 @@ async fn forward(
     let Some(port) = table.stream_port(Transport::Tcp, socket.port) else {
         return;
     };
+    // Written when this returns; HTTPS connections are logged per request instead.
+    let mut pending =
+        (https.context.access_log.as_ref()).map(|log| PendingStream::start(log, peer, "tcp", socket.port));
     let handshake_deadline = accepted + https.builders.handshake_timeout();
     let timeouts = &https.context.metrics.timeouts;
     let mut hello = Vec::new();
     let server_name = if socket.kind == SocketKind::Tls {
         match tokio::time::timeout_at(handshake_deadline, read_hello(&mut client, &mut hello)).await {
             Ok(Some(name)) => Some(name.unwrap_or_default()),
-            Ok(None) => return,
+            Ok(None) => {
+                note(&mut pending, Flag::TlsHandshakeFailure);
+                return;
+            }
             Err(_) => {
+                note(&mut pending, Flag::TlsHandshakeFailure);
                 timeouts.inc(Timeout::tls_handshake);
                 return;
             }
@@ -159,10 +167,16 @@ async fn forward(
     } else {
         None
     };
+    if let (Some(pending), Some(name)) = (&mut pending, &server_name) {
+        pending.line.server_name.clone_from(name);
+    }
     let dispatch = port.route(server_name.as_deref());
     let (route, terminate) = match dispatch {
         Some(Dispatch::Stream { route, terminate }) => (route, terminate),
         Some(Dispatch::Https) => {
+            if let Some(pending) = pending {
+                pending.discard();
+            }
             let Some(config) = table.https_config(socket.port).cloned() else {
                 return;
             };
@@ -188,12 +202,20 @@ async fn forward(
             return serve(tls, protocol, service, &https.builders, watch, Instant::now()).await;
         }
         None => {
+            note(&mut pending, Flag::NoRoute);
             tracing::debug!(port = socket.port, ?server_name, "no route for connection");
             return;
         }
     };
+    let mut line = pending.as_mut().map(|p| &mut p.line);
+    if let Some(line) = &mut line {
+        line.route = Some(route.route.clone());
+    }
     // Invalid backends (and zero weights) close their share of connections.
     let Some(upstream) = route.pick_backend().and_then(|b| b.upstream.as_ref()) else {
+        if let Some(line) = line {
+            line.flags.insert(Flag::InvalidBackend);
+        }
         return;
     };
     if terminate {
@@ -206,38 +228,65 @@ async fn forward(
         let mut client = match accepted {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
+                if let Some(line) = line {
+                    line.flags.insert(Flag::TlsHandshakeFailure);
+                }
                 tracing::debug!(%peer, %error, "TLS handshake failed");
                 return;
             }
             Err(_) => {
+                if let Some(line) = line {
+                    line.flags.insert(Flag::TlsHandshakeFailure);
+                }
                 timeouts.inc(Timeout::tls_handshake);
                 return;
             }
         };
-        join(&mut client, upstream, table.connect_retries, &[]).await;
+        join(&mut client, upstream, table.connect_retries, &[], line).await;
     } else {
-        join(&mut client, upstream, table.connect_retries, &hello).await;
+        join(&mut client, upstream, table.connect_retries, &hello, line).await;
     }
 }
 
 /// Connects to an endpoint of `upstream`, sends `first`, then copies both ways until either
-/// side closes.
-async fn join<S>(client: &mut S, upstream: &Upstream, connect_retries: u32, first: &[u8])
+/// side closes; notes the backend, endpoint and bytes in `line`.
+async fn join<S>(client: &mut S, upstream: &Upstream, connect_retries: u32, first: &[u8], line: Option<&mut StreamLine>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (mut backend, _active) = match upstream.connect_stream(connect_retries).await {
+    let connected = upstream.connect_stream(connect_retries).await;
+    let (mut backend, _active, endpoint) = match connected {
         Ok(connected) => connected,
         Err(error) => {
             tracing::warn!(%error, "no connection to backend");
+            if let Some(line) = line {
+                line.backend.clone_from(&upstream.id);
+                line.flags.insert(error.flag());
+            }
             return;
         }
     };
     if !first.is_empty() && backend.write_all(first).await.is_err() {
         return;
     }
-    if let Err(error) = tokio::io::copy_bidirectional_with_sizes(client, &mut backend, COPY_BUFFER, COPY_BUFFER).await {
+    let copied = tokio::io::copy_bidirectional_with_sizes(client, &mut backend, COPY_BUFFER, COPY_BUFFER).await;
+    if let Err(error) = &copied {
         tracing::debug!(%error, "stream ended with an error");
+    }
+    if let Some(line) = line {
+        line.backend.clone_from(&upstream.id);
+        line.upstream = upstream.endpoint_address(endpoint).to_string();
+        if let Ok((from_client, to_client)) = copied {
+            line.bytes_received = first.len() as u64 + from_client;
+            line.bytes_sent = to_client;
+        }
+    }
+}
+
+/// Notes `flag` on the session's line, when there is one.
+fn note(pending: &mut Option<PendingStream>, flag: Flag) {
+    if let Some(pending) = pending {
+        pending.line.flags.insert(flag);
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use translator::ir::Transport;
 
 use super::{Release, Running, Shared, port_error, stopping};
+use crate::access_log::{AccessLog, PendingStream};
 use crate::error::PortError;
 use crate::stream::Dispatch;
 use crate::table::{Socket, Table};
@@ -35,9 +36,10 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
     let local_addr = udp.local_addr().map_err(&error)?;
     let table = shared.table.clone();
     let idle = shared.udp_idle_timeout;
+    let log = shared.access_log.clone();
     Ok((
         local_addr,
-        Running::spawn(move |stopped, release| relay(Arc::new(udp), table, socket, idle, stopped, release)),
+        Running::spawn(move |stopped, release| relay(Arc::new(udp), table, socket, idle, log, stopped, release)),
     ))
 }
 
@@ -46,6 +48,7 @@ async fn relay(
     table: Arc<ArcSwap<Table>>,
     socket: Socket,
     idle: Duration,
+    log: Option<Arc<AccessLog>>,
     mut stopped: watch::Receiver<bool>,
     release: Release,
 ) {
@@ -74,7 +77,7 @@ async fn relay(
         if sessions.len() >= SWEEP_AT {
             sessions.retain(|_, s| !s.is_closed());
         }
-        match open_session(&listener, &table.load(), socket, client, idle, &stopped).await {
+        match open_session(&listener, &table.load(), socket, client, idle, log.as_ref(), &stopped).await {
             Some(session) => {
                 let _ = session.try_send(datagram);
                 sessions.insert(client, session);
@@ -97,6 +100,7 @@ async fn open_session(
     socket: Socket,
     client: SocketAddr,
     idle: Duration,
+    log: Option<&Arc<AccessLog>>,
     stopped: &watch::Receiver<bool>,
 ) -> Option<mpsc::Sender<Bytes>> {
     let Dispatch::Stream { route, .. } = table.stream_port(Transport::Udp, socket.port)?.route(None)? else {
@@ -104,6 +108,15 @@ async fn open_session(
     };
     let upstream = route.pick_backend()?.upstream.as_ref()?;
     let (endpoint, active) = upstream.pick_datagram_endpoint()?;
+    // Written when the session ends. (Datagrams without a route or endpoint are not logged: one
+    // line each would let a flood of them flood the log.)
+    let pending = log.map(|log| {
+        let mut pending = PendingStream::start(log, client, "udp", socket.port);
+        pending.line.route = Some(route.route.clone());
+        pending.line.backend.clone_from(&upstream.id);
+        pending.line.upstream.clone_from(&endpoint);
+        pending
+    });
     let local: SocketAddr = if client.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -115,48 +128,59 @@ async fn open_session(
         return None;
     }
     let (sender, receiver) = mpsc::channel(SESSION_QUEUE);
-    tokio::spawn(session(
-        listener.clone(),
+    let session = Session {
+        listener: listener.clone(),
         backend,
         client,
-        receiver,
-        idle,
-        stopped.clone(),
-        active,
-    ));
+        _active: active,
+        pending,
+    };
+    tokio::spawn(session.relay(receiver, idle, stopped.clone()));
     Some(sender)
 }
 
-/// Relays one client's datagrams until it is idle for `idle` or the listener stops.
-async fn session(
+/// One client's session.
+struct Session {
     listener: Arc<UdpSocket>,
+    /// Connected to the endpoint.
     backend: UdpSocket,
     client: SocketAddr,
-    mut from_client: mpsc::Receiver<Bytes>,
-    idle: Duration,
-    stopped: watch::Receiver<bool>,
+    /// Counts the session on its endpoint.
     _active: ActiveGuard,
-) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let stop = stopping(stopped);
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(idle) => return,
-            datagram = from_client.recv() => match datagram {
-                Some(datagram) => {
-                    let _ = backend.send(&datagram).await;
-                }
-                None => return,
-            },
-            received = backend.recv(&mut buf) => match received {
-                Ok(n) => {
-                    let _ = listener.send_to(&buf[..n], client).await;
-                }
-                // An ICMP error from the endpoint: keep the session until it idles out.
-                Err(error) => tracing::debug!(%client, %error, "UDP endpoint error"),
-            },
+    /// Its access log line, written when the session ends.
+    pending: Option<PendingStream>,
+}
+
+impl Session {
+    /// Relays the client's datagrams until it is idle for `idle` or the listener stops.
+    async fn relay(mut self, mut from_client: mpsc::Receiver<Bytes>, idle: Duration, stopped: watch::Receiver<bool>) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let stop = stopping(stopped);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(idle) => return,
+                datagram = from_client.recv() => match datagram {
+                    Some(datagram) => {
+                        let _ = self.backend.send(&datagram).await;
+                        if let Some(pending) = &mut self.pending {
+                            pending.line.bytes_received += datagram.len() as u64;
+                        }
+                    }
+                    None => return,
+                },
+                received = self.backend.recv(&mut buf) => match received {
+                    Ok(n) => {
+                        let _ = self.listener.send_to(&buf[..n], self.client).await;
+                        if let Some(pending) = &mut self.pending {
+                            pending.line.bytes_sent += n as u64;
+                        }
+                    }
+                    // An ICMP error from the endpoint: keep the session until it idles out.
+                    Err(error) => tracing::debug!(client = %self.client, %error, "UDP endpoint error"),
+                },
+            }
         }
     }
 }

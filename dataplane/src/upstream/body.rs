@@ -15,6 +15,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::direct;
+use crate::access_log::Trail;
 
 /// Errors of response bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -38,6 +39,8 @@ struct Stall {
     /// Whether the sleep runs for the current wait.
     waiting: bool,
     clock: Arc<BodyClock>,
+    /// Counts the bytes read for the request's access log line.
+    trail: Option<Arc<Trail>>,
 }
 
 /// What a request's exchange and its [`ClientBody`] tell each other.
@@ -69,7 +72,13 @@ pub struct BodyTimeout(Duration);
 
 impl ClientBody {
     /// `incoming`, failing after `timeout` without data; the clock when a body is still to come.
-    pub fn new(incoming: Incoming, timeout: Duration) -> (ClientBody, Option<Arc<BodyClock>>) {
+    /// The bytes read are counted in `trail` when there is one (a body complete with its head
+    /// has none to count).
+    pub fn new(
+        incoming: Incoming,
+        timeout: Duration,
+        trail: Option<Arc<Trail>>,
+    ) -> (ClientBody, Option<Arc<BodyClock>>) {
         if incoming.is_end_stream() {
             return (ClientBody { incoming, stall: None }, None);
         }
@@ -79,6 +88,7 @@ impl ClientBody {
             sleep: None,
             waiting: false,
             clock: clock.clone(),
+            trail,
         };
         (
             ClientBody {
@@ -100,6 +110,9 @@ impl Body for ClientBody {
         if frame.is_ready() {
             if let Some(stall) = &mut this.stall {
                 stall.waiting = false;
+                if let (Some(trail), Poll::Ready(Some(Ok(frame)))) = (&stall.trail, &frame) {
+                    trail.received(frame.data_ref().map_or(0, Bytes::len));
+                }
             }
             return frame;
         }

@@ -27,6 +27,8 @@ pub struct Forwarded {
     pub guard: ActiveGuard,
     /// Puts the HTTP/1.1 connection back into its pool once the response is done.
     pub checkin: Option<Checkin>,
+    /// The endpoint that answered ([`Upstream::endpoint_address`]).
+    pub endpoint: usize,
 }
 
 /// Counts a request in flight on an endpoint while alive.
@@ -74,6 +76,17 @@ pub enum ForwardError {
 }
 
 impl ForwardError {
+    /// Why the request failed, for its access log line.
+    pub fn flag(&self) -> crate::access_log::Flag {
+        use crate::access_log::Flag;
+        match self {
+            ForwardError::NoEndpoints(_) => Flag::NoHealthyEndpoint,
+            ForwardError::Connect { .. } => Flag::UpstreamConnectFailure,
+            ForwardError::Upstream { .. } | ForwardError::Direct { .. } => Flag::UpstreamError,
+            ForwardError::InvalidTls(_) => Flag::InvalidBackend,
+        }
+    }
+
     /// The status answered to the client.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -143,6 +156,7 @@ impl Upstream {
             response,
             guard,
             checkin,
+            endpoint: index,
         })
     }
 

@@ -16,17 +16,22 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> StreamIo for T {}
 impl Upstream {
     /// Connects to an endpoint like [`Upstream::connect_tcp`], then opens TLS when a
     /// BackendTLSPolicy applies.
-    pub async fn connect_stream(&self, connect_retries: u32) -> Result<(Box<dyn StreamIo>, ActiveGuard), ForwardError> {
+    /// Returns the connection, its place among the endpoint's active ones and the endpoint
+    /// ([`Upstream::endpoint_address`]).
+    pub async fn connect_stream(
+        &self,
+        connect_retries: u32,
+    ) -> Result<(Box<dyn StreamIo>, ActiveGuard, usize), ForwardError> {
         let client = match &self.tls {
             BackendTls::Invalid => return Err(ForwardError::InvalidTls(self.id.clone())),
             BackendTls::Tls(client) => Some(client.clone()),
             BackendTls::Plain => None,
         };
-        let (tcp, guard) = self.connect_tcp(connect_retries).await?;
+        let (tcp, guard, index) = self.connect_tcp(connect_retries).await?;
         match client {
-            None => Ok((Box::new(tcp), guard)),
+            None => Ok((Box::new(tcp), guard, index)),
             Some(client) => match handshake(&client, tcp).await {
-                Ok(tls) => Ok((Box::new(tls), guard)),
+                Ok(tls) => Ok((Box::new(tls), guard, index)),
                 Err(source) => Err(ForwardError::Connect {
                     backend: self.id.clone(),
                     source,
@@ -37,7 +42,7 @@ impl Upstream {
 
     /// Connects to an endpoint over TCP, trying up to `connect_retries` others when one is
     /// unreachable (endpoints that are gone do not count, as for HTTP: `Upstream::open`).
-    pub async fn connect_tcp(&self, connect_retries: u32) -> Result<(TcpStream, ActiveGuard), ForwardError> {
+    pub async fn connect_tcp(&self, connect_retries: u32) -> Result<(TcpStream, ActiveGuard, usize), ForwardError> {
         let mut tried = Vec::new();
         let mut counted = 0;
         loop {
@@ -54,7 +59,7 @@ impl Upstream {
             {
                 Ok(stream) => {
                     endpoint.health.connected();
-                    return Ok((stream, guard));
+                    return Ok((stream, guard, index));
                 }
                 Err(error) => error,
             };
@@ -69,6 +74,11 @@ impl Upstream {
                 });
             }
         }
+    }
+
+    /// The `host:port` of endpoint `index`; empty for an index it does not have.
+    pub fn endpoint_address(&self, index: usize) -> &str {
+        self.endpoints.get(index).map_or("", |e| e.pool.authority().as_str())
     }
 
     /// The `host:port` of an endpoint for a new UDP session, counted as active while the guard

@@ -640,6 +640,9 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
         None => s.passive_health.clone(),
     };
     let access_log = parameters.and_then(|p| p.access_log).unwrap_or(s.access_log);
+    let access_log_format = parameters
+        .and_then(|p| p.access_log_format)
+        .unwrap_or(s.access_log_format);
     let gateway = format!("{}/{}", input.names.gateway_namespace, input.names.gateway_name);
     let config = serde_json::json!({
         "providers": {"kubernetes": {
@@ -657,6 +660,7 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
             },
             "limits": limits,
             "access_log": access_log,
+            "access_log_format": access_log_format,
             "passive_health": passive_health,
         }}
     });
@@ -1090,6 +1094,7 @@ mod tests {
         proxy.infrastructure.as_mut().expect("infrastructure").parameters =
             Some(translator::parameters::TurnaProxySpec {
                 access_log: Some(true),
+                access_log_format: Some(translator::parameters::api::AccessLogFormat::Text),
                 passive_health: Some(PassiveHealth {
                     cool_down: Some("2s".into()),
                     ..PassiveHealth::default()
@@ -1103,13 +1108,16 @@ mod tests {
             });
         let tuned = read(&objects_of(&settings, &proxy));
         assert!(tuned.access_log);
+        assert_eq!(tuned.access_log_format, crate::settings::AccessLogFormat::Text);
         assert_eq!(tuned.passive_health.eject_after, 7, "unset: the installation's");
         assert_eq!(tuned.passive_health.cool_down, Duration::from_secs(2));
         assert_eq!(tuned.limits.max_connections, 123, "unset: the installation's");
         assert_eq!(tuned.limits.idle_timeout, Duration::from_secs(7));
         assert_eq!(tuned.limits.http2_max_concurrent_streams, 50);
         let dataplane = tuned.dataplane_settings([0, 0, 0, 0].into());
-        assert!(dataplane.access_log);
+        let log = dataplane.access_log.expect("access log on");
+        assert_eq!(log.format, dataplane::access_log::Format::Text);
+        assert_eq!(log.path, None, "proxies write to standard output");
         assert_eq!(dataplane.passive_health.cool_down, Duration::from_secs(2));
     }
 }

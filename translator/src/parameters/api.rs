@@ -69,10 +69,13 @@ pub struct TurnaProxySpec {
     /// The proxies' log level (`RUST_LOG`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<LogLevel>,
-    /// One log line per HTTP request (target `turna::access`); the installation's `access_log`
-    /// otherwise.
+    /// One access log line per HTTP request and per TCP, TLS or UDP session, on the proxies'
+    /// standard output; the installation's `access_log` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,
+    /// How access log lines are written; the installation's `access_log_format` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log_format: Option<AccessLogFormat>,
     /// When endpoints that fail to connect are left out of balancing; unset fields keep the
     /// installation's `passive_health`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,6 +258,17 @@ pub enum ServiceType {
 pub enum ExternalTrafficPolicy {
     Cluster,
     Local,
+}
+
+/// How access log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// `key=value` fields, for reading in a terminal.
+    Text,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

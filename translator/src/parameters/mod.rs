@@ -197,6 +197,7 @@ pub fn merge(class: Option<&TurnaProxySpec>, gateway: Option<&TurnaProxySpec>) -
         shutdown_delay: pick(&class.shutdown_delay, &gateway.shutdown_delay),
         log_level: gateway.log_level.or(class.log_level),
         access_log: gateway.access_log.or(class.access_log),
+        access_log_format: gateway.access_log_format.or(class.access_log_format),
         passive_health: match (&class.passive_health, &gateway.passive_health) {
             (Some(c), Some(g)) => Some(g.over(c)),
             (c, g) => pick(c, g),
@@ -217,7 +218,7 @@ fn pick<T: Clone>(class: &Option<T>, gateway: &Option<T>) -> Option<T> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::api::{Autoscaling, Limits, Metadata, PassiveHealth, ServiceParameters, ServiceType};
+    use super::api::{AccessLogFormat, Autoscaling, Limits, Metadata, PassiveHealth, ServiceParameters, ServiceType};
     use super::*;
 
     #[test]
@@ -265,6 +266,7 @@ mod tests {
     fn proxy_settings_merge_field_by_field() {
         let class = TurnaProxySpec {
             access_log: Some(true),
+            access_log_format: Some(AccessLogFormat::Text),
             passive_health: Some(PassiveHealth {
                 eject_after: Some(5),
                 cool_down: Some("30s".into()),
@@ -289,6 +291,7 @@ mod tests {
         };
         let merged = merge(Some(&class), Some(&gateway)).expect("merged");
         assert_eq!(merged.access_log, Some(true));
+        assert_eq!(merged.access_log_format, Some(AccessLogFormat::Text));
         assert_eq!(
             merged.passive_health,
             Some(PassiveHealth {
