@@ -10,6 +10,7 @@ pub mod local;
 pub mod material;
 pub mod metrics;
 pub mod modes;
+pub mod overview;
 pub mod provision;
 pub mod push;
 pub mod reconcile;

@@ -1,6 +1,6 @@
 //! `turna`: one binary for every mode of Turna.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -100,10 +100,37 @@ enum Command {
         /// What to print.
         #[arg(short, long, value_enum, default_value_t = Show::All)]
         output: Show,
+        /// How to print it.
+        #[arg(long, value_enum, default_value_t = Format::Yaml)]
+        format: Format,
+        /// Only this Gateway (`namespace/name`): its proxy, bundle and status, and the statuses
+        /// of the routes attached to it.
+        #[arg(long)]
+        gateway: Option<String>,
+    },
+    /// A table of the Gateways (addresses, listeners, attached routes) and every condition that
+    /// says something is wrong, with its reason and message: from the cluster (kubeconfig), or
+    /// from files with `-f`. As a kubectl plugin: `kubectl turna status`.
+    Status {
+        /// Files or folders of Kubernetes YAML, translated instead of reading the cluster.
+        #[arg(short = 'f', long = "file")]
+        files: Vec<PathBuf>,
+        /// Only this namespace.
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Provider configuration (`providers.kubernetes`), for `-f`.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
     },
     /// Print the CustomResourceDefinitions of Turna's own kinds (TurnaProxy), generated from
     /// their types: what the chart and Kustomize install.
     Crds,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Yaml,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -112,6 +139,52 @@ enum Show {
     Status,
     Bundles,
     All,
+}
+
+/// Keeps what `out` says of Gateway `gateway` (`namespace/name`): its proxy and bundle, its
+/// status and the statuses of the routes (and policies) with it as parent.
+fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, gateway: &str) -> anyhow::Result<()> {
+    use translator::object::Meta;
+    let Some((namespace, name)) = gateway.split_once('/') else {
+        anyhow::bail!("--gateway {gateway:?} is not namespace/name");
+    };
+    if !out
+        .statuses
+        .gateways
+        .iter()
+        .any(|g| g.namespace == namespace && g.name == name)
+    {
+        anyhow::bail!("no Gateway {gateway} in the files (or not of a class Turna serves)");
+    }
+    out.proxies.retain(|p| p.gateways.iter().any(|g| g == gateway));
+    let ids: std::collections::BTreeSet<String> = out.proxies.iter().map(|p| p.id.clone()).collect();
+    out.bundles.retain(|id, _| ids.contains(id));
+    let statuses = &mut out.statuses;
+    statuses.gateways.retain(|g| g.namespace == namespace && g.name == name);
+    let sets: std::collections::BTreeSet<(&str, &str)> = (snapshot.listener_sets.iter())
+        .filter(|ls| {
+            let parent = &ls.spec.parent_ref;
+            parent.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+                && parent.namespace.as_deref().unwrap_or(ls.namespace()) == namespace
+                && parent.name == name
+        })
+        .map(|ls| (ls.namespace(), ls.name()))
+        .collect();
+    statuses
+        .listener_sets
+        .retain(|s| sets.contains(&(s.namespace.as_str(), s.name.as_str())));
+    let ours =
+        |p: &translator::status::ParentReference| p.kind == "Gateway" && p.namespace == namespace && p.name == name;
+    for route in &mut statuses.routes {
+        route.parents.retain(|p| ours(&p.parent_ref));
+    }
+    statuses.routes.retain(|r| !r.parents.is_empty());
+    for policy in &mut statuses.backend_tls_policies {
+        policy.ancestors.retain(|a| ours(&a.ancestor_ref));
+    }
+    statuses.backend_tls_policies.retain(|p| !p.ancestors.is_empty());
+    statuses.gateway_classes.clear();
+    Ok(())
 }
 
 /// The configuration of a command that runs in `mode`: the file's, or the defaults.
@@ -303,18 +376,61 @@ fn main() -> anyhow::Result<()> {
             config,
             port_offset,
             output,
+            format,
+            gateway,
         } => {
             let settings = load_files_mode(config, port_offset)?;
             let snapshot = local::snapshot(&files)?;
-            let out = translator::translate(&snapshot, &settings.translator_config());
-            let text = match output {
-                Show::Ir => serde_yaml::to_string(&out.proxies),
-                Show::Status => serde_yaml::to_string(&out.statuses),
-                Show::Bundles => serde_yaml::to_string(&out.bundles),
-                Show::All => serde_yaml::to_string(&out),
+            let mut out = translator::translate(&snapshot, &settings.translator_config());
+            if let Some(gateway) = &gateway {
+                only_gateway(&mut out, &snapshot, gateway)?;
+            }
+            let value = match output {
+                Show::Ir => serde_json::to_value(&out.proxies),
+                Show::Status => serde_json::to_value(&out.statuses),
+                Show::Bundles => serde_json::to_value(&out.bundles),
+                Show::All => serde_json::to_value(&out),
             }
             .context("rendering output")?;
+            let text = match format {
+                Format::Yaml => serde_yaml::to_string(&value).context("rendering output")?,
+                Format::Json => serde_json::to_string_pretty(&value).context("rendering output")? + "\n",
+            };
             std::io::stdout().write_all(text.as_bytes()).context("writing output")?;
+        }
+        Command::Status {
+            files,
+            namespace,
+            config,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let (gateways, statuses) = if files.is_empty() {
+                runtime.block_on(async {
+                    let client = operator::api_client::infer()
+                        .await
+                        .context("connecting to the cluster (kubeconfig); -f reads files instead")?;
+                    operator::overview::cluster::read(&client, namespace.as_deref())
+                        .await
+                        .context("reading Gateways and routes")
+                })?
+            } else {
+                let settings = load_files_mode(config, None)?;
+                let snapshot = local::snapshot(&files)?;
+                let out = translator::translate(&snapshot, &settings.translator_config());
+                let in_namespace = |ns: &str| namespace.as_deref().is_none_or(|n| n == ns);
+                let gateways = (snapshot.gateways.iter())
+                    .filter(|g| in_namespace(translator::object::Meta::namespace(g.as_ref())))
+                    .cloned()
+                    .collect::<Vec<_>>();
+                let mut statuses = out.statuses;
+                statuses.routes.retain(|r| in_namespace(&r.namespace));
+                (gateways, statuses)
+            };
+            let overview = operator::overview::Overview::new(&gateways, &statuses);
+            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            std::io::stdout()
+                .write_all(overview.render(colour).as_bytes())
+                .context("writing output")?;
         }
         Command::Crds => {
             std::io::stdout()

@@ -93,3 +93,109 @@ fn crds_prints_the_generated_crds_the_chart_installs() {
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/turna-gateway/crds/turna-crds.yaml");
     assert_eq!(std::fs::read_to_string(chart).expect("the chart's CRDs"), printed);
 }
+
+/// A Gateway with a healthy HTTP listener and an HTTPS listener whose certificate is missing,
+/// a route it serves and one from a namespace it does not allow.
+const TROUBLED: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: turna}
+spec: {controllerName: rakunlabs.com/turna}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: web, namespace: shop}
+spec:
+  gatewayClassName: turna
+  listeners:
+    - {name: http, port: 80, protocol: HTTP}
+    - name: https
+      port: 443
+      protocol: HTTPS
+      tls: {certificateRefs: [{name: missing-cert}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cart, namespace: shop}
+spec:
+  parentRefs: [{name: web, sectionName: http}]
+  rules: [{backendRefs: [{name: cart, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: blog, namespace: other}
+spec:
+  parentRefs: [{name: web, namespace: shop}]
+  rules: [{backendRefs: [{name: blog, port: 8080}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cart, namespace: shop}
+spec: {ports: [{port: 8080}]}
+"#;
+
+#[test]
+fn status_tables_gateways_and_lists_what_is_wrong() {
+    let dir = tempdir().join("status");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = config(&dir, "troubled.yaml", TROUBLED);
+    let out = turna(&["status", "-f", &file]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\x1b'), "no colour when not on a terminal: {text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("shop/web"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("turna"), "{row}");
+    assert!(row.contains("http 80/HTTP (1)"), "{row}");
+    assert!(row.contains("https 443/HTTPS (0)"), "{row}");
+    let problems = text.split("PROBLEMS").nth(1).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        problems.contains("Gateway shop/web listener https: ResolvedRefs=False InvalidCertificateRef"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("HTTPRoute other/blog on Gateway shop/web: Accepted=False NotAllowedByListeners"),
+        "{problems}"
+    );
+    assert!(
+        !problems.contains("shop/cart"),
+        "the served route has no problem: {problems}"
+    );
+
+    // Only the namespace asked for.
+    let out = turna(&["status", "-f", &file, "-n", "elsewhere"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("No Gateways."));
+}
+
+#[test]
+fn translate_keeps_one_gateway_and_prints_json() {
+    let dir = tempdir().join("translate-gateway");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = config(&dir, "troubled.yaml", TROUBLED);
+    let out = turna(&[
+        "translate",
+        "-f",
+        &file,
+        "--gateway",
+        "shop/web",
+        "--format",
+        "json",
+        "-o",
+        "status",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let statuses: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(statuses["gateways"].as_array().map(Vec::len), Some(1));
+    let routes: Vec<&str> = (statuses["routes"].as_array().into_iter().flatten())
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    // Both have the Gateway as parent (in name order: other/blog, shop/cart).
+    assert_eq!(routes, ["blog", "cart"]);
+    refused(
+        &["translate", "-f", &file, "--gateway", "shop/none"],
+        "no Gateway shop/none",
+    );
+    refused(&["translate", "-f", &file, "--gateway", "web"], "not namespace/name");
+}

@@ -123,6 +123,53 @@ spec:
     })
     .await;
 
+    // `turna status` reads back what the controller wrote, in the library and as a user runs it.
+    let (read, statuses) = operator::overview::cluster::read(&client, Some(&ns))
+        .await
+        .expect("read");
+    let overview = operator::overview::Overview::new(&read, &statuses);
+    assert_eq!(overview.gateways.len(), 1, "{overview:?}");
+    let row = &overview.gateways[0];
+    assert_eq!(row.gateway, format!("{ns}/web"));
+    assert_eq!(row.class, class);
+    let http = row.listeners.iter().find(|l| l.name == "http").expect("http");
+    assert_eq!((http.port.as_str(), http.attached_routes), ("80/HTTP", 1));
+    let bad = row.listeners.iter().find(|l| l.name == "bad").expect("bad");
+    assert!(!bad.healthy);
+    let about = |object: &str, condition: &str, reason: &str| {
+        overview
+            .problems
+            .iter()
+            .any(|p| p.object == object && p.condition == condition && p.reason == reason)
+    };
+    assert!(
+        about(
+            &format!("Gateway {ns}/web listener bad"),
+            "Accepted=False",
+            "UnsupportedProtocol"
+        ),
+        "{:#?}",
+        overview.problems
+    );
+    assert!(
+        about(
+            &format!("HTTPRoute {ns}/app on Gateway {ns}/web"),
+            "ResolvedRefs=False",
+            "BackendNotFound"
+        ),
+        "{:#?}",
+        overview.problems
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_turna"))
+        .args(["status", "-n", &ns])
+        .env("KUBECONFIG", cp.kubeconfig())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("run turna status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text, overview.render(false), "the binary prints the library's overview");
+
     // Another controller adds a condition of its own; a spec change makes Turna write again.
     let transition = accepted["lastTransitionTime"].clone();
     let mut conditions = gw["status"]["conditions"].as_array().expect("conditions").clone();
