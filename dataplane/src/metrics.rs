@@ -19,6 +19,13 @@ pub struct RequestLabels {
     pub code: u16,
 }
 
+/// Labels of a listener's rule.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub listener: String,
+    pub route: String,
+}
+
 /// Labels of a backend.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendLabels {
@@ -71,6 +78,8 @@ impl Timeouts {
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
+    /// From the request head to the response head, by listener and rule.
+    pub request_duration: Family<RouteLabels, Histogram>,
     pub upstream_latency: Family<BackendLabels, Histogram>,
     pub active_connections: Gauge,
     /// Connections closed at accept because `max_connections` were open.
@@ -82,6 +91,8 @@ pub struct Metrics {
     pub apply_errors: Counter,
     /// Access log lines dropped because the writer fell behind.
     pub access_log_dropped: Counter,
+    /// TLS handshakes with clients that failed (not those that timed out: `timeouts`).
+    pub tls_handshake_errors: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -95,6 +106,8 @@ impl Default for Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         let upstream_latency =
             Family::<BackendLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let request_duration =
+            Family::<RouteLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
         let active_connections = Gauge::default();
         let retries = Counter::default();
         let ejections = Family::<BackendLabels, Counter>::default();
@@ -113,6 +126,11 @@ impl Default for Metrics {
             "requests",
             "HTTP requests by listener, route and status",
             requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request's head to its response's head, by listener and route rule",
+            request_duration.clone(),
         );
         registry.register(
             "upstream_latency_seconds",
@@ -148,9 +166,16 @@ impl Default for Metrics {
             "Access log lines dropped because the writer fell behind",
             access_log_dropped.clone(),
         );
+        let tls_handshake_errors = Counter::default();
+        registry.register(
+            "tls_handshake_errors",
+            "TLS handshakes with clients that failed (bad certificates, protocol errors)",
+            tls_handshake_errors.clone(),
+        );
         Metrics {
             registry,
             requests,
+            request_duration,
             upstream_latency,
             active_connections,
             rejected_connections,
@@ -160,6 +185,7 @@ impl Default for Metrics {
             config_version,
             apply_errors,
             access_log_dropped,
+            tls_handshake_errors,
         }
     }
 }
@@ -205,6 +231,7 @@ pub struct RequestCounters {
     listener: String,
     route: String,
     by_code: RwLock<Vec<(u16, Counter)>>,
+    duration: std::sync::OnceLock<Histogram>,
 }
 
 impl RequestCounters {
@@ -213,7 +240,21 @@ impl RequestCounters {
             listener: listener.to_string(),
             route: route.to_string(),
             by_code: RwLock::new(Vec::new()),
+            duration: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Observes a request's time to its response head in `family`.
+    pub fn observe(&self, seconds: f64, family: &Family<RouteLabels, Histogram>) {
+        self.duration
+            .get_or_init(|| {
+                let labels = RouteLabels {
+                    listener: self.listener.clone(),
+                    route: self.route.clone(),
+                };
+                family.get_or_create(&labels).clone()
+            })
+            .observe(seconds);
     }
 
     /// The listener label.

@@ -251,6 +251,12 @@ async fn allow_valid_only_requires_a_client_certificate_from_the_ca() {
                 .is_err()
         );
     }
+    // Both refused handshakes are counted.
+    let metrics = f._dp.metrics();
+    assert!(
+        metrics.contains("turna_dataplane_tls_handshake_errors_total 2"),
+        "{metrics}"
+    );
 }
 
 /// Presents `identity` when the server asks for a client certificate and records that it asked

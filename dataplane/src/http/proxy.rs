@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use http::header::{self, HeaderName, HeaderValue};
@@ -148,10 +149,11 @@ impl HttpService {
 impl Connection {
     async fn handle(&self, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
         // The table this request sees until it ends, whatever swaps happen meanwhile.
+        let started = Instant::now();
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
         let response = self.route(&table, parts, body, &mut served, None).await;
-        self.count(&served, response.status().as_u16());
+        self.count(&served, response.status().as_u16(), started);
         response
     }
 
@@ -160,12 +162,13 @@ impl Connection {
     async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
         let mut pending = Pending::start(log, self.peer, self.context.scheme, &parts);
         let trail = pending.trail.clone();
+        let started = Instant::now();
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
         let mut response = self.route(&table, parts, body, &mut served, Some(&trail)).await;
         let code = response.status().as_u16();
         pending.answered(code);
-        pending.line.listener = self.count(&served, code).to_string();
+        pending.line.listener = self.count(&served, code, started).to_string();
         if let Served::Rule(rule) = served {
             pending.line.route = Some(rule.route.clone());
         }
@@ -173,12 +176,16 @@ impl Connection {
         response
     }
 
-    /// Counts a request answered with `code`; returns the listener that took it.
-    fn count<'t>(&self, served: &Served<'t>, code: u16) -> &'t str {
-        let requests = &self.context.metrics.requests;
+    /// Counts a request that arrived at `started` and is answered with `code`; returns the
+    /// listener that took it.
+    fn count<'t>(&self, served: &Served<'t>, code: u16, started: Instant) -> &'t str {
+        let metrics = &self.context.metrics;
+        let requests = &metrics.requests;
         match *served {
             Served::Rule(rule) => {
                 rule.counters.inc(code, requests);
+                rule.counters
+                    .observe(started.elapsed().as_secs_f64(), &metrics.request_duration);
                 rule.counters.listener()
             }
             Served::Listener(listener) => {

@@ -203,6 +203,7 @@ async fn connection(
     let tls = match tokio::time::timeout_at(at + builders.handshake_timeout(), handshake).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(error)) => {
+            context.metrics.tls_handshake_errors.inc();
             tracing::debug!(%peer, %error, "TLS handshake failed");
             return;
         }

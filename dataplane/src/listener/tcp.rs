@@ -185,6 +185,7 @@ async fn forward(
             let tls = match accepted {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
+                    https.context.metrics.tls_handshake_errors.inc();
                     tracing::debug!(%peer, %error, "TLS handshake failed");
                     return;
                 }
@@ -231,6 +232,7 @@ async fn forward(
                 if let Some(line) = line {
                     line.flags.insert(Flag::TlsHandshakeFailure);
                 }
+                https.context.metrics.tls_handshake_errors.inc();
                 tracing::debug!(%peer, %error, "TLS handshake failed");
                 return;
             }
