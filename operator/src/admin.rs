@@ -1,5 +1,6 @@
 //! The controller's `health_address`: `/healthz` (alive), `/ready` (the first snapshot was
-//! translated) and `/metrics` (Prometheus text).
+//! translated) and `/metrics` (Prometheus text: the operator's, and in standalone mode the
+//! in-process proxy's after them).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -38,8 +39,14 @@ pub async fn bind(health_address: &str) -> std::io::Result<TcpListener> {
     TcpListener::bind(address).await
 }
 
-/// Serves the health and metrics endpoints until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Readiness) {
+/// Serves the health and metrics endpoints until the task is dropped; `/metrics` adds the
+/// metrics of `dataplane` when there is one (standalone mode).
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    dataplane: Option<dataplane::Dataplane>,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -50,9 +57,10 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Read
         };
         let metrics = metrics.clone();
         let readiness = readiness.clone();
+        let dataplane = dataplane.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
-                let response = answer(&metrics, &readiness, &request);
+                let response = answer(&metrics, &readiness, dataplane.as_ref(), &request);
                 async move { Ok::<_, Infallible>(response) }
             });
             if let Err(error) = auto::Builder::new(TokioExecutor::new())
@@ -65,7 +73,12 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Read
     }
 }
 
-fn answer<B>(metrics: &Metrics, readiness: &Readiness, request: &Request<B>) -> Response<Full<Bytes>> {
+fn answer<B>(
+    metrics: &Metrics,
+    readiness: &Readiness,
+    dataplane: Option<&dataplane::Dataplane>,
+    request: &Request<B>,
+) -> Response<Full<Bytes>> {
     let (status, body, content_type) = match request.uri().path() {
         "/healthz" => (StatusCode::OK, "ok\n".to_string(), "text/plain"),
         "/ready" if readiness.is_ready() => (StatusCode::OK, "ready\n".to_string(), "text/plain"),
@@ -76,7 +89,7 @@ fn answer<B>(metrics: &Metrics, readiness: &Readiness, request: &Request<B>) -> 
         ),
         "/metrics" => (
             StatusCode::OK,
-            metrics.encode(),
+            exposition(metrics, dataplane),
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         ),
         _ => (StatusCode::NOT_FOUND, "not found\n".to_string(), "text/plain"),
@@ -87,6 +100,19 @@ fn answer<B>(metrics: &Metrics, readiness: &Readiness, request: &Request<B>) -> 
         .headers_mut()
         .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
     response
+}
+
+/// The operator's metrics, then the dataplane's: one OpenMetrics document, so only the last
+/// part keeps its `# EOF`.
+fn exposition(metrics: &Metrics, dataplane: Option<&dataplane::Dataplane>) -> String {
+    let mut text = metrics.encode();
+    if let Some(dataplane) = dataplane {
+        if let Some(body) = text.strip_suffix("# EOF\n") {
+            text.truncate(body.len());
+        }
+        text.push_str(&dataplane.metrics());
+    }
+    text
 }
 
 #[cfg(test)]
@@ -101,17 +127,37 @@ mod tests {
     fn routes() {
         let metrics = Metrics::new();
         let readiness = Readiness::default();
-        assert_eq!(answer(&metrics, &readiness, &get("/healthz")).status(), StatusCode::OK);
         assert_eq!(
-            answer(&metrics, &readiness, &get("/ready")).status(),
+            answer(&metrics, &readiness, None, &get("/healthz")).status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            answer(&metrics, &readiness, None, &get("/ready")).status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
         readiness.set_ready();
-        assert_eq!(answer(&metrics, &readiness, &get("/ready")).status(), StatusCode::OK);
-        assert_eq!(answer(&metrics, &readiness, &get("/metrics")).status(), StatusCode::OK);
         assert_eq!(
-            answer(&metrics, &readiness, &get("/other")).status(),
+            answer(&metrics, &readiness, None, &get("/ready")).status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            answer(&metrics, &readiness, None, &get("/metrics")).status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            answer(&metrics, &readiness, None, &get("/other")).status(),
             StatusCode::NOT_FOUND
         );
+    }
+
+    #[tokio::test]
+    async fn standalone_metrics_are_one_document_with_the_proxys() {
+        let metrics = Metrics::new();
+        let dataplane = dataplane::Dataplane::new(dataplane::Settings::on([127, 0, 0, 1].into()));
+        let text = exposition(&metrics, Some(&dataplane));
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.ends_with("# EOF\n"));
+        assert!(text.contains("turna_operator_leader"), "{text}");
+        assert!(text.contains("turna_dataplane_config_version"), "{text}");
     }
 }

@@ -283,6 +283,7 @@ fn main() -> anyhow::Result<()> {
                     health,
                     options.reconcile.metrics.clone(),
                     options.reconcile.readiness.clone(),
+                    None,
                 ));
                 let controller = operator::modes::controller::start(client, options).await?;
                 controller.run(shutdown()).await;
@@ -308,12 +309,13 @@ fn main() -> anyhow::Result<()> {
                 let health = operator::admin::bind(&settings.health_address)
                     .await
                     .with_context(|| format!("binding health_address {}", settings.health_address))?;
+                let dataplane = dataplane::Dataplane::new(settings.dataplane_settings(address));
                 tokio::spawn(operator::admin::serve(
                     health,
                     options.metrics.clone(),
                     options.readiness.clone(),
+                    Some(dataplane.clone()),
                 ));
-                let dataplane = dataplane::Dataplane::new(settings.dataplane_settings(address));
                 operator::modes::standalone::run(client, settings, options, dataplane, shutdown()).await;
                 anyhow::Ok(())
             })?;

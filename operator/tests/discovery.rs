@@ -117,6 +117,7 @@ async fn crd_installed_later_is_watched_without_restart_and_health_endpoints_fol
         listener,
         options.metrics.clone(),
         options.readiness.clone(),
+        None,
     ));
     assert_eq!(get(address, "/healthz").await.0, 200);
     assert_eq!(get(address, "/ready").await.0, 503, "not ready before any translation");
