@@ -222,6 +222,67 @@ impl ListenerModel {
         }
     }
 
+    /// Why routes of `kind` from `route_namespace` may not attach, in words (for the route's
+    /// condition message); `None` when they may.
+    pub fn refusal(
+        &self,
+        kind: &str,
+        route_namespace: &str,
+        namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> Option<String> {
+        let name = &self.spec.name;
+        if !self.allows_kind(kind) {
+            let kinds: Vec<&str> = self.supported_kinds.iter().map(|k| k.kind.as_str()).collect();
+            return Some(format!(
+                "listener {name} allows {} only, not {kind}",
+                if kinds.is_empty() {
+                    "no route kind".to_string()
+                } else {
+                    kinds.join(", ")
+                }
+            ));
+        }
+        if self.allows_namespace(route_namespace, namespace_labels) {
+            return None;
+        }
+        Some(match &self.spec.allowed_namespaces {
+            AllowedNamespaces::Same => format!(
+                "listener {name} allows routes from its own namespace {} only (allowedRoutes.namespaces.from: Same)",
+                self.namespace
+            ),
+            AllowedNamespaces::All => return None,
+            AllowedNamespaces::Selector {
+                match_labels,
+                expressions,
+            } => {
+                let mut wanted: Vec<String> = (match_labels.iter().flatten())
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                wanted.extend(
+                    expressions
+                        .iter()
+                        .map(|(key, operator, values)| format!("{key} {operator} [{}]", values.join(", "))),
+                );
+                let has = match namespace_labels.get(route_namespace) {
+                    None => "is not known".to_string(),
+                    Some(labels) if labels.is_empty() => "has no labels".to_string(),
+                    Some(labels) => format!(
+                        "has {}",
+                        labels
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                format!(
+                    "listener {name} allows routes from namespaces selected by {}; namespace {route_namespace} {has}",
+                    wanted.join(", ")
+                )
+            }
+        })
+    }
+
     /// Whether routes of `kind` may attach.
     pub fn allows_kind(&self, kind: &str) -> bool {
         self.supported_kinds.iter().any(|k| k.kind == kind && k.group == GROUP)

@@ -114,20 +114,54 @@ pub fn attach(
             .map(|(i, _)| i)
             .collect();
         if attachment.listeners.is_empty() {
+            // The messages name what decided, listener by listener: what `turna status` and a
+            // reader of the condition need to fix it. (Only failed attachments pay for them.)
             let problem = if !gw.listeners.iter().any(candidate) {
+                let offered: Vec<String> = (gw.listeners.iter())
+                    .filter(|l| owned_by_ref(&l.owner))
+                    .map(|l| format!("{} (port {})", l.spec.name, l.spec.port))
+                    .collect();
                 Problem::new(
                     reason::NO_MATCHING_PARENT,
-                    "No listener matches the parentRef's sectionName and port",
+                    format!(
+                        "No listener matches the parentRef's sectionName and port; the parent has {}",
+                        if offered.is_empty() {
+                            "no listeners".to_string()
+                        } else {
+                            offered.join(", ")
+                        }
+                    ),
                 )
             } else if !gw.listeners.iter().any(|l| candidate(l) && allowed(l)) {
+                let refusals: Vec<String> = (gw.listeners.iter())
+                    .filter(|l| candidate(l))
+                    .filter_map(|l| l.refusal(route.kind.name(), route.namespace, namespace_labels))
+                    .collect();
                 Problem::new(
                     reason::NOT_ALLOWED_BY_LISTENERS,
-                    "No listener allows this route's kind and namespace",
+                    format!(
+                        "No listener allows this route's kind and namespace: {}",
+                        refusals.join("; ")
+                    ),
                 )
             } else {
+                let hostnames: Vec<String> = (gw.listeners.iter())
+                    .filter(|l| candidate(l) && allowed(l))
+                    .map(|l| {
+                        format!(
+                            "{} has {}",
+                            l.spec.name,
+                            l.spec.hostname.as_deref().unwrap_or("any hostname")
+                        )
+                    })
+                    .collect();
                 Problem::new(
                     reason::NO_MATCHING_LISTENER_HOSTNAME,
-                    "No listener hostname intersects the route's hostnames",
+                    format!(
+                        "No listener hostname intersects the route's hostnames ({}): {}",
+                        route.hostnames.join(", "),
+                        hostnames.join("; ")
+                    ),
                 )
             };
             attachment.problem = Some(problem);
