@@ -122,9 +122,33 @@ enum Command {
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
+    /// Why a route serves or not (parentRef by parentRef, then its backendRefs), or what is wrong
+    /// with a Gateway or a listener, with a fix where one can be written: from the cluster
+    /// (kubeconfig), or from files with `-f`. `kubectl turna explain` as a kubectl plugin.
+    Explain {
+        /// `route`, `gateway` or `listener`.
+        #[arg(value_enum)]
+        what: Explained,
+        /// `namespace/name` (a route may be `Kind/namespace/name`; a listener
+        /// `namespace/gateway/listener`).
+        name: String,
+        /// Files or folders of Kubernetes YAML, translated instead of reading the cluster.
+        #[arg(short = 'f', long = "file")]
+        files: Vec<PathBuf>,
+        /// Provider configuration (`providers.kubernetes`), for `-f`.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
     /// Print the CustomResourceDefinitions of Turna's own kinds (TurnaProxy), generated from
     /// their types: what the chart and Kustomize install.
     Crds,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Explained {
+    Route,
+    Gateway,
+    Listener,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -433,6 +457,37 @@ fn main() -> anyhow::Result<()> {
             std::io::stdout()
                 .write_all(overview.render(colour).as_bytes())
                 .context("writing output")?;
+        }
+        Command::Explain {
+            what,
+            name,
+            files,
+            config,
+        } => {
+            let input = if files.is_empty() {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                runtime.block_on(async {
+                    let client = operator::api_client::infer()
+                        .await
+                        .context("connecting to the cluster (kubeconfig); -f reads files instead")?;
+                    operator::explain::cluster::Input::from_cluster(&client)
+                        .await
+                        .context("reading Gateways and routes")
+                })?
+            } else {
+                let settings = load_files_mode(config, None)?;
+                let snapshot = local::snapshot(&files)?;
+                let out = translator::translate(&snapshot, &settings.translator_config());
+                operator::explain::cluster::Input::from_snapshot(&snapshot, out.statuses)
+            };
+            let text = match what {
+                Explained::Route => input.explain_route(&name),
+                Explained::Gateway => input.explain_gateway(&name),
+                Explained::Listener if name.split('/').count() == 3 => input.explain_gateway(&name),
+                Explained::Listener => Err(format!("{name:?} is not namespace/gateway/listener")),
+            }
+            .map_err(anyhow::Error::msg)?;
+            std::io::stdout().write_all(text.as_bytes()).context("writing output")?;
         }
         Command::Crds => {
             std::io::stdout()

@@ -169,6 +169,32 @@ spec:
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(text, overview.render(false), "the binary prints the library's overview");
+    // `turna explain` on the same cluster: the route's missing backend, the Gateway's bad listener.
+    let explain = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_turna"))
+            .arg("explain")
+            .args(args)
+            .env("KUBECONFIG", cp.kubeconfig())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("run turna explain");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let route = explain(&["route", &format!("{ns}/app")]);
+    assert!(
+        route.contains(&format!("parentRef Gateway {ns}/web: attached")),
+        "{route}"
+    );
+    assert!(route.contains("ResolvedRefs=False BackendNotFound"), "{route}");
+    assert!(route.contains("Fix: create the Service"), "{route}");
+    let gateway = explain(&["gateway", &format!("{ns}/web")]);
+    assert!(gateway.contains("listener bad:"), "{gateway}");
+    assert!(gateway.contains("Accepted=False UnsupportedProtocol"), "{gateway}");
+    assert!(
+        gateway.contains("listener http: serving, 1 attached routes"),
+        "{gateway}"
+    );
 
     // Another controller adds a condition of its own; a spec change makes Turna write again.
     let transition = accepted["lastTransitionTime"].clone();

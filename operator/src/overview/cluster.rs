@@ -11,7 +11,7 @@ use translator::api::Gateway;
 use translator::status::{GatewayStatus, RouteParentStatus, RouteStatus, Statuses};
 
 /// The route kinds whose statuses are read, with their plural and version.
-const ROUTE_KINDS: [(&str, &str, &str); 5] = [
+pub(crate) const ROUTE_KINDS: [(&str, &str, &str); 5] = [
     ("HTTPRoute", "httproutes", "v1"),
     ("GRPCRoute", "grpcroutes", "v1"),
     ("TLSRoute", "tlsroutes", "v1"),
@@ -92,7 +92,7 @@ pub async fn read(client: &Client, namespace: Option<&str>) -> Result<(Vec<Arc<G
 
 /// A route parent's status as written, with what the API leaves optional filled in (a
 /// parentRef without namespace is in the route's, `namespace`).
-fn parent_status(parent: &Value, namespace: &str) -> Option<RouteParentStatus> {
+pub(crate) fn parent_status(parent: &Value, namespace: &str) -> Option<RouteParentStatus> {
     let mut parent = parent.as_object()?.clone();
     if let Some(reference) = parent.get_mut("parentRef").and_then(Value::as_object_mut) {
         reference.entry("group").or_insert(translator::GROUP.into());
