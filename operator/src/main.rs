@@ -126,7 +126,7 @@ enum Command {
     /// with a Gateway or a listener, with a fix where one can be written: from the cluster
     /// (kubeconfig), or from files with `-f`. `kubectl turna explain` as a kubectl plugin.
     Explain {
-        /// `route`, `gateway` or `listener`.
+        /// `route`, `gateway`, `listener` or `backend` (a Service).
         #[arg(value_enum)]
         what: Explained,
         /// `namespace/name` (a route may be `Kind/namespace/name`; a listener
@@ -149,6 +149,7 @@ enum Explained {
     Route,
     Gateway,
     Listener,
+    Backend,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -485,6 +486,7 @@ fn main() -> anyhow::Result<()> {
                 Explained::Gateway => input.explain_gateway(&name),
                 Explained::Listener if name.split('/').count() == 3 => input.explain_gateway(&name),
                 Explained::Listener => Err(format!("{name:?} is not namespace/gateway/listener")),
+                Explained::Backend => input.explain_backend(&name),
             }
             .map_err(anyhow::Error::msg)?;
             std::io::stdout().write_all(text.as_bytes()).context("writing output")?;

@@ -1,6 +1,7 @@
 //! What `turna explain` needs, read from files (translated) or from a cluster.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject, ListParams};
@@ -159,6 +160,39 @@ impl Input {
         }
         if out.is_empty() {
             return Err(format!("no route {reference}"));
+        }
+        Ok(out)
+    }
+
+    /// Explains Service `namespace/name` as a backend: every route whose backendRefs name it,
+    /// explained.
+    pub fn explain_backend(&self, reference: &str) -> Result<String, String> {
+        let Some((namespace, name)) = reference.split_once('/') else {
+            return Err(format!("{reference:?} is not namespace/name"));
+        };
+        let mut users = Vec::new();
+        for (kind, ns, n, object) in &self.routes {
+            let names_it = (object["spec"]["rules"].as_array().into_iter().flatten())
+                .filter_map(|rule| rule["backendRefs"].as_array())
+                .flatten()
+                .any(|b| {
+                    b["kind"].as_str().unwrap_or("Service") == "Service"
+                        && b["group"].as_str().unwrap_or("").is_empty()
+                        && b["name"] == name
+                        && b["namespace"].as_str().unwrap_or(ns) == namespace
+                });
+            if names_it {
+                users.push(format!("{kind}/{ns}/{n}"));
+            }
+        }
+        let mut out = format!("Service {namespace}/{name}\n");
+        if users.is_empty() {
+            out.push_str("  No route names it in a backendRef.\n");
+            return Ok(out);
+        }
+        let _ = writeln!(out, "  A backend of {}.\n", users.join(", "));
+        for user in &users {
+            out.push_str(&self.explain_route(user)?);
         }
         Ok(out)
     }
