@@ -40,6 +40,20 @@ fn logged(format: Format) -> (dataplane::Settings, LogFile) {
     (settings, LogFile(path))
 }
 
+/// A proxy logging in `format` with one catch-all rule of route `r` to an echo backend, and the
+/// address of its port 80.
+async fn echo_proxy(format: Format) -> (dataplane::Dataplane, std::net::SocketAddr, EchoBackend, LogFile) {
+    let echo = EchoBackend::start("echo").await;
+    let (settings, log) = logged(format);
+    let dp = apply(
+        simple(vec![rule("r", prefix("/"), "echo")], vec![echo_backend(&echo)]),
+        settings,
+    )
+    .await;
+    let addr = dp.local_addr(80).await.unwrap();
+    (dp, addr, echo, log)
+}
+
 /// The lines of the log once it has `n`, waiting up to 5 s for them.
 async fn lines(log: &LogFile, n: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -204,20 +218,18 @@ async fn failed_requests_say_why() {
 
 #[tokio::test]
 async fn a_client_that_goes_away_is_a_downstream_reset() {
-    let echo = EchoBackend::start("echo").await;
-    let (settings, path) = logged(Format::Json);
-    let dp = apply(
-        simple(vec![rule("r", prefix("/"), "echo")], vec![echo_backend(&echo)]),
-        settings,
-    )
-    .await;
-    let addr = dp.local_addr(80).await.unwrap();
+    let (_dp, addr, echo, path) = echo_proxy(Format::Json).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(b"GET /sleep/300 HTTP/1.1\r\nhost: a.example\r\n\r\n")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Gone while the backend works on the request.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while echo.requests() == 0 {
+        assert!(Instant::now() < deadline, "the request did not reach the backend");
+        tokio::task::yield_now().await;
+    }
     drop(stream);
     let lines = json_lines(&path, 1).await;
     assert_eq!(lines[0]["url.path"], "/sleep/300");
@@ -227,14 +239,7 @@ async fn a_client_that_goes_away_is_a_downstream_reset() {
 
 #[tokio::test]
 async fn text_lines_are_key_value_pairs() {
-    let echo = EchoBackend::start("echo").await;
-    let (settings, path) = logged(Format::Text);
-    let dp = apply(
-        simple(vec![rule("r", prefix("/"), "echo")], vec![echo_backend(&echo)]),
-        settings,
-    )
-    .await;
-    let addr = dp.local_addr(80).await.unwrap();
+    let (_dp, addr, _echo, path) = echo_proxy(Format::Text).await;
     assert_eq!(get(&client(), addr, "a.example", "/x").await.status, StatusCode::OK);
     let lines = lines(&path, 1).await;
     let line = lines.last().expect("a line");

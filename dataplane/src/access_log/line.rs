@@ -10,7 +10,7 @@ use http::{Method, Uri, Version};
 use translator::ir::RouteRef;
 
 use super::{Flags, Format};
-use crate::http::host::strip_port;
+use crate::http::host::host_of;
 use crate::upstream::Upstream;
 
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -71,14 +71,8 @@ impl HttpLine {
         }
     }
 
-    pub fn encode(&self, format: Format) -> String {
-        let mut out = String::with_capacity(384);
-        self.encode_into(format, &mut out);
-        out
-    }
-
     /// Appends the line (with its newline) to `out`.
-    pub fn encode_into(&self, format: Format, out: &mut String) {
+    pub fn encode(&self, format: Format, out: &mut String) {
         let mut out = Encoder::new(format, out);
         out.time("start_time", self.start);
         out.millis("duration_ms", self.duration);
@@ -86,10 +80,7 @@ impl HttpLine {
         out.str("http.request.method", self.method.as_str());
         out.str("url.path", self.uri.path());
         out.str("url.scheme", self.scheme);
-        let host = (self.host.as_ref().and_then(|h| h.to_str().ok()))
-            .or_else(|| self.uri.authority().map(|a| a.as_str()))
-            .unwrap_or_default();
-        out.str("server.address", strip_port(host));
+        out.str("server.address", &host_of(self.host.as_ref(), &self.uri));
         out.str("network.protocol.name", "http");
         out.str("network.protocol.version", version(self.version));
         out.int("http.response.status_code", u64::from(self.status));
@@ -144,14 +135,8 @@ impl StreamLine {
         }
     }
 
-    pub fn encode(&self, format: Format) -> String {
-        let mut out = String::with_capacity(256);
-        self.encode_into(format, &mut out);
-        out
-    }
-
     /// Appends the line (with its newline) to `out`.
-    pub fn encode_into(&self, format: Format, out: &mut String) {
+    pub fn encode(&self, format: Format, out: &mut String) {
         let mut out = Encoder::new(format, out);
         out.time("start_time", self.start);
         out.millis("duration_ms", self.duration);
@@ -499,7 +484,8 @@ mod tests {
 
     #[test]
     fn json_lines_parse_and_carry_the_dictionary_names() {
-        let encoded = line().encode(Format::Json);
+        let mut encoded = String::new();
+        line().encode(Format::Json, &mut encoded);
         assert!(encoded.ends_with("}\n"));
         let value: serde_json::Value = serde_json::from_str(&encoded).expect("JSON");
         assert_eq!(value["start_time"], "2025-12-03T10:00:00.123456Z");
@@ -523,7 +509,8 @@ mod tests {
 
     #[test]
     fn text_lines_split_into_their_fields() {
-        let encoded = line().encode(Format::Text);
+        let mut encoded = String::new();
+        line().encode(Format::Text, &mut encoded);
         assert!(encoded.starts_with("start_time=2025-12-03T10:00:00.123456Z duration_ms=1.500 "));
         assert!(
             encoded.contains(" user_agent.original=\"agent \\\"x\\\"\\t1\" "),

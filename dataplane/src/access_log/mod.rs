@@ -40,7 +40,7 @@ pub enum Format {
     /// One JSON object per line.
     #[default]
     Json,
-    /// `key=value` fields after the request line, for reading in a terminal.
+    /// The same fields as `key=value` pairs, for reading in a terminal.
     Text,
 }
 
@@ -71,12 +71,12 @@ impl AccessLog {
 
     /// Writes one HTTP request's line.
     pub fn http(&self, line: &HttpLine) {
-        self.sink.send(|out| line.encode_into(self.format, out));
+        self.sink.send(|out| line.encode(self.format, out));
     }
 
     /// Writes one TCP, TLS or UDP session's line.
     pub fn stream(&self, line: &StreamLine) {
-        self.sink.send(|out| line.encode_into(self.format, out));
+        self.sink.send(|out| line.encode(self.format, out));
     }
 }
 
@@ -132,8 +132,6 @@ pub struct Pending {
     started: Instant,
     pub line: HttpLine,
     pub trail: Arc<Trail>,
-    /// The response head is sent.
-    answered: bool,
     /// The response body ended.
     ended: bool,
 }
@@ -151,7 +149,6 @@ impl Pending {
             started: Instant::now(),
             line: HttpLine::from_request(SystemTime::now(), client, scheme, parts),
             trail: Arc::new(Trail::default()),
-            answered: false,
             ended: false,
         })
     }
@@ -159,7 +156,6 @@ impl Pending {
     /// The response head with `status` is ready to send.
     pub fn answered(&mut self, status: u16) {
         self.line.status = status;
-        self.answered = true;
     }
 
     /// `bytes` of the response body were sent on.
@@ -175,7 +171,8 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if !(self.answered && self.ended) {
+        // Status 0: no response head was sent.
+        if self.line.status == 0 || !self.ended {
             self.trail.flag(Flag::DownstreamReset);
         }
         let trail = &self.trail;

@@ -50,8 +50,12 @@ impl HostPattern {
 /// The host a request is for, lowercase and without port: the Host header, else the URI authority
 /// (HTTP/2 `:authority`). Borrowed when already lowercase, as it nearly always is.
 pub fn request_host<'r>(headers: &'r HeaderMap, uri: &'r Uri) -> Cow<'r, str> {
-    let raw = headers
-        .get(http::header::HOST)
+    host_of(headers.get(http::header::HOST), uri)
+}
+
+/// [`request_host`] from the Host header's value alone (the access log keeps only that).
+pub fn host_of<'r>(host_header: Option<&'r http::HeaderValue>, uri: &'r Uri) -> Cow<'r, str> {
+    let raw = host_header
         .and_then(|v| v.to_str().ok())
         .or_else(|| uri.authority().map(|a| a.as_str()))
         .unwrap_or_default();

@@ -148,8 +148,8 @@ impl HttpService {
 
 impl Connection {
     async fn handle(&self, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
-        // The table this request sees until it ends, whatever swaps happen meanwhile.
         let started = Instant::now();
+        // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
         let response = self.route(&table, parts, body, &mut served, None).await;
@@ -161,11 +161,10 @@ impl Connection {
     /// (or here, when the client goes away before the response).
     async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
         let mut pending = Pending::start(log, self.peer, self.context.scheme, &parts);
-        let trail = pending.trail.clone();
         let started = Instant::now();
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
-        let mut response = self.route(&table, parts, body, &mut served, Some(&trail)).await;
+        let mut response = self.route(&table, parts, body, &mut served, Some(&pending.trail)).await;
         let code = response.status().as_u16();
         pending.answered(code);
         pending.line.listener = self.count(&served, code, started).to_string();

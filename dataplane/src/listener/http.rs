@@ -25,7 +25,7 @@ use super::tcp::listen;
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
 use crate::http::{HttpService, ListenerContext};
-use crate::metrics::{ConnectionGuard, Timeout};
+use crate::metrics::{ConnectionGuard, Metrics, Timeout};
 use crate::stream::prefixed::Prefixed;
 use crate::table::{Socket, SocketKind};
 
@@ -199,23 +199,40 @@ async fn connection(
     let Some(config) = context.table.load().https_config(context.port).cloned() else {
         return;
     };
-    let handshake = TlsAcceptor::from(config).accept(stream);
-    let tls = match tokio::time::timeout_at(at + builders.handshake_timeout(), handshake).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(error)) => {
-            context.metrics.tls_handshake_errors.inc();
-            tracing::debug!(%peer, %error, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            context.metrics.timeouts.inc(Timeout::tls_handshake);
-            return;
-        }
+    let deadline = at + builders.handshake_timeout();
+    let Some(tls) = tls_accept(config, stream, deadline, &context.metrics, peer).await else {
+        return;
     };
     let server_name = tls.get_ref().1.server_name().map(|n| Arc::from(n.to_ascii_lowercase()));
     let protocol = alpn_protocol(tls.get_ref().1.alpn_protocol());
     let service = HttpService::new(context, peer, server_name);
     serve(tls, protocol, service, &builders, watch, Instant::now()).await;
+}
+
+/// Completes a client's TLS handshake by `deadline`: a failed one counts in
+/// `tls_handshake_errors`, one that took too long in `timeouts{timeout="tls_handshake"}`.
+pub(super) async fn tls_accept<IO>(
+    config: Arc<rustls::ServerConfig>,
+    io: IO,
+    deadline: Instant,
+    metrics: &Metrics,
+    peer: SocketAddr,
+) -> Option<tokio_rustls::server::TlsStream<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout_at(deadline, TlsAcceptor::from(config).accept(io)).await {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(error)) => {
+            metrics.tls_handshake_errors.inc();
+            tracing::debug!(%peer, %error, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            metrics.timeouts.inc(Timeout::tls_handshake);
+            None
+        }
+    }
 }
 
 /// HTTP/2 when ALPN chose it; without ALPN a client may still speak HTTP/2 (prior knowledge).

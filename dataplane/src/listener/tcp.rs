@@ -13,10 +13,9 @@ use tokio::time::Instant;
 use translator::ir::Transport;
 
 use super::drain::{Drain, Watch};
-use super::http::{Builders, alpn_protocol, serve};
+use super::http::{Builders, alpn_protocol, serve, tls_accept};
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
 use crate::error::PortError;
-use tokio_rustls::TlsAcceptor;
 
 use crate::access_log::{Flag, PendingStream, StreamLine};
 use crate::http::{HttpService, ListenerContext};
@@ -181,18 +180,9 @@ async fn forward(
                 return;
             };
             let client = Prefixed::new(hello, client);
-            let accepted = tokio::time::timeout_at(handshake_deadline, TlsAcceptor::from(config).accept(client)).await;
-            let tls = match accepted {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => {
-                    https.context.metrics.tls_handshake_errors.inc();
-                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    timeouts.inc(Timeout::tls_handshake);
-                    return;
-                }
+            let metrics = &https.context.metrics;
+            let Some(tls) = tls_accept(config, client, handshake_deadline, metrics, peer).await else {
+                return;
             };
             let protocol = alpn_protocol(tls.get_ref().1.alpn_protocol());
             let service = HttpService::new(
@@ -225,24 +215,12 @@ async fn forward(
             return;
         };
         let client = Prefixed::new(hello, client);
-        let accepted = tokio::time::timeout_at(handshake_deadline, TlsAcceptor::from(config).accept(client)).await;
-        let mut client = match accepted {
-            Ok(Ok(client)) => client,
-            Ok(Err(error)) => {
-                if let Some(line) = line {
-                    line.flags.insert(Flag::TlsHandshakeFailure);
-                }
-                https.context.metrics.tls_handshake_errors.inc();
-                tracing::debug!(%peer, %error, "TLS handshake failed");
-                return;
+        let metrics = &https.context.metrics;
+        let Some(mut client) = tls_accept(config, client, handshake_deadline, metrics, peer).await else {
+            if let Some(line) = line {
+                line.flags.insert(Flag::TlsHandshakeFailure);
             }
-            Err(_) => {
-                if let Some(line) = line {
-                    line.flags.insert(Flag::TlsHandshakeFailure);
-                }
-                timeouts.inc(Timeout::tls_handshake);
-                return;
-            }
+            return;
         };
         join(&mut client, upstream, table.connect_retries, &[], line).await;
     } else {
@@ -252,17 +230,24 @@ async fn forward(
 
 /// Connects to an endpoint of `upstream`, sends `first`, then copies both ways until either
 /// side closes; notes the backend, endpoint and bytes in `line`.
-async fn join<S>(client: &mut S, upstream: &Upstream, connect_retries: u32, first: &[u8], line: Option<&mut StreamLine>)
-where
+async fn join<S>(
+    client: &mut S,
+    upstream: &Upstream,
+    connect_retries: u32,
+    first: &[u8],
+    mut line: Option<&mut StreamLine>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    if let Some(line) = line.as_deref_mut() {
+        line.backend.clone_from(&upstream.id);
+    }
     let connected = upstream.connect_stream(connect_retries).await;
     let (mut backend, _active, endpoint) = match connected {
         Ok(connected) => connected,
         Err(error) => {
             tracing::warn!(%error, "no connection to backend");
             if let Some(line) = line {
-                line.backend.clone_from(&upstream.id);
                 line.flags.insert(error.flag());
             }
             return;
@@ -276,7 +261,6 @@ where
         tracing::debug!(%error, "stream ended with an error");
     }
     if let Some(line) = line {
-        line.backend.clone_from(&upstream.id);
         line.upstream = upstream.endpoint_address(endpoint).to_string();
         if let Ok((from_client, to_client)) = copied {
             line.bytes_received = first.len() as u64 + from_client;
