@@ -166,6 +166,32 @@ enum Show {
     All,
 }
 
+/// What `turna status` and `turna explain` read from files: the snapshot and its translation,
+/// with the defaults of `turna local`.
+fn translate_files(
+    files: &[PathBuf],
+    config: Option<PathBuf>,
+) -> anyhow::Result<(translator::Snapshot, translator::Output)> {
+    let settings = load_files_mode(config, None)?;
+    let snapshot = local::snapshot(files)?;
+    let out = translator::translate(&snapshot, &settings.translator_config());
+    Ok((snapshot, out))
+}
+
+/// Runs `read` with a client of the kubeconfig's cluster, for the commands that read one.
+fn on_cluster<T, F>(read: impl FnOnce(kube::Client) -> F) -> anyhow::Result<T>
+where
+    F: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let client = operator::api_client::infer()
+            .await
+            .context("connecting to the cluster (kubeconfig); -f reads files instead")?;
+        read(client).await.context("reading Gateways and routes")
+    })
+}
+
 /// Keeps what `out` says of Gateway `gateway` (`namespace/name`): its proxy and bundle, its
 /// status and the statuses of the routes (and policies) with it as parent.
 fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, gateway: &str) -> anyhow::Result<()> {
@@ -430,20 +456,13 @@ fn main() -> anyhow::Result<()> {
             namespace,
             config,
         } => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let (gateways, statuses) = if files.is_empty() {
-                runtime.block_on(async {
-                    let client = operator::api_client::infer()
-                        .await
-                        .context("connecting to the cluster (kubeconfig); -f reads files instead")?;
-                    operator::overview::cluster::read(&client, namespace.as_deref())
-                        .await
-                        .context("reading Gateways and routes")
-                })?
+                let read = on_cluster(|client| async move {
+                    operator::overview::cluster::read(&client, namespace.as_deref()).await
+                })?;
+                (read.gateways, read.statuses)
             } else {
-                let settings = load_files_mode(config, None)?;
-                let snapshot = local::snapshot(&files)?;
-                let out = translator::translate(&snapshot, &settings.translator_config());
+                let (snapshot, out) = translate_files(&files, config)?;
                 let in_namespace = |ns: &str| namespace.as_deref().is_none_or(|n| n == ns);
                 let gateways = (snapshot.gateways.iter())
                     .filter(|g| in_namespace(translator::object::Meta::namespace(g.as_ref())))
@@ -466,19 +485,9 @@ fn main() -> anyhow::Result<()> {
             config,
         } => {
             let input = if files.is_empty() {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                runtime.block_on(async {
-                    let client = operator::api_client::infer()
-                        .await
-                        .context("connecting to the cluster (kubeconfig); -f reads files instead")?;
-                    operator::explain::cluster::Input::from_cluster(&client)
-                        .await
-                        .context("reading Gateways and routes")
-                })?
+                on_cluster(|client| async move { operator::explain::cluster::Input::from_cluster(&client).await })?
             } else {
-                let settings = load_files_mode(config, None)?;
-                let snapshot = local::snapshot(&files)?;
-                let out = translator::translate(&snapshot, &settings.translator_config());
+                let (snapshot, out) = translate_files(&files, config)?;
                 operator::explain::cluster::Input::from_snapshot(&snapshot, out.statuses)
             };
             let text = match what {

@@ -124,10 +124,10 @@ spec:
     .await;
 
     // `turna status` reads back what the controller wrote, in the library and as a user runs it.
-    let (read, statuses) = operator::overview::cluster::read(&client, Some(&ns))
+    let read = operator::overview::cluster::read(&client, Some(&ns))
         .await
         .expect("read");
-    let overview = operator::overview::Overview::new(&read, &statuses);
+    let overview = operator::overview::Overview::new(&read.gateways, &read.statuses);
     assert_eq!(overview.gateways.len(), 1, "{overview:?}");
     let row = &overview.gateways[0];
     assert_eq!(row.gateway, format!("{ns}/web"));

@@ -4,15 +4,19 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use kube::api::{Api, DynamicObject, ListParams};
-use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use translator::api::Gateway;
 use translator::object::Meta;
 use translator::status::Statuses;
 
-use crate::overview::cluster::{ROUTE_KINDS, parent_status};
+/// Routes of `kind` as (kind, namespace, name, object).
+fn add<R: Meta + serde::Serialize>(routes: &mut Vec<(String, String, String, Value)>, kind: &str, objects: &[Arc<R>]) {
+    for r in objects {
+        let value = serde_json::to_value(&**r).unwrap_or_default();
+        routes.push((kind.to_string(), r.namespace().to_string(), r.name().to_string(), value));
+    }
+}
 
 /// Routes (kind, namespace, name, object), Gateways and statuses.
 #[derive(Debug, Default)]
@@ -26,49 +30,11 @@ impl Input {
     /// From a snapshot and its translation's statuses.
     pub fn from_snapshot(snapshot: &translator::Snapshot, statuses: Statuses) -> Self {
         let mut routes = Vec::new();
-        let mut add = |kind: &str, ns: &str, name: &str, value: Value| {
-            routes.push((kind.to_string(), ns.to_string(), name.to_string(), value));
-        };
-        for r in &snapshot.http_routes {
-            add(
-                "HTTPRoute",
-                Meta::namespace(&**r),
-                Meta::name(&**r),
-                serde_json::to_value(&**r).unwrap_or_default(),
-            );
-        }
-        for r in &snapshot.grpc_routes {
-            add(
-                "GRPCRoute",
-                Meta::namespace(&**r),
-                Meta::name(&**r),
-                serde_json::to_value(&**r).unwrap_or_default(),
-            );
-        }
-        for r in &snapshot.tls_routes {
-            add(
-                "TLSRoute",
-                Meta::namespace(&**r),
-                Meta::name(&**r),
-                serde_json::to_value(&**r).unwrap_or_default(),
-            );
-        }
-        for r in &snapshot.tcp_routes {
-            add(
-                "TCPRoute",
-                Meta::namespace(&**r),
-                Meta::name(&**r),
-                serde_json::to_value(&**r).unwrap_or_default(),
-            );
-        }
-        for r in &snapshot.udp_routes {
-            add(
-                "UDPRoute",
-                Meta::namespace(&**r),
-                Meta::name(&**r),
-                serde_json::to_value(&**r).unwrap_or_default(),
-            );
-        }
+        add(&mut routes, "HTTPRoute", &snapshot.http_routes);
+        add(&mut routes, "GRPCRoute", &snapshot.grpc_routes);
+        add(&mut routes, "TLSRoute", &snapshot.tls_routes);
+        add(&mut routes, "TCPRoute", &snapshot.tcp_routes);
+        add(&mut routes, "UDPRoute", &snapshot.udp_routes);
         Input {
             routes,
             gateways: snapshot.gateways.clone(),
@@ -78,33 +44,23 @@ impl Input {
 
     /// From the cluster: every Gateway and route with the statuses written on them.
     pub async fn from_cluster(client: &Client) -> Result<Self, kube::Error> {
-        let (gateways, statuses) = crate::overview::cluster::read(client, None).await?;
-        let mut routes = Vec::new();
-        for (kind, plural, version) in ROUTE_KINDS {
-            let resource = ApiResource {
-                group: translator::GROUP.into(),
-                version: version.into(),
-                api_version: format!("{}/{version}", translator::GROUP),
-                kind: kind.into(),
-                plural: plural.into(),
-            };
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let list = match api.list(&ListParams::default()).await {
-                Ok(list) => list.items,
-                Err(kube::Error::Api(response)) if response.code == 404 => continue,
-                Err(error) => return Err(error),
-            };
-            for route in list {
+        let read = crate::overview::cluster::read(client, None).await?;
+        let routes = (read.routes.into_iter())
+            .map(|(kind, route)| {
                 let namespace = route.namespace().unwrap_or_default();
                 let name = route.name_any();
-                let value = serde_json::to_value(&route).unwrap_or_default();
-                routes.push((kind.to_string(), namespace, name, value));
-            }
-        }
+                (
+                    kind.to_string(),
+                    namespace,
+                    name,
+                    serde_json::to_value(&route).unwrap_or_default(),
+                )
+            })
+            .collect();
         Ok(Input {
             routes,
-            gateways,
-            statuses,
+            gateways: read.gateways,
+            statuses: read.statuses,
         })
     }
 
@@ -130,22 +86,9 @@ impl Input {
             if ns != namespace || n != name || kind.is_some_and(|kind| !kind.eq_ignore_ascii_case(k)) {
                 continue;
             }
-            let status = self
-                .statuses
-                .routes
-                .iter()
-                .find(|r| r.kind == k.as_str() && r.namespace == ns.as_str() && r.name == n.as_str());
-            // From a cluster the status is on the object itself; the translator's otherwise.
-            let parents = match status {
-                Some(status) => status.parents.clone(),
-                None => (object
-                    .pointer("/status/parents")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten())
-                .filter_map(|p| parent_status(p, ns))
-                .collect(),
-            };
+            let parents = (self.statuses.routes.iter())
+                .find(|r| r.kind == k.as_str() && r.namespace == ns.as_str() && r.name == n.as_str())
+                .map_or(&[][..], |r| &r.parents[..]);
             if !out.is_empty() {
                 out.push('\n');
             }
@@ -154,7 +97,7 @@ impl Input {
                 namespace: ns,
                 name: n,
                 object,
-                parents: &parents,
+                parents,
                 gateways: &gateways,
             }));
         }

@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use translator::status::{Condition, ConditionStatus, GatewayStatus, RouteParentStatus};
 
+use crate::overview::{find, is_wrong};
+
 /// What is known of a route: its object and the statuses of its parents.
 #[derive(Debug, Clone)]
 pub struct RouteFacts<'a> {
@@ -37,7 +39,12 @@ pub fn route(facts: &RouteFacts<'_>) -> String {
             "  No parentRefs: the route names no Gateway, so nothing serves it."
         );
     }
+    let context = Context {
+        route: Some(facts),
+        gateway_namespace: None,
+    };
     let mut resolved: Option<&Condition> = None;
+    let mut attached = false;
     for reference in &parent_refs {
         let kind = reference["kind"].as_str().unwrap_or("Gateway");
         let namespace = reference["namespace"].as_str().unwrap_or(facts.namespace);
@@ -74,19 +81,12 @@ pub fn route(facts: &RouteFacts<'_>) -> String {
         let accepted = find(&status.conditions, "Accepted");
         match accepted {
             Some(c) if c.status == ConditionStatus::True => {
+                attached = true;
                 let _ = writeln!(out, "  {title}: attached");
             }
             Some(c) => {
                 let _ = writeln!(out, "  {title}: not attached");
-                explain_condition(
-                    &mut out,
-                    c,
-                    "    ",
-                    Context {
-                        route: Some(facts),
-                        gateway_namespace: None,
-                    },
-                );
+                explain_condition(&mut out, c, "    ", context);
             }
             None => {
                 let _ = writeln!(out, "  {title}: no Accepted condition yet");
@@ -97,24 +97,12 @@ pub fn route(facts: &RouteFacts<'_>) -> String {
             .iter()
             .filter(|c| c.kind == "PartiallyInvalid" && c.status == ConditionStatus::True)
         {
-            explain_condition(
-                &mut out,
-                c,
-                "    ",
-                Context {
-                    route: Some(facts),
-                    gateway_namespace: None,
-                },
-            );
+            explain_condition(&mut out, c, "    ", context);
         }
         if resolved.is_none() {
             resolved = find(&status.conditions, "ResolvedRefs");
         }
     }
-    let attached = facts
-        .parents
-        .iter()
-        .any(|p| find(&p.conditions, "Accepted").is_some_and(|c| c.status == ConditionStatus::True));
     match resolved {
         _ if !attached => {
             let _ = writeln!(out, "  backendRefs: checked once the route attaches to a listener");
@@ -124,15 +112,7 @@ pub fn route(facts: &RouteFacts<'_>) -> String {
         }
         Some(c) => {
             let _ = writeln!(out, "  backendRefs: not all resolved");
-            explain_condition(
-                &mut out,
-                c,
-                "    ",
-                Context {
-                    route: Some(facts),
-                    gateway_namespace: None,
-                },
-            );
+            explain_condition(&mut out, c, "    ", context);
         }
         None => {}
     }
@@ -164,11 +144,11 @@ pub fn gateway(
         route: None,
         gateway_namespace: Some(namespace),
     };
+    let mut any_wrong = false;
     if listener.is_none() {
-        for c in &status.conditions {
-            if is_wrong(c) {
-                explain_condition(&mut out, c, "  ", context);
-            }
+        for c in status.conditions.iter().filter(|c| is_wrong(c)) {
+            any_wrong = true;
+            explain_condition(&mut out, c, "  ", context);
         }
         if status.addresses.is_empty() {
             let _ = writeln!(out, "  No address assigned yet.");
@@ -189,6 +169,7 @@ pub fn gateway(
             );
             continue;
         }
+        any_wrong = true;
         let _ = writeln!(out, "  listener {}: {} attached routes, but", l.name, l.attached_routes);
         for c in wrong {
             explain_condition(&mut out, c, "    ", context);
@@ -200,13 +181,7 @@ pub fn gateway(
         let names: Vec<&str> = status.listeners.iter().map(|l| l.name.as_str()).collect();
         let _ = writeln!(out, "  No listener {name}; the Gateway has {}.", names.join(", "));
     }
-    if listener.is_none()
-        && status.conditions.iter().all(|c| !is_wrong(c))
-        && status
-            .listeners
-            .iter()
-            .all(|l| l.conditions.iter().all(|c| !is_wrong(c)))
-    {
+    if listener.is_none() && !any_wrong {
         let _ = writeln!(out, "  Nothing wrong.");
     }
     out
@@ -235,22 +210,9 @@ fn explain_condition(out: &mut String, c: &Condition, indent: &str, context: Con
             "{indent}Fix: {}\n",
             fix.trim_end().replace('\n', &format!("\n{indent}  "))
         );
-        // Said once per block: a listener's Accepted, Conflicted and Programmed share a reason.
-        if !out.ends_with(&fix) && !out.contains(&format!("{fix}{indent}")) {
+        // Said once: a listener's Accepted, Conflicted and Programmed share a reason.
+        if !out.contains(&fix) {
             out.push_str(&fix);
         }
-    }
-}
-
-fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
-    conditions.iter().find(|c| c.kind == kind)
-}
-
-/// A condition that says something is wrong (as `turna status` counts them).
-fn is_wrong(c: &Condition) -> bool {
-    match c.kind.as_str() {
-        "Accepted" | "Programmed" | "ResolvedRefs" => c.status != ConditionStatus::True,
-        "Conflicted" | "PartiallyInvalid" | "InsecureFrontendValidationMode" => c.status == ConditionStatus::True,
-        _ => false,
     }
 }

@@ -11,7 +11,7 @@ use translator::api::Gateway;
 use translator::status::{GatewayStatus, RouteParentStatus, RouteStatus, Statuses};
 
 /// The route kinds whose statuses are read, with their plural and version.
-pub(crate) const ROUTE_KINDS: [(&str, &str, &str); 5] = [
+const ROUTE_KINDS: [(&str, &str, &str); 5] = [
     ("HTTPRoute", "httproutes", "v1"),
     ("GRPCRoute", "grpcroutes", "v1"),
     ("TLSRoute", "tlsroutes", "v1"),
@@ -19,14 +19,24 @@ pub(crate) const ROUTE_KINDS: [(&str, &str, &str); 5] = [
     ("UDPRoute", "udproutes", "v1alpha2"),
 ];
 
-/// Every Gateway of the cluster (or of `namespace`) and the statuses of the Gateways and of
-/// the routes. Route kinds that are not installed are skipped.
-pub async fn read(client: &Client, namespace: Option<&str>) -> Result<(Vec<Arc<Gateway>>, Statuses), kube::Error> {
+/// What is read of a cluster: its Gateways, the routes with their kinds, and the statuses
+/// written on both.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub gateways: Vec<Arc<Gateway>>,
+    pub routes: Vec<(&'static str, DynamicObject)>,
+    pub statuses: Statuses,
+}
+
+/// Every Gateway and route of the cluster (or of `namespace`) and their statuses, one list call
+/// per kind. Route kinds that are not installed are skipped.
+pub async fn read(client: &Client, namespace: Option<&str>) -> Result<Read, kube::Error> {
     let gateways: Api<Gateway> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
     let gateways = gateways.list(&ListParams::default()).await?.items;
+    let mut read = Read::default();
     let mut statuses = Statuses::default();
     for gateway in &gateways {
         let Some(status) = &gateway.status else { continue };
@@ -70,7 +80,7 @@ pub async fn read(client: &Client, namespace: Option<&str>) -> Result<(Vec<Arc<G
             Err(error) => return Err(error),
         };
         for route in routes {
-            let parents = route
+            let parents: Vec<RouteParentStatus> = route
                 .data
                 .pointer("/status/parents")
                 .and_then(Value::as_array)
@@ -85,14 +95,17 @@ pub async fn read(client: &Client, namespace: Option<&str>) -> Result<(Vec<Arc<G
                 name: route.name_any().into(),
                 parents,
             });
+            read.routes.push((kind, route));
         }
     }
-    Ok((gateways.into_iter().map(Arc::new).collect(), statuses))
+    read.gateways = gateways.into_iter().map(Arc::new).collect();
+    read.statuses = statuses;
+    Ok(read)
 }
 
 /// A route parent's status as written, with what the API leaves optional filled in (a
 /// parentRef without namespace is in the route's, `namespace`).
-pub(crate) fn parent_status(parent: &Value, namespace: &str) -> Option<RouteParentStatus> {
+fn parent_status(parent: &Value, namespace: &str) -> Option<RouteParentStatus> {
     let mut parent = parent.as_object()?.clone();
     if let Some(reference) = parent.get_mut("parentRef").and_then(Value::as_object_mut) {
         reference.entry("group").or_insert(translator::GROUP.into());

@@ -224,7 +224,8 @@ fn addresses(g: &GatewayRow) -> String {
     }
 }
 
-fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
+/// The condition of type `kind`.
+pub(crate) fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
     conditions.iter().find(|c| c.kind == kind)
 }
 
@@ -232,15 +233,19 @@ fn is(conditions: &[Condition], kind: &str, status: ConditionStatus) -> bool {
     find(conditions, kind).is_some_and(|c| c.status == status)
 }
 
-/// Conditions that say something is wrong: a positive-polarity one that is not `True`
-/// (Accepted, Programmed, ResolvedRefs), or an abnormal-true one (Conflicted, and the
-/// InsecureFrontendValidationMode warning, a route's PartiallyInvalid).
-fn wrong(conditions: &[Condition]) -> impl Iterator<Item = &Condition> {
-    conditions.iter().filter(|c| match c.kind.as_str() {
+/// Whether a condition says something is wrong: a positive-polarity one that is not `True`
+/// (Accepted, Programmed, ResolvedRefs), or an abnormal-true one (Conflicted, a route's
+/// PartiallyInvalid, the InsecureFrontendValidationMode warning).
+pub(crate) fn is_wrong(c: &Condition) -> bool {
+    match c.kind.as_str() {
         "Accepted" | "Programmed" | "ResolvedRefs" => c.status != ConditionStatus::True,
         "Conflicted" | "PartiallyInvalid" | "InsecureFrontendValidationMode" => c.status == ConditionStatus::True,
         _ => false,
-    })
+    }
+}
+
+fn wrong(conditions: &[Condition]) -> impl Iterator<Item = &Condition> {
+    conditions.iter().filter(|c| is_wrong(c))
 }
 
 fn problem(object: String, c: &Condition) -> Problem {
