@@ -257,6 +257,20 @@ async fn text_lines_are_key_value_pairs() {
     }
 }
 
+/// TCP port 5432 with route `db` to backend `db`.
+fn db_port() -> ir::Port {
+    port(
+        ir::Transport::Tcp,
+        5432,
+        vec![stream_listener(
+            "tcp",
+            ir::Protocol::Tcp,
+            None,
+            vec![stream_route("db", &[], vec![weighted(Some("db"), 1)])],
+        )],
+    )
+}
+
 #[tokio::test]
 async fn tcp_and_udp_sessions_get_a_line_each() {
     let tcp = tcp_echo("tcp").await;
@@ -265,16 +279,7 @@ async fn tcp_and_udp_sessions_get_a_line_each() {
     udp_route.route.kind = "UDPRoute".into();
     let ir = proxy(
         vec![
-            port(
-                ir::Transport::Tcp,
-                5432,
-                vec![stream_listener(
-                    "tcp",
-                    ir::Protocol::Tcp,
-                    None,
-                    vec![stream_route("db", &[], vec![weighted(Some("db"), 1)])],
-                )],
-            ),
+            db_port(),
             port(
                 ir::Transport::Udp,
                 53,
@@ -326,16 +331,7 @@ async fn tcp_and_udp_sessions_get_a_line_each() {
 #[tokio::test]
 async fn tcp_connections_without_an_endpoint_say_why() {
     let ir = proxy(
-        vec![port(
-            ir::Transport::Tcp,
-            5432,
-            vec![stream_listener(
-                "tcp",
-                ir::Protocol::Tcp,
-                None,
-                vec![stream_route("db", &[], vec![weighted(Some("db"), 1)])],
-            )],
-        )],
+        vec![db_port()],
         vec![stream_backend("db", endpoint("127.0.0.1:1".parse().unwrap()))],
     );
     let (settings, path) = logged(Format::Json);

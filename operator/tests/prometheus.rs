@@ -150,24 +150,7 @@ async fn prometheus_scrapes_the_operator_and_the_proxy_and_runs_the_dashboard() 
         ))
         .expect("apply");
 
-    let settings = operator::settings::Kubernetes {
-        gateway_class: class.clone(),
-        port_offset: 0,
-        debounce: Duration::from_millis(50),
-        backend: operator::settings::Backend {
-            allow_external_name: true,
-            ..Default::default()
-        },
-        status: operator::settings::Status {
-            addresses: vec!["127.0.0.1".into()],
-            leader_election: operator::settings::LeaderElection {
-                disabled: true,
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let settings = common::standalone_settings(&class);
     // As `turna standalone` runs: the health address serves both parts' metrics.
     let options = operator::reconcile::Options::default();
     let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(LOOPBACK));

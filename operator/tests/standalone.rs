@@ -9,9 +9,6 @@ mod control_plane;
 use common::{LOOPBACK, backend, eventually, free_port, get};
 
 use std::net::SocketAddr;
-use std::time::Duration;
-
-use operator::settings::Kubernetes;
 
 fn plane() -> &'static control_plane::ControlPlane {
     control_plane::ControlPlane::shared_with(control_plane::Options::default())
@@ -50,26 +47,7 @@ async fn gateways_of_two_namespaces_share_one_port_of_the_in_process_dataplane()
         .apply_yaml(&objects(&b, &class, port, "b.test", backend("b").await))
         .expect("apply b");
 
-    let settings = Kubernetes {
-        gateway_class: class.clone(),
-        port_offset: 0,
-        debounce: Duration::from_millis(50),
-        // The backend is an ExternalName Service for localhost: the API server refuses
-        // loopback addresses in EndpointSlices, and tests send traffic to loopback only.
-        backend: operator::settings::Backend {
-            allow_external_name: true,
-            ..Default::default()
-        },
-        status: operator::settings::Status {
-            addresses: vec!["127.0.0.1".into()],
-            leader_election: operator::settings::LeaderElection {
-                disabled: true,
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let settings = common::standalone_settings(&class);
     let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(LOOPBACK));
     let controller = tokio::spawn(operator::modes::standalone::run(
         client.clone(),

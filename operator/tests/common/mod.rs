@@ -40,6 +40,31 @@ pub async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, probe: imp
     within(Duration::from_secs(30), what, probe).await
 }
 
+/// Standalone-mode settings for Gateways of `class` on their own ports, reporting 127.0.0.1 as
+/// their address, without leader election. Backends are ExternalName Services for localhost:
+/// the API server refuses loopback addresses in EndpointSlices, and tests send traffic to
+/// loopback only.
+pub fn standalone_settings(class: &str) -> operator::settings::Kubernetes {
+    operator::settings::Kubernetes {
+        gateway_class: class.to_string(),
+        port_offset: 0,
+        debounce: Duration::from_millis(50),
+        backend: operator::settings::Backend {
+            allow_external_name: true,
+            ..Default::default()
+        },
+        status: operator::settings::Status {
+            addresses: vec!["127.0.0.1".into()],
+            leader_election: operator::settings::LeaderElection {
+                disabled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// An HTTP/1.1 backend on 127.0.0.1 answering every request with `name` and the request path.
 pub async fn backend(name: &'static str) -> SocketAddr {
     let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind backend");
