@@ -68,12 +68,14 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
                 tls: None,
                 virtual_hosts,
                 stream_routes: vec![],
+                tracing: None,
             }],
             frontend_validation: None,
         }],
         backends: BTreeMap::from([(backend.id.clone(), backend)]),
         connect_retries: 2,
         infrastructure: None,
+        tracing: Default::default(),
     };
     Table::build(
         &proxy,

@@ -57,6 +57,8 @@ pub enum ValidationError {
     Tls(String),
     #[error("backend {backend}: key {key:?} differs from its id")]
     BackendId { backend: String, key: String },
+    #[error("tracing of {gateway}: {reason}")]
+    Tracing { gateway: String, reason: String },
     #[error("backend {backend}: endpoint {address:?}:{port} is not a valid authority")]
     Endpoint {
         backend: String,

@@ -13,6 +13,7 @@ pub mod listener;
 pub mod metrics;
 pub mod stream;
 pub mod table;
+pub mod telemetry;
 pub mod tls;
 pub mod upstream;
 
@@ -166,7 +167,12 @@ impl Dataplane {
             shared.passive_health,
         );
         let table = match built {
-            Ok(table) => Arc::new(table),
+            Ok(mut table) => {
+                if !proxy.tracing.is_empty() {
+                    table.trace(proxy, &shared.table.load(), &shared.exporting());
+                }
+                Arc::new(table)
+            }
             Err(error) => {
                 shared.metrics.apply_errors.inc();
                 tracing::error!(%error, "IR rejected; the previous one keeps serving");

@@ -93,6 +93,10 @@ pub struct Metrics {
     pub access_log_dropped: Counter,
     /// TLS handshakes with clients that failed (not those that timed out: `timeouts`).
     pub tls_handshake_errors: Counter,
+    /// Spans sent to OTLP receivers.
+    pub spans_exported: Counter,
+    /// Spans an OTLP receiver did not take (unreachable, refused, timed out).
+    pub spans_dropped: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -172,6 +176,18 @@ impl Default for Metrics {
             "TLS handshakes with clients that failed (bad certificates, protocol errors)",
             tls_handshake_errors.clone(),
         );
+        let spans_exported = Counter::default();
+        registry.register(
+            "spans_exported",
+            "Spans sent to the OTLP receivers of XTelemetryPolicies",
+            spans_exported.clone(),
+        );
+        let spans_dropped = Counter::default();
+        registry.register(
+            "spans_dropped",
+            "Spans an OTLP receiver did not take (unreachable, refused, timed out)",
+            spans_dropped.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -186,6 +202,8 @@ impl Default for Metrics {
             apply_errors,
             access_log_dropped,
             tls_handshake_errors,
+            spans_exported,
+            spans_dropped,
         }
     }
 }

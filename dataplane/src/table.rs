@@ -12,6 +12,7 @@ use crate::error::ValidationError;
 use crate::http::PortRoutes;
 use crate::metrics::Metrics;
 use crate::stream::StreamPort;
+use crate::telemetry::{Exporting, Tracer};
 use crate::tls::{self, Material};
 use crate::upstream::{PassiveHealth, Upstream};
 
@@ -33,6 +34,8 @@ pub struct Table {
     upstreams: HashMap<String, Arc<Upstream>>,
     /// Retries on another endpoint when one is unreachable.
     pub connect_retries: u32,
+    /// The tracing of each traced Gateway ([`Table::trace`]).
+    tracers: HashMap<ir::SmolStr, Arc<Tracer>>,
 }
 
 /// A socket of the IR: the Gateway listener port, the local port bound for it, and what it serves.
@@ -116,6 +119,7 @@ impl Table {
             });
         }
         check_ports(&proxy.ports)?;
+        check_tracing(proxy)?;
         let mut upstreams = HashMap::with_capacity(proxy.backends.len());
         for (key, backend) in &proxy.backends {
             if *key != backend.id {
@@ -202,7 +206,29 @@ impl Table {
             sockets,
             upstreams,
             connect_retries: proxy.connect_retries,
+            tracers: HashMap::new(),
         })
+    }
+
+    /// Starts the tracing of `proxy`'s traced Gateways (a Gateway whose settings did not change
+    /// keeps the tracer of `previous`, with its spans waiting for export) and hands each HTTP
+    /// listener its Gateway's tracer.
+    pub fn trace(&mut self, proxy: &ir::Proxy, previous: &Table, exporting: &Exporting) {
+        for (gateway, settings) in &proxy.tracing {
+            let tracer = match previous.tracers.get(gateway) {
+                Some(kept) if kept.settings == *settings => kept.clone(),
+                _ => Arc::new(Tracer::build(settings, exporting)),
+            };
+            self.tracers.insert(gateway.clone(), tracer);
+        }
+        for routes in self.http_ports.values_mut() {
+            routes.set_tracers(|gateway| self.tracers.get(gateway).cloned());
+        }
+    }
+
+    /// The upstream of backend `id`.
+    pub fn upstream(&self, id: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.get(id)
     }
 
     /// The routes of Gateway listener port `port`.
@@ -244,6 +270,42 @@ fn validation_fingerprint(port: &ir::Port, material: &Material) -> u64 {
         material.ca_bundles.get(name).hash(&mut hasher);
     }
     hasher.finish() | 1
+}
+
+/// Each traced Gateway's receiver is a backend of the IR, its rates are fractions, and each
+/// listener names a traced Gateway.
+fn check_tracing(proxy: &ir::Proxy) -> Result<(), ValidationError> {
+    let invalid = |gateway: &str, reason: String| ValidationError::Tracing {
+        gateway: gateway.to_string(),
+        reason,
+    };
+    for (gateway, t) in &proxy.tracing {
+        if !proxy.backends.contains_key(&t.backend) {
+            return Err(invalid(
+                gateway,
+                format!("receiver {:?} is not in the IR's backends", t.backend),
+            ));
+        }
+        for f in [t.sampling, t.parent_sampling] {
+            if f.denominator == 0 || f.numerator > f.denominator {
+                return Err(invalid(
+                    gateway,
+                    format!("{}/{} is not a sampling rate", f.numerator, f.denominator),
+                ));
+            }
+        }
+    }
+    for listener in proxy.ports.iter().flat_map(|p| &p.listeners) {
+        if let Some(gateway) = &listener.tracing
+            && !proxy.tracing.contains_key(gateway)
+        {
+            return Err(invalid(
+                gateway,
+                format!("listener {} names it, the IR does not trace it", listener.name),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Ports and bind ports are unique per transport.
@@ -341,6 +403,7 @@ mod tests {
                 rules: rules.to_vec(),
             }],
             stream_routes: Vec::new(),
+            tracing: None,
         };
         ir::Proxy {
             schema: ir::SCHEMA_VERSION,
@@ -359,6 +422,7 @@ mod tests {
                 .collect::<BTreeMap<_, _>>(),
             connect_retries: 2,
             infrastructure: None,
+            tracing: Default::default(),
         }
     }
 

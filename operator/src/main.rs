@@ -234,6 +234,10 @@ fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, g
         policy.ancestors.retain(|a| ours(&a.ancestor_ref));
     }
     statuses.backend_tls_policies.retain(|p| !p.ancestors.is_empty());
+    for policy in &mut statuses.telemetry_policies {
+        policy.ancestors.retain(|a| ours(&a.ancestor_ref));
+    }
+    statuses.telemetry_policies.retain(|p| !p.ancestors.is_empty());
     statuses.gateway_classes.clear();
     Ok(())
 }

@@ -32,6 +32,7 @@ fn repo() -> PathBuf {
 /// The Prometheus binary, built (once per machine) when missing.
 fn prometheus_binary() -> PathBuf {
     let out = Command::new(repo().join("e2e/scripts/build-observability.sh"))
+        .arg("prometheus")
         .stderr(Stdio::inherit())
         .output()
         .expect("run build-observability.sh");

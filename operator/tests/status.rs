@@ -322,3 +322,92 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
     );
     controller.abort();
 }
+
+/// XTelemetryPolicy (an experimental kind, watched once the access review allows it): each
+/// policy gets an ancestor status per targeted Gateway; of two policies on one Gateway the
+/// older is Accepted and the younger Conflicted; a receiver that does not exist is
+/// ResolvedRefs=False BackendNotFound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_policies_get_ancestor_status_with_conflicts() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("telemetry");
+    let class = format!("turna-{ns}");
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
+    );
+    let policy = |name: &str, service: &str| {
+        format!(
+            r#"apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XTelemetryPolicy
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: web}}]
+  tracing:
+    mode: Enabled
+    provider: {{backendRef: {{name: {service}, port: 4317}}}}
+    samplingRate: {{numerator: 10}}
+"#
+        )
+    };
+    cp.apply_yaml(&format!(
+        r#"
+{gateway}apiVersion: v1
+kind: Service
+metadata: {{name: collector, namespace: {ns}}}
+spec:
+  ports: [{{name: otlp-grpc, port: 4317}}]
+---
+{}"#,
+        policy("a-older", "collector")
+    ))
+    .expect("apply");
+    // Created later (or in the same second: then the name decides), so it loses.
+    cp.apply_yaml(&policy("b-younger", "no-such-collector")).expect("apply");
+
+    let client = client().await;
+    let settings = operator::settings::Kubernetes {
+        gateway_class: class.clone(),
+        debounce: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run(client.clone(), settings));
+    let policies: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource {
+            group: translator::X_GROUP.into(),
+            version: "v1alpha1".into(),
+            api_version: format!("{}/v1alpha1", translator::X_GROUP),
+            kind: "XTelemetryPolicy".into(),
+            plural: "xtelemetrypolicies".into(),
+        },
+    );
+    let has_ancestor = |p: &Value| p["status"]["ancestors"].as_array().is_some_and(|a| !a.is_empty());
+    let older = eventually(&policies, "a-older", has_ancestor).await;
+    let ancestor = &older["status"]["ancestors"][0];
+    assert_eq!(ancestor["ancestorRef"]["name"], "web", "{older:#}");
+    assert_eq!(ancestor["ancestorRef"]["kind"], "Gateway");
+    assert_eq!(ancestor["controllerName"], "rakunlabs.com/turna");
+    let accepted = condition(&ancestor["conditions"], "Accepted").expect("Accepted");
+    assert_eq!(
+        (accepted["status"].as_str(), accepted["reason"].as_str()),
+        (Some("True"), Some("Accepted"))
+    );
+    let resolved = condition(&ancestor["conditions"], "ResolvedRefs").expect("ResolvedRefs");
+    assert_eq!(resolved["status"], "True");
+
+    let younger = eventually(&policies, "b-younger", has_ancestor).await;
+    let ancestor = &younger["status"]["ancestors"][0];
+    let accepted = condition(&ancestor["conditions"], "Accepted").expect("Accepted");
+    assert_eq!(
+        (accepted["status"].as_str(), accepted["reason"].as_str()),
+        (Some("False"), Some("Conflicted")),
+        "{younger:#}"
+    );
+    let resolved = condition(&ancestor["conditions"], "ResolvedRefs").expect("ResolvedRefs");
+    assert_eq!(resolved["reason"], "BackendNotFound");
+    controller.abort();
+}

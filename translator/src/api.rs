@@ -14,3 +14,5 @@ pub use gateway_api::apis::experimental::tcproutes::{self as tcp, TcpRoute};
 pub use gateway_api::apis::experimental::tlsroutes::{self as tls, TlsRoute};
 pub use gateway_api::apis::experimental::udproutes::{self as udp, UdpRoute};
 pub use gateway_api::apis::standard::backendtlspolicies::{self as backend_tls, BackendTlsPolicy};
+pub mod telemetry;
+pub use telemetry::XTelemetryPolicy;

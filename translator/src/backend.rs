@@ -227,6 +227,50 @@ impl<'a> Backends<'a> {
         resolution
     }
 
+    /// Resolves `r`, the OTLP receiver of a policy (`from`): a Service port reached like a
+    /// route's backend (endpoints, BackendTLSPolicy), spoken to over gRPC when the port says so
+    /// (`appProtocol` `grpc` or `kubernetes.io/h2c`, a name starting with `grpc`, or 4317, the
+    /// OTLP/gRPC port) and over OTLP/HTTP otherwise.
+    pub fn resolve_for_policy(&self, from: From<'_>, r: &BackendRef<'_>) -> Resolution {
+        if !(r.group.is_empty() || r.group == "core") || r.kind != "Service" {
+            return Err(Problem::new(
+                reason::INVALID_KIND,
+                format!("backendRef kind {}/{} is not supported", r.group, r.kind),
+            ));
+        }
+        let ns = r.namespace.unwrap_or(from.namespace);
+        let to = To {
+            group: "",
+            kind: "Service",
+            namespace: ns,
+            name: r.name,
+        };
+        if !reference_grant::permits(&self.snapshot.reference_grants, from, to) {
+            return Err(Problem::new(
+                reason::REF_NOT_PERMITTED,
+                format!(
+                    "Service {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                    r.name
+                ),
+            ));
+        }
+        let service_port = self
+            .services
+            .get(&(ns, r.name))
+            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.iter().find(|p| Some(p.port) == r.port));
+        let grpc = service_port.is_some_and(|p| {
+            matches!(p.app_protocol.as_deref(), Some("grpc" | "kubernetes.io/h2c"))
+                || p.name.as_deref().is_some_and(|n| n.starts_with("grpc"))
+        }) || r.port == Some(4317);
+        let kind = if grpc { RouteKind::Grpc } else { RouteKind::Http };
+        let local = BackendRef {
+            namespace: None,
+            filters: Vec::new(),
+            ..r.clone()
+        };
+        self.resolve_uncached(kind, ns, &local, true, None)
+    }
+
     /// The resolution cache; a thread that panicked while holding it left it consistent (entries
     /// are pushed whole), so a poisoned lock is still used.
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {

@@ -34,6 +34,82 @@ pub struct Proxy {
     /// Controller mode: what provisioning needs from the Gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infrastructure: Option<Infrastructure>,
+    /// Tracing of the Gateways that have it (XTelemetryPolicy), by Gateway `namespace/name`;
+    /// HTTP and HTTPS listeners name theirs in [`Listener::tracing`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tracing: BTreeMap<SmolStr, Tracing>,
+}
+
+/// What a Gateway's proxy does with traces: W3C trace context, spans for each request and each
+/// upstream attempt, exported over OTLP.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tracing {
+    /// The XTelemetryPolicy, `namespace/name`.
+    pub policy: String,
+    /// The OTLP receiver: a key into [`Proxy::backends`].
+    pub backend: SmolStr,
+    pub protocol: OtlpProtocol,
+    /// Headers of every export request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// Share of new traces (no parent, or parent ignored) that are sampled.
+    pub sampling: Fraction,
+    /// Requests with a parent follow its sampled flag (and then `parent_sampling`).
+    pub parent_based: bool,
+    /// Share of the parent-sampled requests that are sampled here too.
+    pub parent_sampling: Fraction,
+    /// `service.name` of the spans' resource.
+    pub service_name: String,
+    /// Name of every request span; the method and route when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_name: Option<String>,
+    /// Extra attributes of every span.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<SpanAttribute>,
+}
+
+/// How spans are sent to the receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (`TraceService/Export` over HTTP/2).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (`POST /v1/traces`).
+    HttpProtobuf,
+}
+
+/// `numerator / denominator`, with `numerator <= denominator` and `denominator > 0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fraction {
+    pub numerator: u32,
+    pub denominator: u32,
+}
+
+impl Fraction {
+    pub const ALL: Fraction = Fraction {
+        numerator: 1,
+        denominator: 1,
+    };
+}
+
+/// A span attribute and where its value comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpanAttribute {
+    pub name: String,
+    pub source: AttributeSource,
+}
+
+/// Where a span attribute's value comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "camelCase")]
+pub enum AttributeSource {
+    Literal(String),
+    /// A request header (lower case); absent headers add nothing.
+    Header(String),
+    /// One of the request span's standard attributes, such as `http.request.method`.
+    Attribute(String),
 }
 
 /// Provisioning facts of one Gateway's proxy.
@@ -122,6 +198,9 @@ pub struct Listener {
     /// the SNI wins, none matching closes the connection. TCP and UDP: at most one (the oldest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stream_routes: Vec<StreamRoute>,
+    /// HTTP and HTTPS: the Gateway whose [`Proxy::tracing`] traces its requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<SmolStr>,
 }
 
 /// TLS handling of a listener.

@@ -56,6 +56,7 @@ meta!(
     crate::api::UdpRoute,
     crate::api::ReferenceGrant,
     crate::api::BackendTlsPolicy,
+    crate::api::XTelemetryPolicy,
     k8s_openapi::api::core::v1::Service,
     k8s_openapi::api::core::v1::Namespace,
     k8s_openapi::api::discovery::v1::EndpointSlice,

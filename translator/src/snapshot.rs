@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::api::http::HttpRouteParentRefs;
 use crate::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
-    UdpRoute,
+    UdpRoute, XTelemetryPolicy,
 };
 use crate::certificate;
 use crate::parameters::{self, TurnaProxy};
@@ -39,6 +39,7 @@ pub struct Snapshot {
     /// ReferenceGrants of both `v1` and `v1beta1` (same schema).
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    pub telemetry_policies: Vec<Arc<XTelemetryPolicy>>,
     /// Proxy parameters GatewayClasses and Gateways may name.
     pub turna_proxies: Vec<Arc<TurnaProxy>>,
     pub services: Vec<Arc<Service>>,
@@ -233,6 +234,7 @@ impl Snapshot {
         self.unreadable_routes.extend_from_slice(&other.unreadable_routes);
         self.reference_grants.extend_from_slice(&other.reference_grants);
         self.backend_tls_policies.extend_from_slice(&other.backend_tls_policies);
+        self.telemetry_policies.extend_from_slice(&other.telemetry_policies);
         self.turna_proxies.extend_from_slice(&other.turna_proxies);
         self.services.extend_from_slice(&other.services);
         self.endpoint_slices.extend_from_slice(&other.endpoint_slices);
@@ -327,6 +329,7 @@ impl Snapshot {
             (parameters::GROUP, parameters::KIND) => self.turna_proxies.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(Arc::new(from(value).map_err(err)?)),
+            (crate::X_GROUP, "XTelemetryPolicy") => self.telemetry_policies.push(Arc::new(from(value).map_err(err)?)),
             ("", "Service") => self.services.push(Arc::new(from(value).map_err(err)?)),
             ("discovery.k8s.io", "EndpointSlice") => self.endpoint_slices.push(Arc::new(from(value).map_err(err)?)),
             ("", "Namespace") => self.namespaces.push(Arc::new(from(value).map_err(err)?)),

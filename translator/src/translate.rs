@@ -73,6 +73,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     let mut gateways = gateway::build(snapshot, config, &classes, &namespace_labels);
     reject_listener_filters(&mut gateways, snapshot);
     let backends = Backends::new(snapshot, config);
+    let telemetry = policy::telemetry::apply(snapshot, config, &gateways, &backends);
     let regexes = route::value::Regexes::default();
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
@@ -243,6 +244,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             .collect(),
         routes: by_name.iter().filter_map(|&ri| route_statuses[ri].take()).collect(),
         backend_tls_policies: backends.policies.statuses(&policy_usage, config),
+        telemetry_policies: telemetry.statuses,
     };
     statuses
         .listener_sets
@@ -274,7 +276,15 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
                 owners: owners(gw, &classes),
             });
         }
-        add_listeners(proxy, gw, &mut contributions[gi], &routes, &age_rank, config);
+        let tracing = telemetry.gateways.get(&gw.key()).map(|(tracing, backend)| {
+            let key = ir::SmolStr::new(gw.key());
+            proxy.tracing.insert(key.clone(), tracing.clone());
+            if !proxy.backends.contains_key(&backend.id) {
+                proxy.backends.insert(backend.id.clone(), ir::Backend::clone(backend));
+            }
+            key
+        });
+        add_listeners(proxy, gw, &mut contributions[gi], &routes, &age_rank, config, tracing);
         for (id, b) in &gateway_backends[gi] {
             if !proxy.backends.contains_key(id) {
                 proxy.backends.insert(id.clone(), ir::Backend::clone(b));
@@ -444,6 +454,7 @@ fn add_listeners(
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
     config: &Config,
+    tracing: Option<ir::SmolStr>,
 ) {
     for (li, l) in gw.listeners.iter().enumerate() {
         if !l.is_ready() {
@@ -474,10 +485,12 @@ fn add_listeners(
             }),
             virtual_hosts: Vec::new(),
             stream_routes: Vec::new(),
+            tracing: None,
         };
         let list = contributions.remove(&li).unwrap_or_default();
         match protocol {
             Protocol::Http | Protocol::Https => {
+                listener.tracing = tracing.clone();
                 listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank);
             }
             Protocol::Tls | Protocol::Tcp | Protocol::Udp => {

@@ -29,6 +29,16 @@ deploy tests check both directions). "read" is get, list and watch.
   verbs: ["get", "list", "watch"]
 {{- end -}}
 
+{{/* Experimental Gateway API policies Turna implements (XTelemetryPolicy): read, and status. */}}
+{{- define "turna.rules.experimentalPolicies" -}}
+- apiGroups: ["gateway.networking.x-k8s.io"]
+  resources: ["xtelemetrypolicies"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["gateway.networking.x-k8s.io"]
+  resources: ["xtelemetrypolicies/status"]
+  verbs: ["patch"]
+{{- end -}}
+
 {{/* Status is written with server-side apply (patch); GatewayClass status only cluster-wide. */}}
 {{- define "turna.rules.gatewayApiStatus" -}}
 - apiGroups: ["gateway.networking.k8s.io"]

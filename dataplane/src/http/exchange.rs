@@ -18,6 +18,7 @@ use super::rule::{Rule, describe};
 use super::upgrade::UpgradeRequest;
 use crate::access_log::{Flag, Trail};
 use crate::metrics::{Metrics, Timeout};
+use crate::telemetry::RequestSpan;
 use crate::upstream::{BodyClock, BufferedBody, ClientBody, ForwardError, RequestBody, Upstream};
 
 /// A request routed to `rule`.
@@ -37,6 +38,8 @@ pub struct Exchange<'a> {
     pub body_timeout: Duration,
     /// What the access log line of the request learns; `None` when access logs are off.
     pub trail: Option<&'a Arc<Trail>>,
+    /// The request's span; `None` when its Gateway is not traced.
+    pub span: Option<&'a RequestSpan>,
 }
 
 /// The outcome of one attempt.
@@ -83,7 +86,7 @@ impl<'a> Exchange<'a> {
             match Box::pin(RequestBody::buffer(body, MAX_RETRY_BODY)).await {
                 Ok(RequestBody::Buffered(buffered)) => {
                     for (copy, upstream) in mirrors {
-                        mirror::send(self.mirror_slots, upstream, copy, buffered.clone());
+                        self.mirror(upstream, copy, &buffered);
                     }
                     let retries = rule.retry.as_ref().map_or(0, |p| p.attempts);
                     (retries, BodySource::Replay(buffered))
@@ -124,7 +127,7 @@ impl<'a> Exchange<'a> {
             let outcome = match rule.backend_timeout {
                 Some(limit) => Box::pin(tokio::time::timeout(
                     limit,
-                    self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade),
+                    self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade, attempt),
                 ))
                 .await
                 .unwrap_or_else(|_| {
@@ -132,7 +135,7 @@ impl<'a> Exchange<'a> {
                     Attempt::Failed(StatusCode::GATEWAY_TIMEOUT)
                 }),
                 None => {
-                    self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade)
+                    self.attempt(parts, body, connect_retries, &response_edits, &mut upgrade, attempt)
                         .await
                 }
             };
@@ -164,6 +167,14 @@ impl<'a> Exchange<'a> {
         }
     }
 
+    /// Sends a mirror copy, with a span of its own when the request is traced.
+    fn mirror(&self, upstream: Arc<Upstream>, mut copy: Parts, body: &crate::upstream::BufferedBody) {
+        let span = self
+            .span
+            .map(|span| span.attempt(&mut copy.headers, &copy.method, &upstream.id, 0, true));
+        mirror::send(self.mirror_slots, upstream, copy, body.clone(), span);
+    }
+
     /// Notes `flag` on the request's access log line.
     fn flag(&self, flag: Flag) {
         if let Some(trail) = self.trail {
@@ -190,6 +201,7 @@ impl<'a> Exchange<'a> {
         connect_retries: u32,
         rule_edits: &[ResponseEdit<'a>],
         upgrade: &mut Option<UpgradeRequest>,
+        attempt: u32,
     ) -> Attempt {
         let Some(backend) = self.rule.pick_backend() else {
             self.flag(Flag::InvalidBackend);
@@ -203,7 +215,7 @@ impl<'a> Exchange<'a> {
         // Per-backend mirrors can copy only a buffered body.
         if let RequestBody::Buffered(buffered) = &body {
             for (copy, upstream) in mirrors {
-                mirror::send(self.mirror_slots, upstream, copy, buffered.clone());
+                self.mirror(upstream, copy, buffered);
             }
         }
         let Some(upstream) = &backend.upstream else {
@@ -217,14 +229,24 @@ impl<'a> Exchange<'a> {
         if let Some(upgrade) = upgrade {
             upgrade.restore_headers(&mut parts.headers);
         }
+        let mut span = self
+            .span
+            .map(|span| span.attempt(&mut parts.headers, &parts.method, &upstream.id, attempt, false));
         let mut forwarded = match upstream.forward(parts, body, connect_retries).await {
             Ok(forwarded) => forwarded,
             Err(error) => {
                 log_failure(self.rule, &error);
                 self.flag(error.flag());
+                if let Some(span) = &mut span {
+                    span.failed(error.flag().name());
+                }
                 return Attempt::Failed(error.status());
             }
         };
+        if let Some(span) = &mut span {
+            span.endpoint(upstream.endpoint_address(forwarded.endpoint));
+            span.answered(forwarded.response.status());
+        }
         if let Some(trail) = self.trail {
             trail.endpoint(forwarded.endpoint);
         }

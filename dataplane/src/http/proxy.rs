@@ -24,6 +24,7 @@ use super::rule::Rule;
 use crate::access_log::{AccessLog, Flag, Pending, Trail};
 use crate::listener::{Activity, Deadlines, Limits};
 use crate::metrics::{Metrics, RequestLabels};
+use crate::telemetry::RequestSpan;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -231,9 +232,16 @@ impl Connection {
             flag(Flag::Misdirected);
             return response::local(StatusCode::MISDIRECTED_REQUEST, is_grpc(&parts.headers));
         }
-        if let Some(listener) = listener {
-            *served = Served::Listener(&listener.name);
-        }
+        let Some(listener) = listener else {
+            flag(Flag::NoRoute);
+            return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
+        };
+        *served = Served::Listener(&listener.name);
+        // Boxed: only requests of traced Gateways have one.
+        let mut span = listener
+            .tracer
+            .as_ref()
+            .map(|tracer| Box::new(tracer.start(&parts, self.peer, context.scheme, &host, &listener.name)));
         let routed = routes.route(&RequestView {
             host: &host,
             method: &parts.method,
@@ -243,10 +251,13 @@ impl Connection {
         });
         let Some(routed) = routed else {
             flag(Flag::NoRoute);
-            return response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers));
+            return traced(span, response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers)));
         };
         let rule = routed.rule;
         *served = Served::Rule(rule);
+        if let Some(span) = &mut span {
+            span.routed(&parts.method, &rule.route);
+        }
         // Only redirects need the host once the headers change.
         let host = if redirects(rule) {
             host.into_owned()
@@ -264,8 +275,9 @@ impl Connection {
             metrics: &context.metrics,
             body_timeout: context.limits.request_body_timeout,
             trail,
+            span: span.as_deref(),
         };
-        match rule.request_timeout {
+        let response = match rule.request_timeout {
             // Boxed: the timer would make every request's future larger.
             Some(limit) => match Box::pin(tokio::time::timeout(limit, exchange.run(parts, body))).await {
                 Ok(response) => response,
@@ -275,7 +287,8 @@ impl Connection {
                 }
             },
             None => exchange.run(parts, body).await,
-        }
+        };
+        traced(span, response)
     }
 
     /// Host (HTTP/2 carries it in the URI only), X-Forwarded-For and X-Forwarded-Proto.
@@ -308,6 +321,15 @@ impl Connection {
         }
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.context.scheme));
     }
+}
+
+/// Ends `span`, if any, with `response`: when its body is done.
+fn traced(span: Option<Box<RequestSpan>>, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+    if let Some(mut span) = span {
+        span.answered(response.status());
+        response.body_mut().trace(span);
+    }
+    response
 }
 
 /// Whether a redirect filter of `rule` (or of one of its backends) may answer.

@@ -11,6 +11,7 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use super::proxy::InFlight;
 use crate::access_log::{Flag, Pending};
+use crate::telemetry::RequestSpan;
 use crate::upstream::{Forwarded, ResponseBody};
 
 pub use crate::upstream::BoxError;
@@ -33,11 +34,40 @@ impl ProxyBody {
         self.in_flight = Some(in_flight);
     }
 
+    /// Ends the request's span once this body is dropped (sent, or the client went away).
+    pub(super) fn trace(&mut self, span: Box<RequestSpan>) {
+        let inner = std::mem::replace(&mut self.inner, Empty::new().map_err(|e| match e {}).boxed_unsync());
+        self.inner = TracedBody { inner, _span: span }.boxed_unsync();
+    }
+
     /// Counts the bytes sent into the request's access log line, written once this body is
     /// dropped. (A wrapper only logged requests pay for.)
     pub(super) fn log(&mut self, pending: Box<Pending>) {
         let inner = std::mem::replace(&mut self.inner, Empty::new().map_err(|e| match e {}).boxed_unsync());
         self.inner = LoggedBody { inner, pending }.boxed_unsync();
+    }
+}
+
+/// A response body that holds its request's span.
+struct TracedBody {
+    inner: UnsyncBoxBody<Bytes, BoxError>,
+    _span: Box<RequestSpan>,
+}
+
+impl Body for TracedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -11,6 +11,7 @@ use super::host::HostPattern;
 use super::rule::Rule;
 use super::rules::Rules;
 use crate::error::ValidationError;
+use crate::telemetry::Tracer;
 use crate::upstream::Upstream;
 
 /// The HTTP listeners sharing one port, most specific hostname first.
@@ -25,6 +26,10 @@ pub struct PortRoutes {
 #[derive(Debug)]
 pub struct ListenerRoutes {
     pub name: String,
+    /// The Gateway whose tracing this listener's requests follow ([`ir::Listener::tracing`]).
+    pub tracing: Option<ir::SmolStr>,
+    /// Its tracer, once the table has one ([`crate::table::Table::trace`]).
+    pub tracer: Option<Arc<Tracer>>,
     hostname: HostPattern,
     exact: HashMap<String, usize>,
     /// Wildcard virtual hosts by suffix (`.example.com` for `*.example.com`).
@@ -75,6 +80,13 @@ impl PortRoutes {
         })
     }
 
+    /// Gives each listener the tracer of its Gateway (`None`: untraced).
+    pub fn set_tracers(&mut self, tracer: impl Fn(&ir::SmolStr) -> Option<Arc<Tracer>>) {
+        for listener in &mut self.listeners {
+            listener.tracer = listener.tracing.as_ref().and_then(&tracer);
+        }
+    }
+
     /// The listener whose hostname matches `host` most specifically.
     pub fn listener(&self, host: &str) -> Option<&ListenerRoutes> {
         self.listeners.iter().find(|l| l.hostname.matches(host))
@@ -117,6 +129,8 @@ impl ListenerRoutes {
         };
         let mut routes = ListenerRoutes {
             name: listener.name.clone(),
+            tracing: listener.tracing.clone(),
+            tracer: None,
             hostname,
             exact: HashMap::new(),
             wildcards: HashMap::new(),

@@ -49,6 +49,17 @@ pub struct Shared {
     pub deadlines: Arc<Deadlines>,
 }
 
+impl Shared {
+    /// What tracers export with: the live table, this runtime and the metrics.
+    pub fn exporting(&self) -> crate::telemetry::Exporting {
+        crate::telemetry::Exporting {
+            table: self.table.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
 /// A listener's accept task and how to stop it.
 #[derive(Debug)]
 pub struct Running {

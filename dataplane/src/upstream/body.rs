@@ -165,6 +165,12 @@ pub struct BufferedBody {
     trailers: Option<Box<HeaderMap>>,
 }
 
+impl From<Bytes> for BufferedBody {
+    fn from(data: Bytes) -> Self {
+        BufferedBody { data, trailers: None }
+    }
+}
+
 impl RequestBody {
     pub fn streaming(body: ClientBody) -> Self {
         RequestBody::Streaming {

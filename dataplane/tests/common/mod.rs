@@ -281,6 +281,7 @@ pub fn proxy(ports: Vec<ir::Port>, backends: Vec<ir::Backend>) -> ir::Proxy {
             .collect::<BTreeMap<_, _>>(),
         connect_retries: 2,
         infrastructure: None,
+        tracing: Default::default(),
     }
 }
 
@@ -303,6 +304,7 @@ pub fn listener(name: &str, hostname: Option<&str>, virtual_hosts: Vec<ir::Virtu
         tls: None,
         virtual_hosts,
         stream_routes: Vec::new(),
+        tracing: None,
     }
 }
 

@@ -150,6 +150,7 @@ status_json!(
     api::TcpRoute,
     api::UdpRoute,
     api::BackendTlsPolicy,
+    api::XTelemetryPolicy,
 );
 
 /// A status write a pass found needed.
@@ -348,6 +349,12 @@ pub async fn write(
     }
     for p in &s.backend_tls_policies {
         plan.add(&stores.backend_tls_policies, Some(&p.namespace), &p.name, p, |cur| {
+            merge::policy(cur, p, controller, &now)
+        });
+        breathe(&mut planned).await;
+    }
+    for p in &s.telemetry_policies {
+        plan.add(&stores.telemetry_policies, Some(&p.namespace), &p.name, p, |cur| {
             merge::policy(cur, p, controller, &now)
         });
         breathe(&mut planned).await;

@@ -4,8 +4,8 @@
 //!
 //! A kind is watched at the version of its typed struct when the API server serves it, else at a
 //! served version through [`DynamicObject`](kube::api::DynamicObject)s converted into the typed
-//! struct (ReferenceGrant at v1beta1 on clusters with older CRDs). ListenerSet and
-//! BackendTLSPolicy are watched only when a SelfSubjectAccessReview grants list, watch and status
+//! struct (ReferenceGrant at v1beta1 on clusters with older CRDs). ListenerSet,
+//! BackendTLSPolicy, XTelemetryPolicy and TurnaProxy are watched only when a SelfSubjectAccessReview grants list, watch and status
 //! patch; a review that fails (rather than denies) keeps the previous answer and is retried at the
 //! next pass, never taken as a yes.
 
@@ -22,8 +22,9 @@ use super::{Scope, Stores};
 /// How often discovery runs by default.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 
-/// The API groups whose kinds are watched: the Gateway API's and Turna's own.
-const GROUPS: [&str; 2] = [translator::GROUP, translator::parameters::GROUP];
+/// The API groups whose kinds are watched: the Gateway API's (standard and experimental `x-k8s.io`)
+/// and Turna's own.
+const GROUPS: [&str; 3] = [translator::GROUP, translator::X_GROUP, translator::parameters::GROUP];
 
 /// A kind that needs an access review before it is watched: installations whose RBAC predates it
 /// keep working without it.
@@ -35,7 +36,7 @@ struct Reviewed {
     status: bool,
 }
 
-const REVIEWED: [Reviewed; 3] = [
+const REVIEWED: [Reviewed; 4] = [
     Reviewed {
         group: translator::GROUP,
         kind: "ListenerSet",
@@ -46,6 +47,12 @@ const REVIEWED: [Reviewed; 3] = [
         group: translator::GROUP,
         kind: "BackendTLSPolicy",
         plural: "backendtlspolicies",
+        status: true,
+    },
+    Reviewed {
+        group: translator::X_GROUP,
+        kind: "XTelemetryPolicy",
+        plural: "xtelemetrypolicies",
         status: true,
     },
     Reviewed {

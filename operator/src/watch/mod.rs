@@ -32,7 +32,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
-    UdpRoute,
+    UdpRoute, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
@@ -172,6 +172,7 @@ pub struct Stores {
     pub udp_routes: Watched<UdpRoute>,
     pub reference_grants: Watched<ReferenceGrant>,
     pub backend_tls_policies: Watched<BackendTlsPolicy>,
+    pub telemetry_policies: Watched<XTelemetryPolicy>,
     pub turna_proxies: Watched<TurnaProxy>,
     pub services: Watched<Service>,
     pub endpoint_slices: Watched<EndpointSlice>,
@@ -506,6 +507,7 @@ impl Stores {
             udp_routes: crd!("UDPRoute", &namespaced, UdpRoute),
             reference_grants: crd!("ReferenceGrant", &namespaced, ReferenceGrant),
             backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy),
+            telemetry_policies: crd!("XTelemetryPolicy", &namespaced, XTelemetryPolicy),
             turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
             services: reflect::<Service>(with_default(scope.apis(client)), changes, metrics, "Service"),
             endpoint_slices: reflect::<EndpointSlice>(

@@ -140,7 +140,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
-    UdpRoute,
+    UdpRoute, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
 
@@ -155,6 +155,7 @@ mirrors! {
     udp_routes: UdpRoute,
     reference_grants: ReferenceGrant,
     backend_tls_policies: BackendTlsPolicy,
+    telemetry_policies: XTelemetryPolicy,
     turna_proxies: TurnaProxy,
     services: Service,
     endpoint_slices: EndpointSlice,

@@ -256,12 +256,14 @@ fn same_frame(a: &Proxy, b: &Proxy) -> bool {
         backends: _,
         connect_retries,
         infrastructure,
+        tracing,
     } = a;
     *schema == b.schema
         && *id == b.id
         && *gateways == b.gateways
         && *connect_retries == b.connect_retries
         && *infrastructure == b.infrastructure
+        && *tracing == b.tracing
         && ports.len() == b.ports.len()
         && ports.iter().zip(&b.ports).all(|(a, b)| same_port(a, b))
 }
@@ -290,8 +292,10 @@ fn same_listener(a: &Listener, b: &Listener) -> bool {
         tls,
         virtual_hosts: _,
         stream_routes,
+        tracing,
     } = a;
     *name == b.name
+        && *tracing == b.tracing
         && *protocol == b.protocol
         && *hostname == b.hostname
         && *tls == b.tls
@@ -363,6 +367,7 @@ mod tests {
                     tls: None,
                     virtual_hosts: hosts.iter().map(|h| host(h, "b")).collect(),
                     stream_routes: vec![],
+                    tracing: None,
                 }],
                 frontend_validation: None,
             }],
@@ -372,6 +377,7 @@ mod tests {
                 .collect::<BTreeMap<_, _>>(),
             connect_retries: 2,
             infrastructure: None,
+            tracing: Default::default(),
         }
     }
 

@@ -1,3 +1,4 @@
 //! Policies attached to Gateway API objects.
 
 pub mod backend_tls;
+pub mod telemetry;

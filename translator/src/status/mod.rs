@@ -25,6 +25,9 @@ pub struct Statuses {
     pub routes: Vec<RouteStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_tls_policies: Vec<PolicyStatus>,
+    /// XTelemetryPolicy statuses: one ancestor per targeted Gateway of Turna's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub telemetry_policies: Vec<PolicyStatus>,
 }
 
 /// GatewayClass status.
@@ -122,7 +125,7 @@ pub struct ParentReference {
     pub port: Option<i32>,
 }
 
-/// BackendTLSPolicy status: one ancestor per Gateway using a targeted Service (at most 16).
+/// A policy's status (BackendTLSPolicy, XTelemetryPolicy): one ancestor per Gateway (at most 16).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyStatus {
