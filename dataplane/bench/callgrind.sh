@@ -4,9 +4,11 @@
 # figure does not depend on the machine's load. REQUESTS per load (default 5000), after a
 # warm-up of the same size. Loads: HTTP/1.1 with 1 and 64 connections, h2c with 16x8 streams.
 # TURNA_SERVE names a prebuilt examples/serve binary; by default it is built. KEEP=dir keeps
-# the callgrind profiles there (for callgrind_annotate); ONLY=turna, ONLY=turna-log or ONLY=nginx
-# measures one. turna-log is Turna with its JSON access log on (to a file; the writer thread's
-# instructions count too): the cost of logging, beside Turna without it.
+# the callgrind profiles there (for callgrind_annotate); ONLY=turna, turna-log, turna-trace or
+# nginx measures one. turna-log is Turna with its JSON access log on (to a file; the writer
+# thread's instructions count too): the cost of logging, beside Turna without it. turna-trace is
+# Turna with its Gateway traced, every request sampled, spans exported in batches over OTLP/HTTP
+# (turna-traced.yaml; the exporting thread counts too): the cost of tracing.
 # Needs valgrind, h2load (nghttp2-client) and nginx (Debian packages, installed when missing).
 set -euo pipefail
 
@@ -61,5 +63,8 @@ if [ "${ONLY:-turna-log}" = turna-log ]; then
   TURNA_ACCESS_LOG=json TURNA_ACCESS_LOG_PATH="$DIR/access.log" TOKIO_WORKER_THREADS=1 \
     measure turna-log 8083 8083 "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0
   echo "turna-log wrote $(wc -l <"$DIR/access.log") lines"
+fi
+if [ "${ONLY:-turna-trace}" = turna-trace ]; then
+  TOKIO_WORKER_THREADS=1 measure turna-trace 8083 8083 "$TURNA_SERVE" "$HERE/turna-traced.yaml" 127.0.0.1 127.0.0.1:0
 fi
 if [ "${ONLY:-nginx}" = nginx ]; then measure nginx 8081 8091 nginx -c "$DIR/nginx.conf"; fi

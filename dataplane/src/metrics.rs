@@ -32,6 +32,23 @@ pub struct BackendLabels {
     pub backend: String,
 }
 
+/// Labels of a Gateway listener port.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PortLabels {
+    /// `tcp` or `udp`.
+    pub transport: &'static str,
+    pub port: u16,
+}
+
+/// The byte counters of one port, bound once per listener socket.
+#[derive(Clone, Debug, Default)]
+pub struct PortBytes {
+    /// From clients.
+    pub received: Counter,
+    /// To clients.
+    pub sent: Counter,
+}
+
 /// A limit's timeout that ended a connection or request.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -93,6 +110,9 @@ pub struct Metrics {
     pub access_log_dropped: Counter,
     /// TLS handshakes with clients that failed (not those that timed out: `timeouts`).
     pub tls_handshake_errors: Counter,
+    /// Bytes read from and written to clients, by listener port.
+    pub received_bytes: Family<PortLabels, Counter>,
+    pub sent_bytes: Family<PortLabels, Counter>,
     /// Spans sent to OTLP receivers.
     pub spans_exported: Counter,
     /// Spans an OTLP receiver did not take (unreachable, refused, timed out).
@@ -176,6 +196,18 @@ impl Default for Metrics {
             "TLS handshakes with clients that failed (bad certificates, protocol errors)",
             tls_handshake_errors.clone(),
         );
+        let received_bytes = Family::<PortLabels, Counter>::default();
+        registry.register(
+            "received_bytes",
+            "Bytes read from clients, by Gateway listener port (after TLS is taken off where the proxy terminates it)",
+            received_bytes.clone(),
+        );
+        let sent_bytes = Family::<PortLabels, Counter>::default();
+        registry.register(
+            "sent_bytes",
+            "Bytes written to clients, by Gateway listener port",
+            sent_bytes.clone(),
+        );
         let spans_exported = Counter::default();
         registry.register(
             "spans_exported",
@@ -202,6 +234,8 @@ impl Default for Metrics {
             apply_errors,
             access_log_dropped,
             tls_handshake_errors,
+            received_bytes,
+            sent_bytes,
             spans_exported,
             spans_dropped,
         }
@@ -216,6 +250,15 @@ impl Metrics {
             text.clear();
         }
         text
+    }
+
+    /// The byte counters of listener port `port` of `transport`.
+    pub fn port_bytes(&self, transport: &'static str, port: u16) -> PortBytes {
+        let labels = PortLabels { transport, port };
+        PortBytes {
+            received: self.received_bytes.get_or_create(&labels).clone(),
+            sent: self.sent_bytes.get_or_create(&labels).clone(),
+        }
     }
 
     /// Counts a client connection while the guard lives; `None` (counted as rejected) when

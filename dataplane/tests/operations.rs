@@ -98,3 +98,135 @@ async fn serve_keeps_accepting_for_the_shutdown_delay() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+/// The value of metric line `series` (name and labels) in `text`, 0 when absent.
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the dataplane's metric `series` is `expected` (counters of closing sessions are
+/// added as they end).
+async fn counted(dp: &Dataplane, series: &str, expected: f64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = dp.metrics();
+        let found = value(&text, series);
+        if found == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} is {found}, not {expected}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn bytes_to_and_from_clients_are_counted_per_port() {
+    use common::stream::{port, stream_backend, stream_listener, stream_route, tcp_echo, udp_echo};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use translator::ir::{Protocol, Transport};
+
+    let echo = EchoBackend::start("echo").await;
+    let tcp_backend = stream_backend("tcp-echo", tcp_echo("t").await);
+    let udp_backend = stream_backend("udp-echo", udp_echo("u").await);
+    let mut ir = simple(
+        vec![rule("r", prefix("/"), "echo")],
+        vec![echo_backend(&echo), tcp_backend, udp_backend],
+    );
+    let route = |name: &str, backend: &str| stream_route(name, &[], vec![weighted(Some(backend), 1)]);
+    ir.ports.push(port(
+        Transport::Tcp,
+        9000,
+        vec![stream_listener(
+            "tcp",
+            Protocol::Tcp,
+            None,
+            vec![route("t", "tcp-echo")],
+        )],
+    ));
+    ir.ports.push(port(
+        Transport::Udp,
+        9001,
+        vec![stream_listener(
+            "udp",
+            Protocol::Udp,
+            None,
+            vec![route("u", "udp-echo")],
+        )],
+    ));
+    let dp = Dataplane::new(settings());
+    dp.apply(ir).await.unwrap();
+
+    // HTTP: exactly the bytes of the request, and of the response the client read.
+    let mut http = tokio::net::TcpStream::connect(dp.local_addr(80).await.unwrap())
+        .await
+        .unwrap();
+    let request = b"GET /bytes HTTP/1.1\r\nhost: a.com\r\nconnection: close\r\n\r\n";
+    http.write_all(request).await.unwrap();
+    let mut response = Vec::new();
+    http.read_to_end(&mut response).await.unwrap();
+    assert!(
+        response.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&response)
+    );
+    counted(
+        &dp,
+        r#"turna_dataplane_received_bytes_total{transport="tcp",port="80"}"#,
+        request.len() as f64,
+    )
+    .await;
+    counted(
+        &dp,
+        r#"turna_dataplane_sent_bytes_total{transport="tcp",port="80"}"#,
+        response.len() as f64,
+    )
+    .await;
+
+    // TCP: the bytes copied each way, counted when the session ends.
+    let mut tcp = tokio::net::TcpStream::connect(dp.local_addr(9000).await.unwrap())
+        .await
+        .unwrap();
+    assert!(common::stream::exchange(&mut tcp, b"hello", "t").await);
+    drop(tcp);
+    counted(
+        &dp,
+        r#"turna_dataplane_received_bytes_total{transport="tcp",port="9000"}"#,
+        5.0,
+    )
+    .await;
+    counted(
+        &dp,
+        r#"turna_dataplane_sent_bytes_total{transport="tcp",port="9000"}"#,
+        7.0,
+    )
+    .await;
+
+    // UDP: each datagram.
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    udp.send_to(b"ping", dp.udp_local_addr(9001).await.unwrap())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), udp.recv_from(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&buf[..n], b"u:ping");
+    counted(
+        &dp,
+        r#"turna_dataplane_received_bytes_total{transport="udp",port="9001"}"#,
+        4.0,
+    )
+    .await;
+    counted(
+        &dp,
+        r#"turna_dataplane_sent_bytes_total{transport="udp",port="9001"}"#,
+        6.0,
+    )
+    .await;
+}

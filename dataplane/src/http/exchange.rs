@@ -229,9 +229,10 @@ impl<'a> Exchange<'a> {
         if let Some(upgrade) = upgrade {
             upgrade.restore_headers(&mut parts.headers);
         }
+        // Boxed: held across the forward, it would make every attempt's future larger.
         let mut span = self
             .span
-            .map(|span| span.attempt(&mut parts.headers, &parts.method, &upstream.id, attempt, false));
+            .map(|span| Box::new(span.attempt(&mut parts.headers, &parts.method, &upstream.id, attempt, false)));
         let mut forwarded = match upstream.forward(parts, body, connect_retries).await {
             Ok(forwarded) => forwarded,
             Err(error) => {

@@ -48,6 +48,8 @@ pub struct ListenerContext {
     pub limits: Limits,
     /// Watches the connections' header and idle deadlines.
     pub deadlines: Arc<Deadlines>,
+    /// Bytes from and to the port's clients.
+    pub bytes: crate::metrics::PortBytes,
 }
 
 /// The hyper service of one connection. Cloned per request: one reference count.
@@ -324,6 +326,7 @@ impl Connection {
 }
 
 /// Ends `span`, if any, with `response`: when its body is done.
+#[inline(always)]
 fn traced(span: Option<Box<RequestSpan>>, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
     if let Some(mut span) = span {
         span.answered(response.status());

@@ -105,6 +105,7 @@ impl PortRoutes {
     }
 
     /// The first matching rule of the selected listener and virtual host; `None` answers 404.
+    #[inline]
     pub fn route<'a>(&'a self, req: &RequestView<'_>) -> Option<Routed<'a>> {
         let listener = self.listener(req.host)?;
         let rules = listener.virtual_host(req.host)?;
@@ -172,6 +173,7 @@ impl ListenerRoutes {
     }
 
     /// Rules of the virtual host for `host`: exact name, longest wildcard suffix, then `*`.
+    #[inline]
     fn virtual_host(&self, host: &str) -> Option<&Rules> {
         // Empty maps are skipped: hashing the host (once per suffix) costs more than the lookup.
         let exact = (!self.exact.is_empty())

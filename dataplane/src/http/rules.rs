@@ -51,6 +51,7 @@ impl Rules {
     }
 
     /// The first rule matching the request.
+    #[inline]
     pub fn first_match(&self, req: &RequestView<'_>) -> Option<&Rule> {
         let matches = |rule: &&Rule| rule.matcher.matches(req.method, req.path, req.query, req.headers);
         let Some(index) = &self.index else {

@@ -69,7 +69,8 @@ impl Activity {
     }
 }
 
-/// The client's side of a connection, counting the reads that returned bytes.
+/// The client's side of a connection, counting the reads that returned bytes, and the bytes
+/// read and written (into the port's counters).
 pub struct Watched<I> {
     io: I,
     service: HttpService,
@@ -81,15 +82,26 @@ impl<I> Watched<I> {
     }
 }
 
+impl<I> Watched<I> {
+    /// Counts the bytes a write took.
+    fn sent(&self, written: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = written {
+            self.service.context().bytes.sent.inc_by(*n as u64);
+        }
+    }
+}
+
 impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let read = Pin::new(&mut this.io).poll_read(cx, buf);
-        if buf.filled().len() > before {
+        let n = buf.filled().len() - before;
+        if n > 0 {
             // Only the connection's task reads: no read-modify-write needed.
             let reads = &this.service.activity().reads;
             reads.store(reads.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            this.service.context().bytes.received.inc_by(n as u64);
         }
         read
     }
@@ -97,7 +109,10 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
 
 impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.sent(&written);
+        written
     }
 
     fn poll_write_vectored(
@@ -105,7 +120,10 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.sent(&written);
+        written
     }
 
     fn is_write_vectored(&self) -> bool {

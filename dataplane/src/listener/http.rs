@@ -48,6 +48,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
         access_log: shared.access_log.clone(),
         limits: shared.limits,
         deadlines: shared.deadlines.clone(),
+        bytes: shared.metrics.port_bytes("tcp", socket.port),
     });
     Ok((
         local_addr,

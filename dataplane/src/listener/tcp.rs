@@ -19,7 +19,7 @@ use crate::error::PortError;
 
 use crate::access_log::{Flag, PendingStream, StreamLine};
 use crate::http::{HttpService, ListenerContext};
-use crate::metrics::Timeout;
+use crate::metrics::{PortBytes, Timeout};
 use crate::stream::Dispatch;
 use crate::stream::prefixed::Prefixed;
 use crate::stream::sni::{self, ClientHello};
@@ -62,6 +62,7 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
             access_log: shared.access_log.clone(),
             limits: shared.limits,
             deadlines: shared.deadlines.clone(),
+            bytes: shared.metrics.port_bytes("tcp", socket.port),
         }),
         builders: Arc::new(Builders::new(&shared.limits)),
     };
@@ -222,9 +223,20 @@ async fn forward(
             }
             return;
         };
-        join(&mut client, upstream, table.connect_retries, &[], line).await;
+        join(
+            &mut client,
+            upstream,
+            table.connect_retries,
+            &[],
+            line,
+            &https.context.bytes,
+        )
+        .await;
     } else {
-        join(&mut client, upstream, table.connect_retries, &hello, line).await;
+        let bytes = &https.context.bytes;
+        // The ClientHello was read already: count it.
+        bytes.received.inc_by(hello.len() as u64);
+        join(&mut client, upstream, table.connect_retries, &hello, line, bytes).await;
     }
 }
 
@@ -236,6 +248,7 @@ async fn join<S>(
     connect_retries: u32,
     first: &[u8],
     mut line: Option<&mut StreamLine>,
+    bytes: &PortBytes,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -257,8 +270,12 @@ async fn join<S>(
         return;
     }
     let copied = tokio::io::copy_bidirectional_with_sizes(client, &mut backend, COPY_BUFFER, COPY_BUFFER).await;
-    if let Err(error) = &copied {
-        tracing::debug!(%error, "stream ended with an error");
+    match &copied {
+        Ok((from_client, to_client)) => {
+            bytes.received.inc_by(*from_client);
+            bytes.sent.inc_by(*to_client);
+        }
+        Err(error) => tracing::debug!(%error, "stream ended with an error"),
     }
     if let Some(line) = line {
         line.upstream = upstream.endpoint_address(endpoint).to_string();

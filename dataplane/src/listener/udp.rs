@@ -15,9 +15,11 @@ use translator::ir::Transport;
 use super::{Release, Running, Shared, port_error, stopping};
 use crate::access_log::{AccessLog, PendingStream};
 use crate::error::PortError;
+use crate::metrics::PortBytes;
 use crate::stream::Dispatch;
 use crate::table::{Socket, Table};
 use crate::upstream::ActiveGuard;
+use prometheus_client::metrics::counter::Counter;
 
 /// Largest datagram handled.
 const MAX_DATAGRAM: usize = 65_535;
@@ -37,21 +39,38 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
     let table = shared.table.clone();
     let idle = shared.udp_idle_timeout;
     let log = shared.access_log.clone();
+    let bytes = shared.metrics.port_bytes("udp", socket.port);
+    let context = Relay {
+        table,
+        socket,
+        idle,
+        log,
+        bytes,
+    };
     Ok((
         local_addr,
-        Running::spawn(move |stopped, release| relay(Arc::new(udp), table, socket, idle, log, stopped, release)),
+        Running::spawn(move |stopped, release| relay(Arc::new(udp), context, stopped, release)),
     ))
 }
 
-async fn relay(
-    listener: Arc<UdpSocket>,
+/// What a UDP listener relays with.
+struct Relay {
     table: Arc<ArcSwap<Table>>,
     socket: Socket,
+    /// Sessions idle this long end.
     idle: Duration,
     log: Option<Arc<AccessLog>>,
-    mut stopped: watch::Receiver<bool>,
-    release: Release,
-) {
+    bytes: PortBytes,
+}
+
+async fn relay(listener: Arc<UdpSocket>, context: Relay, mut stopped: watch::Receiver<bool>, release: Release) {
+    let Relay {
+        table,
+        socket,
+        idle,
+        log,
+        bytes,
+    } = context;
     let mut sessions: HashMap<SocketAddr, mpsc::Sender<Bytes>> = HashMap::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
@@ -66,6 +85,7 @@ async fn relay(
                 }
             },
         };
+        bytes.received.inc_by(n as u64);
         let datagram = Bytes::copy_from_slice(&buf[..n]);
         if let Some(session) = sessions.get(&client)
             && !session.is_closed()
@@ -77,7 +97,18 @@ async fn relay(
         if sessions.len() >= SWEEP_AT {
             sessions.retain(|_, s| !s.is_closed());
         }
-        match open_session(&listener, &table.load(), socket, client, idle, log.as_ref(), &stopped).await {
+        let current = table.load();
+        match open_session(
+            &listener,
+            &current,
+            socket,
+            client,
+            (idle, &bytes),
+            log.as_ref(),
+            &stopped,
+        )
+        .await
+        {
             Some(session) => {
                 let _ = session.try_send(datagram);
                 sessions.insert(client, session);
@@ -99,7 +130,7 @@ async fn open_session(
     table: &Table,
     socket: Socket,
     client: SocketAddr,
-    idle: Duration,
+    (idle, bytes): (Duration, &PortBytes),
     log: Option<&Arc<AccessLog>>,
     stopped: &watch::Receiver<bool>,
 ) -> Option<mpsc::Sender<Bytes>> {
@@ -134,6 +165,7 @@ async fn open_session(
         client,
         _active: active,
         pending,
+        sent: bytes.sent.clone(),
     };
     tokio::spawn(session.relay(receiver, idle, stopped.clone()));
     Some(sender)
@@ -149,6 +181,8 @@ struct Session {
     _active: ActiveGuard,
     /// Its access log line, written when the session ends.
     pending: Option<PendingStream>,
+    /// Bytes sent to clients of the port.
+    sent: Counter,
 }
 
 impl Session {
@@ -172,7 +206,9 @@ impl Session {
                 },
                 received = self.backend.recv(&mut buf) => match received {
                     Ok(n) => {
-                        let _ = self.listener.send_to(&buf[..n], self.client).await;
+                        if self.listener.send_to(&buf[..n], self.client).await.is_ok() {
+                            self.sent.inc_by(n as u64);
+                        }
                         if let Some(pending) = &mut self.pending {
                             pending.line.bytes_sent += n as u64;
                         }

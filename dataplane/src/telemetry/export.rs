@@ -185,7 +185,11 @@ mod tests {
         let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
         assert_eq!(length, body.len() - 5);
         let decoded = ExportTraceServiceRequest::decode(&body[5..]).unwrap();
-        let spans = decoded.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans);
+        let spans = decoded
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans);
         assert_eq!(spans.count(), 0);
     }
 }
