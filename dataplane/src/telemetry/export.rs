@@ -55,9 +55,11 @@ impl OtlpExporter {
         let (path, content_type, body) = match self.protocol {
             OtlpProtocol::Grpc => {
                 // gRPC framing: no compression, length, message.
-                let mut framed = BytesMut::with_capacity(5 + message.encoded_len());
+                // Measured once: a length walks every span and attribute.
+                let length = message.encoded_len();
+                let mut framed = BytesMut::with_capacity(5 + length);
                 framed.put_u8(0);
-                framed.put_u32(message.encoded_len() as u32);
+                framed.put_u32(length as u32);
                 message.encode(&mut framed).expect("a BytesMut grows");
                 (GRPC_PATH, "application/grpc", framed.freeze())
             }

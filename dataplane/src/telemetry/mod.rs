@@ -28,7 +28,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
@@ -55,6 +55,8 @@ pub struct Exporting {
 pub struct Tracer {
     /// What it was built from: an IR with the same settings keeps it.
     pub settings: ir::Tracing,
+    /// An attribute of the policy copies a standard one: spans keep theirs until they end.
+    copies_attributes: bool,
     provider: SdkTracerProvider,
     tracer: SdkTracer,
 }
@@ -107,6 +109,10 @@ impl Tracer {
         let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "turna");
         Tracer {
             settings: settings.clone(),
+            copies_attributes: settings
+                .attributes
+                .iter()
+                .any(|a| matches!(a.source, AttributeSource::Attribute(_))),
             provider,
             tracer,
         }
@@ -161,8 +167,12 @@ impl Tracer {
                     span.set_attribute(KeyValue::new(extra.name.clone(), value));
                 }
             }
-            span.set_attributes(attributes.iter().cloned());
-            recorded = attributes;
+            if self.copies_attributes {
+                span.set_attributes(attributes.iter().cloned());
+                recorded = attributes;
+            } else {
+                span.set_attributes(attributes);
+            }
         }
         RequestSpan {
             tracer: self.clone(),
@@ -211,8 +221,10 @@ impl RequestSpan {
             self.span.update_name(format!("{method} {name}"));
         }
         let route_attribute = KeyValue::new("http.route", name);
-        self.span.set_attribute(route_attribute.clone());
-        self.recorded.push(route_attribute);
+        if self.tracer.copies_attributes {
+            self.recorded.push(route_attribute.clone());
+        }
+        self.span.set_attribute(route_attribute);
         let rule = match &route.rule_name {
             Some(name) => name.to_string(),
             None => route.rule.to_string(),
@@ -226,12 +238,16 @@ impl RequestSpan {
             return;
         }
         let code = KeyValue::new("http.response.status_code", i64::from(status.as_u16()));
-        self.span.set_attribute(code.clone());
-        self.recorded.push(code);
+        if self.tracer.copies_attributes {
+            self.recorded.push(code.clone());
+        }
+        self.span.set_attribute(code);
         if status.is_server_error() {
             let error = KeyValue::new("error.type", status.as_str().to_string());
-            self.span.set_attribute(error.clone());
-            self.recorded.push(error);
+            if self.tracer.copies_attributes {
+                self.recorded.push(error.clone());
+            }
+            self.span.set_attribute(error);
             self.span.set_status(Status::error(""));
         }
         for extra in &self.tracer.settings.attributes {
@@ -268,8 +284,7 @@ impl RequestSpan {
                 span.set_attribute(KeyValue::new("turna.mirror", true));
             }
         }
-        let context = Context::new().with_remote_span_context(span.span_context().clone());
-        TraceContextPropagator::new().inject_context(&context, &mut HeadersMut(headers));
+        inject(span.span_context(), headers);
         AttemptSpan { span, done: false }
     }
 }
@@ -341,6 +356,45 @@ impl Drop for AttemptSpan {
     }
 }
 
+/// Puts `span`'s context into `headers` (W3C `traceparent`, and `tracestate` when it has one),
+/// replacing what the client sent. Written by hand: the propagator formats through `format!`,
+/// several times the cost, on every attempt.
+fn inject(span: &opentelemetry::trace::SpanContext, headers: &mut HeaderMap) {
+    let mut value = [0u8; 55];
+    value[..3].copy_from_slice(b"00-");
+    let mut at = put_hex(&mut value, 3, &span.trace_id().to_bytes());
+    value[at] = b'-';
+    at = put_hex(&mut value, at + 1, &span.span_id().to_bytes());
+    value[at] = b'-';
+    at = put_hex(&mut value, at + 1, &[span.trace_flags().to_u8() & 1]);
+    if let Ok(traceparent) = HeaderValue::from_bytes(&value[..at]) {
+        headers.insert(TRACEPARENT, traceparent);
+    }
+    let state = span.trace_state().header();
+    match HeaderValue::from_str(&state) {
+        Ok(state) if !state.is_empty() => {
+            headers.insert(TRACESTATE, state);
+        }
+        _ => {
+            headers.remove(TRACESTATE);
+        }
+    }
+}
+
+/// Writes `bytes` as lowercase hex into `out` from `at`; returns the position after them.
+fn put_hex(out: &mut [u8], mut at: usize, bytes: &[u8]) -> usize {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out[at] = HEX[usize::from(b >> 4)];
+        out[at + 1] = HEX[usize::from(b & 0xf)];
+        at += 2;
+    }
+    at
+}
+
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
 fn protocol_version(version: http::Version) -> &'static str {
     match version {
         http::Version::HTTP_10 => "1.0",
@@ -364,20 +418,49 @@ impl Extractor for Headers<'_> {
     }
 }
 
-/// Request headers as the propagator writes them (replacing what the client sent).
-struct HeadersMut<'a>(&'a mut HeaderMap);
-
-impl Injector for HeadersMut<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(key.as_bytes()), HeaderValue::from_str(&value)) {
-            self.0.insert(name, value);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry::propagation::Injector;
+
+    /// Request headers as the propagator writes them, to compare [`inject`] with.
+    struct HeadersMut<'a>(&'a mut HeaderMap);
+
+    impl Injector for HeadersMut<'_> {
+        fn set(&mut self, key: &str, value: String) {
+            if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(key.as_bytes()), HeaderValue::from_str(&value)) {
+                self.0.insert(name, value);
+            }
+        }
+    }
+
+    #[test]
+    fn injected_context_is_what_the_propagator_writes() {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        let state = TraceState::from_key_value([("vendor", "x")]).unwrap();
+        for (flags, state) in [
+            (TraceFlags::SAMPLED, state),
+            (TraceFlags::default(), TraceState::default()),
+        ] {
+            let span = SpanContext::new(
+                TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736u128),
+                SpanId::from(0x00f0_67aa_0ba9_02b7u64),
+                flags,
+                false,
+                state,
+            );
+            let mut ours = HeaderMap::new();
+            ours.insert("tracestate", HeaderValue::from_static("stale=1"));
+            inject(&span, &mut ours);
+            let mut theirs = HeaderMap::new();
+            let context = Context::new().with_remote_span_context(span);
+            TraceContextPropagator::new().inject_context(&context, &mut HeadersMut(&mut theirs));
+            assert_eq!(ours["traceparent"], theirs["traceparent"]);
+            // The propagator writes an empty tracestate; the client's stale one goes either way.
+            let state = theirs.get("tracestate").filter(|v| !v.is_empty());
+            assert_eq!(ours.get("tracestate"), state);
+        }
+    }
 
     #[test]
     fn trace_context_round_trips_through_headers() {
