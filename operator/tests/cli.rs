@@ -31,7 +31,7 @@ fn refused(args: &[&str], expected: &str) {
 
 #[test]
 fn bad_configuration_files_stop_every_command_at_start_up() {
-    let dir = tempdir();
+    let dir = tempdir("bad-configuration");
     let misplaced = config(&dir, "misplaced.yaml", "server: {port: 80}\n");
     let misspelt = config(&dir, "misspelt.yaml", "providers: {kubernetes: {debounse: 20ms}}\n");
     let standalone = config(&dir, "standalone.yaml", "providers: {kubernetes: {mode: standalone}}\n");
@@ -78,8 +78,11 @@ fn translate_binds_listener_ports_as_local_does_unless_told_otherwise() {
     }
 }
 
-fn tempdir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("turna-cli-{}", std::process::id()));
+/// A folder of the test `name` alone: tests run in parallel, and each removes only its own.
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("turna-cli-{}", std::process::id()))
+        .join(name);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
@@ -136,8 +139,7 @@ spec: {ports: [{port: 8080}]}
 
 #[test]
 fn status_tables_gateways_and_lists_what_is_wrong() {
-    let dir = tempdir().join("status");
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = tempdir("status");
     let file = config(&dir, "troubled.yaml", TROUBLED);
     let out = turna(&["status", "-f", &file]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -167,12 +169,12 @@ fn status_tables_gateways_and_lists_what_is_wrong() {
     // Only the namespace asked for.
     let out = turna(&["status", "-f", &file, "-n", "elsewhere"]);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("No Gateways."));
+    std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
 #[test]
 fn translate_keeps_one_gateway_and_prints_json() {
-    let dir = tempdir().join("translate-gateway");
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = tempdir("translate-gateway");
     let file = config(&dir, "troubled.yaml", TROUBLED);
     let out = turna(&[
         "translate",
@@ -198,4 +200,5 @@ fn translate_keeps_one_gateway_and_prints_json() {
         "no Gateway shop/none",
     );
     refused(&["translate", "-f", &file, "--gateway", "web"], "not namespace/name");
+    std::fs::remove_dir_all(&dir).expect("clean up");
 }
