@@ -289,7 +289,17 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         }),
         ..TopologySpreadConstraint::default()
     };
-    let mut pod_annotations = annotations.clone();
+    // Where annotation-based Prometheus discovery finds the proxy's metrics; the Gateway's and
+    // the parameters' annotations may say otherwise.
+    let mut pod_annotations: BTreeMap<String, String> = [
+        ("prometheus.io/scrape", "true".to_string()),
+        ("prometheus.io/port", s.proxy.health_port.to_string()),
+        ("prometheus.io/path", "/metrics".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    pod_annotations.extend(annotations.clone());
     pod_annotations.insert(CONFIG_HASH_ANNOTATION.into(), config_hash);
     let deployment = Deployment {
         metadata: meta(&n.proxy, &namespace, &ours),
