@@ -30,6 +30,15 @@ pub struct WriteLabels {
     pub result: String,
 }
 
+/// Object `kind` and `result` of status writes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusWriteLabels {
+    /// `Gateway`, `HTTPRoute`, `XTelemetryPolicy`, ...
+    pub kind: String,
+    /// `applied`, `unchanged` or `failed`.
+    pub result: String,
+}
+
 /// How an IR version went to a proxy.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Push {
@@ -58,7 +67,7 @@ pub struct Metrics {
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_duration: Histogram,
     translate_duration: Histogram,
-    status_writes: Family<WriteLabels, Counter>,
+    status_writes: Family<StatusWriteLabels, Counter>,
     status_conflicts: Counter,
     provisioned_objects: Family<WriteLabels, Counter>,
     leader: Gauge,
@@ -96,8 +105,12 @@ impl Metrics {
             "Duration of one translation of a snapshot",
             translate_duration.clone(),
         );
-        let status_writes = Family::<WriteLabels, Counter>::default();
-        registry.register("status_writes", "Status writes by result", status_writes.clone());
+        let status_writes = Family::<StatusWriteLabels, Counter>::default();
+        registry.register(
+            "status_writes",
+            "Status writes by object kind and result",
+            status_writes.clone(),
+        );
         let status_conflicts = Counter::default();
         registry.register(
             "status_conflicts",
@@ -191,10 +204,13 @@ impl Metrics {
         self.translate_duration.observe(took.as_secs_f64());
     }
 
-    pub fn status_written(&self, result: &str, count: usize) {
-        self.status_writes
-            .get_or_create(&WriteLabels { result: result.into() })
-            .inc_by(count as u64);
+    /// Counts `count` status writes of objects of `kind` that ended in `result`.
+    pub fn status_written(&self, kind: &str, result: &str, count: usize) {
+        let labels = StatusWriteLabels {
+            kind: kind.into(),
+            result: result.into(),
+        };
+        self.status_writes.get_or_create(&labels).inc_by(count as u64);
     }
 
     pub fn status_conflicted(&self, count: usize) {
@@ -225,7 +241,7 @@ mod tests {
         let m = Metrics::new();
         m.reconciled("status", "success");
         m.pass_took(Duration::from_millis(3));
-        m.status_written("applied", 2);
+        m.status_written("HTTPRoute", "applied", 2);
         m.set_leader(true);
         m.watch_error("HTTPRoute");
         let text = m.encode();
@@ -234,7 +250,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"turna_operator_status_writes_total{result="applied"} 2"#),
+            text.contains(r#"turna_operator_status_writes_total{kind="HTTPRoute",result="applied"} 2"#),
             "{text}"
         );
         assert!(text.contains("turna_operator_leader 1"), "{text}");

@@ -353,9 +353,11 @@ impl StatusWriter {
                     failed = written.failed,
                     "status pass"
                 );
-                metrics.status_written("applied", written.applied);
-                metrics.status_written("unchanged", written.unchanged);
-                metrics.status_written("failed", written.failed);
+                for (kind, counts) in &written.by_kind {
+                    metrics.status_written(kind, "applied", counts.applied);
+                    metrics.status_written(kind, "unchanged", counts.unchanged);
+                    metrics.status_written(kind, "failed", counts.failed);
+                }
                 metrics.status_conflicted(written.conflicts);
                 let result = if written.failed > 0 { "error" } else { "success" };
                 metrics.reconciled("status", result);

@@ -162,7 +162,7 @@ async fn crd_installed_later_is_watched_without_restart_and_health_endpoints_fol
         let (code, metrics) = get(address, "/metrics").await;
         assert_eq!(code, 200);
         metrics
-            .contains(r#"turna_operator_status_writes_total{result="applied"}"#)
+            .contains(r#"turna_operator_status_writes_total{kind="#)
             .then_some(metrics)
     })
     .await;

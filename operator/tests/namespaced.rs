@@ -240,11 +240,7 @@ async fn a_namespace_scoped_controller_works_with_only_roles() {
         "only the API server's default condition: a namespace-scoped install cannot write it"
     );
     let text = metrics.encode();
-    let failed = text
-        .lines()
-        .find_map(|l| l.strip_prefix(r#"turna_operator_status_writes_total{result="failed"} "#))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
+    let failed = common::total(&text, "turna_operator_status_writes_total", r#"result="failed""#);
     assert_eq!(failed, 0.0, "no status write was refused: {text}");
     task.abort();
 }

@@ -266,12 +266,15 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
     // The passes the start-up and the Gateway's own status write cause are not counted: the
     // count starts after they had time to end (their end has no event of its own to wait for).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let applied = r#"turna_operator_status_writes_total{result="applied"}"#;
+    let applied = |metrics: &operator::metrics::Metrics| {
+        common::total(
+            &metrics.encode(),
+            "turna_operator_status_writes_total",
+            r#"result="applied""#,
+        )
+    };
     let translations = "turna_operator_translate_duration_seconds_count";
-    let (applied_before, translations_before) = (
-        common::sample(&metrics, applied),
-        common::sample(&metrics, translations),
-    );
+    let (applied_before, translations_before) = (applied(&metrics), common::sample(&metrics, translations));
 
     let routes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("HTTPRoute", "httproutes"));
     for i in 0..ROUTES {
@@ -302,7 +305,7 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
     .await;
     // Anything still to write or translate happens within a few debounce windows.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let written = common::sample(&metrics, applied) - applied_before;
+    let written = applied(&metrics) - applied_before;
     let translated = common::sample(&metrics, translations) - translations_before;
     eprintln!(
         "{written} status writes, {translated} translations, {} conflicts",

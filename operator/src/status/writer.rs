@@ -12,7 +12,7 @@
 //! status does not wait behind its Gateway's (whose attached route count changed with it).
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use std::fmt::Debug;
@@ -50,6 +50,30 @@ pub struct Written {
     pub failed: usize,
     /// Of `failed`, the writes refused because the object changed since it was read (409).
     pub conflicts: usize,
+    /// The same counts by object kind (`Gateway`, `HTTPRoute`, ...).
+    pub by_kind: BTreeMap<String, KindWrites>,
+}
+
+/// The status writes of one object kind in a pass.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KindWrites {
+    pub applied: usize,
+    pub unchanged: usize,
+    pub failed: usize,
+}
+
+impl Written {
+    fn kind(&mut self, kind: &str) -> &mut KindWrites {
+        if !self.by_kind.contains_key(kind) {
+            self.by_kind.insert(kind.to_string(), KindWrites::default());
+        }
+        self.by_kind.get_mut(kind).expect("inserted above")
+    }
+
+    fn unchanged(&mut self, kind: &str) {
+        self.unchanged += 1;
+        self.kind(kind).unchanged += 1;
+    }
 }
 
 /// What a pass found for one object whose status was up to date.
@@ -198,7 +222,7 @@ impl Plan<'_> {
             && seen.desired.downcast_ref::<D>() == Some(desired_status)
         {
             seen.pass = pass;
-            self.written.unchanged += 1;
+            self.written.unchanged(&K::kind(&()));
             return;
         }
         let mut reference = ObjectRef::<K>::new(name);
@@ -215,7 +239,7 @@ impl Plan<'_> {
         };
         let desired = merge_status(&current_status);
         if desired == current_status {
-            self.written.unchanged += 1;
+            self.written.unchanged(&K::kind(&()));
             self.seen.insert::<K>(ns, name, Arc::new(desired_status.clone()));
             return;
         }
@@ -262,6 +286,7 @@ impl Plan<'_> {
             match result {
                 Ok(_) => {
                     written.applied += 1;
+                    written.kind(&p.kind).applied += 1;
                     // Until the write comes back through the watch, the store still has the
                     // old status: the passes before that would write it again (against a stale
                     // resourceVersion). The write's own event marks it changed, and the pass
@@ -271,6 +296,7 @@ impl Plan<'_> {
                 }
                 Err(error) => {
                     written.failed += 1;
+                    written.kind(&p.kind).failed += 1;
                     if matches!(&error, kube::Error::Api(status) if status.code == 409) {
                         written.conflicts += 1;
                     }

@@ -276,6 +276,18 @@ pub fn sample(metrics: &operator::metrics::Metrics, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The sum of the series of counter `name` whose labels include `label` (`result="applied"`):
+/// status writes, say, over every object kind.
+pub fn total(metrics: &str, name: &str, label: &str) -> f64 {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|l| l.split_once("} "))
+        .filter(|(labels, _)| labels.split(',').any(|l| l == label))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum()
+}
+
 /// A controller (the reconcile loop) for `settings`, with metrics the test reads; it runs until
 /// the handle is aborted.
 pub fn start_with_metrics(
