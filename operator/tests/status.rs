@@ -11,6 +11,11 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
+/// Held by each test for its whole run: every controller watches every namespace, so the objects
+/// one test creates are translated by the others' controllers too, and the test that counts
+/// translations would count them.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn plane() -> &'static control_plane::ControlPlane {
     control_plane::ControlPlane::shared_with(control_plane::Options::default())
 }
@@ -52,6 +57,7 @@ fn condition<'a>(conditions: &'a Value, kind: &str) -> Option<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_and_route_get_status_and_foreign_conditions_survive() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let cp = plane();
     let ns = cp.fresh_namespace("status");
     let class = format!("turna-{ns}");
@@ -240,6 +246,7 @@ spec:
 /// and those writes coming back are not translated again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translated() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     const ROUTES: usize = 30;
     let cp = plane();
     let ns = cp.fresh_namespace("once");
@@ -332,6 +339,7 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
 /// ResolvedRefs=False BackendNotFound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telemetry_policies_get_ancestor_status_with_conflicts() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let cp = plane();
     let ns = cp.fresh_namespace("telemetry");
     let class = format!("turna-{ns}");
