@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use super::proxy::InFlight;
 use crate::access_log::{Flag, Pending};
 use crate::telemetry::RequestSpan;
-use crate::upstream::{Forwarded, ResponseBody};
+use crate::upstream::Forwarded;
 
 pub use crate::upstream::BoxError;
 
@@ -36,38 +36,19 @@ impl ProxyBody {
 
     /// Ends the request's span once this body is dropped (sent, or the client went away).
     pub(super) fn trace(&mut self, span: Box<RequestSpan>) {
-        let inner = std::mem::replace(&mut self.inner, Empty::new().map_err(|e| match e {}).boxed_unsync());
-        self.inner = TracedBody { inner, _span: span }.boxed_unsync();
+        self.wrap(|inner| GuardedBody { inner, _guard: span }.boxed_unsync());
     }
 
     /// Counts the bytes sent into the request's access log line, written once this body is
     /// dropped. (A wrapper only logged requests pay for.)
     pub(super) fn log(&mut self, pending: Box<Pending>) {
+        self.wrap(|inner| LoggedBody { inner, pending }.boxed_unsync());
+    }
+
+    /// Replaces the body with `wrapper` around it.
+    fn wrap(&mut self, wrapper: impl FnOnce(UnsyncBoxBody<Bytes, BoxError>) -> UnsyncBoxBody<Bytes, BoxError>) {
         let inner = std::mem::replace(&mut self.inner, Empty::new().map_err(|e| match e {}).boxed_unsync());
-        self.inner = LoggedBody { inner, pending }.boxed_unsync();
-    }
-}
-
-/// A response body that holds its request's span.
-struct TracedBody {
-    inner: UnsyncBoxBody<Bytes, BoxError>,
-    _span: Box<RequestSpan>,
-}
-
-impl Body for TracedBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner = wrapper(inner);
     }
 }
 
@@ -200,12 +181,17 @@ pub fn upstream(forwarded: Forwarded) -> Response<ProxyBody> {
     })
 }
 
-struct GuardedBody<G> {
-    inner: ResponseBody,
+/// A body that holds `G` (guards, a span) until it is dropped.
+struct GuardedBody<B, G> {
+    inner: B,
     _guard: G,
 }
 
-impl<G: Unpin> Body for GuardedBody<G> {
+impl<B, G> Body for GuardedBody<B, G>
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+    G: Unpin,
+{
     type Data = Bytes;
     type Error = BoxError;
 

@@ -64,13 +64,6 @@ struct Relay {
 }
 
 async fn relay(listener: Arc<UdpSocket>, context: Relay, mut stopped: watch::Receiver<bool>, release: Release) {
-    let Relay {
-        table,
-        socket,
-        idle,
-        log,
-        bytes,
-    } = context;
     let mut sessions: HashMap<SocketAddr, mpsc::Sender<Bytes>> = HashMap::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
@@ -85,7 +78,7 @@ async fn relay(listener: Arc<UdpSocket>, context: Relay, mut stopped: watch::Rec
                 }
             },
         };
-        bytes.received.inc_by(n as u64);
+        context.bytes.received.inc_by(n as u64);
         let datagram = Bytes::copy_from_slice(&buf[..n]);
         if let Some(session) = sessions.get(&client)
             && !session.is_closed()
@@ -97,18 +90,7 @@ async fn relay(listener: Arc<UdpSocket>, context: Relay, mut stopped: watch::Rec
         if sessions.len() >= SWEEP_AT {
             sessions.retain(|_, s| !s.is_closed());
         }
-        let current = table.load();
-        match open_session(
-            &listener,
-            &current,
-            socket,
-            client,
-            (idle, &bytes),
-            log.as_ref(),
-            &stopped,
-        )
-        .await
-        {
+        match open_session(&listener, &context, client, &stopped).await {
             Some(session) => {
                 let _ = session.try_send(datagram);
                 sessions.insert(client, session);
@@ -127,13 +109,18 @@ async fn relay(listener: Arc<UdpSocket>, context: Relay, mut stopped: watch::Rec
 /// Starts a session of `client` to an endpoint of its route's backend.
 async fn open_session(
     listener: &Arc<UdpSocket>,
-    table: &Table,
-    socket: Socket,
+    context: &Relay,
     client: SocketAddr,
-    (idle, bytes): (Duration, &PortBytes),
-    log: Option<&Arc<AccessLog>>,
     stopped: &watch::Receiver<bool>,
 ) -> Option<mpsc::Sender<Bytes>> {
+    let Relay {
+        table,
+        socket,
+        idle,
+        log,
+        bytes,
+    } = context;
+    let table = table.load();
     let Dispatch::Stream { route, .. } = table.stream_port(Transport::Udp, socket.port)?.route(None)? else {
         return None;
     };
@@ -141,7 +128,7 @@ async fn open_session(
     let (endpoint, active) = upstream.pick_datagram_endpoint()?;
     // Written when the session ends. (Datagrams without a route or endpoint are not logged: one
     // line each would let a flood of them flood the log.)
-    let pending = log.map(|log| {
+    let pending = log.as_ref().map(|log| {
         let mut pending = PendingStream::start(log, client, "udp", socket.port);
         pending.line.route = Some(route.route.clone());
         pending.line.backend.clone_from(&upstream.id);
@@ -167,7 +154,7 @@ async fn open_session(
         pending,
         sent: bytes.sent.clone(),
     };
-    tokio::spawn(session.relay(receiver, idle, stopped.clone()));
+    tokio::spawn(session.relay(receiver, *idle, stopped.clone()));
     Some(sender)
 }
 

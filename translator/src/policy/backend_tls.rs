@@ -7,18 +7,15 @@
 //! applies, marked invalid, so its backends fail instead of connecting unverified.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use crate::api::BackendTlsPolicy;
 use crate::api::backend_tls::BackendTlsPolicyValidationSubjectAltNamesType as SanType;
 use crate::config::{Config, Mode};
 use crate::gateway::Problem;
 use crate::ir::{BackendTls, SubjectAltName};
-use crate::object::{self, GROUP, Meta};
+use crate::object::{self, Meta};
 use crate::snapshot::Snapshot;
-use crate::status::{
-    Condition, ParentReference, PolicyAncestorStatus, PolicyStatus, condition::kind, condition::reason,
-};
+use crate::status::{Condition, PolicyAncestorStatus, PolicyStatus, condition::kind, condition::reason};
 
 /// Most ancestors a policy status may list.
 pub const MAX_ANCESTORS: usize = 16;
@@ -61,16 +58,8 @@ impl<'a> Policies<'a> {
         if !snapshot.facts.installed("BackendTLSPolicy") {
             return Policies::default();
         }
-        let mut policies: Vec<&BackendTlsPolicy> = snapshot
-            .backend_tls_policies
-            .iter()
-            .map(Arc::as_ref)
-            .filter(|p| config.watches_namespace(p.namespace()))
-            .collect();
-        policies.sort_by(|a, b| object::by_age(*a, *b));
-        policies.dedup_by_key(|p| p.key());
         let mut out = Policies::default();
-        for policy in policies {
+        for policy in super::oldest_first(&snapshot.backend_tls_policies, config) {
             let ns = policy.namespace();
             let (settings, not_accepted, unresolved) = validate(policy, snapshot);
             let index = out.models.len();
@@ -137,10 +126,7 @@ impl<'a> Policies<'a> {
                 continue;
             }
             let g = m.policy.generation();
-            let accepted = match &m.not_accepted {
-                Some(p) => Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g),
-                None => Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "Policy is accepted", g),
-            };
+            let accepted = super::accepted(m.not_accepted.as_ref(), g);
             let conflicted = Condition::new(
                 kind::ACCEPTED,
                 false,
@@ -148,16 +134,7 @@ impl<'a> Policies<'a> {
                 "An older policy, or one naming the port, targets the same Service port",
                 g,
             );
-            let resolved = match &m.unresolved {
-                Some(p) => Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g),
-                None => Condition::new(
-                    kind::RESOLVED_REFS,
-                    true,
-                    reason::RESOLVED_REFS,
-                    "References resolved",
-                    g,
-                ),
-            };
+            let resolved = super::resolved_refs(m.unresolved.as_ref(), g);
             let mut gateways: Vec<(&String, bool)> = gateways.into_iter().collect();
             gateways.sort_by_key(|(gw, lost)| (!*lost, *gw));
             let ancestors = gateways
@@ -166,14 +143,7 @@ impl<'a> Policies<'a> {
                 .map(|(gw, lost)| {
                     let (namespace, name) = gw.split_once('/').unwrap_or(("", gw));
                     PolicyAncestorStatus {
-                        ancestor_ref: ParentReference {
-                            group: GROUP.into(),
-                            kind: "Gateway".into(),
-                            namespace: namespace.into(),
-                            name: name.into(),
-                            section_name: None,
-                            port: None,
-                        },
+                        ancestor_ref: super::gateway_ancestor(namespace, name),
                         controller_name: config.controller_name.clone(),
                         conditions: vec![
                             if lost { conflicted.clone() } else { accepted.clone() },

@@ -16,13 +16,11 @@ use crate::backend::{Backends, Resolved};
 use crate::config::Config;
 use crate::gateway::{GatewayModel, Problem};
 use crate::ir::{self, AttributeSource, OtlpProtocol, SpanAttribute, Tracing};
-use crate::object::{self, GROUP, Meta, X_GROUP};
+use crate::object::{GROUP, Meta, X_GROUP};
 use crate::reference_grant::From;
 use crate::route::model::BackendRef;
 use crate::snapshot::Snapshot;
-use crate::status::{
-    Condition, ParentReference, PolicyAncestorStatus, PolicyStatus, condition::kind, condition::reason,
-};
+use crate::status::{Condition, PolicyAncestorStatus, PolicyStatus, condition::kind, condition::reason};
 
 use super::backend_tls::MAX_ANCESTORS;
 
@@ -64,14 +62,7 @@ pub fn apply(snapshot: &Snapshot, config: &Config, gateways: &[GatewayModel<'_>]
     if snapshot.telemetry_policies.is_empty() || !snapshot.facts.installed("XTelemetryPolicy") {
         return Telemetry::default();
     }
-    let mut policies: Vec<&XTelemetryPolicy> = snapshot
-        .telemetry_policies
-        .iter()
-        .map(Arc::as_ref)
-        .filter(|p| config.watches_namespace(p.namespace()))
-        .collect();
-    policies.sort_by(|a, b| object::by_age(*a, *b));
-    policies.dedup_by_key(|p| p.key());
+    let policies = super::oldest_first(&snapshot.telemetry_policies, config);
     let ours: BTreeMap<(&str, &str), &GatewayModel<'_>> = gateways
         .iter()
         .map(|g| ((g.namespace.as_str(), g.name.as_str()), g))
@@ -110,42 +101,25 @@ pub fn apply(snapshot: &Snapshot, config: &Config, gateways: &[GatewayModel<'_>]
                     g,
                 )
             } else {
-                match &decision.not_accepted {
-                    Some(p) => Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g),
-                    None => Condition::new(kind::ACCEPTED, true, reason::ACCEPTED, "Policy is accepted", g),
-                }
+                super::accepted(decision.not_accepted.as_ref(), g)
             };
             let mut conditions = vec![accepted];
             if decision.has_provider {
-                conditions.push(match &decision.unresolved {
-                    Some(p) => Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g),
-                    None => Condition::new(
-                        kind::RESOLVED_REFS,
-                        true,
-                        reason::RESOLVED_REFS,
-                        "References resolved",
-                        g,
-                    ),
-                });
+                conditions.push(super::resolved_refs(decision.unresolved.as_ref(), g));
             }
             if !taken && let Some((tracing, backend)) = &decision.tracing {
+                // The policy's serviceName, else the Gateway's `name.namespace`.
+                let service_name = (policy.spec.tracing.as_ref())
+                    .and_then(|t| t.service_name.clone())
+                    .unwrap_or_else(|| format!("{}.{}", gw.name, gw.namespace));
                 let tracing = Tracing {
-                    service_name: tracing
-                        .service_name
-                        .replace("{gateway}", &format!("{}.{}", gw.name, gw.namespace)),
+                    service_name,
                     ..tracing.clone()
                 };
                 out.gateways.insert(key, (tracing, backend.clone()));
             }
             ancestors.push(PolicyAncestorStatus {
-                ancestor_ref: ParentReference {
-                    group: GROUP.into(),
-                    kind: "Gateway".into(),
-                    namespace: gw.namespace.as_str().into(),
-                    name: gw.name.as_str().into(),
-                    section_name: None,
-                    port: None,
-                },
+                ancestor_ref: super::gateway_ancestor(&gw.namespace, &gw.name),
                 controller_name: config.controller_name.clone(),
                 conditions,
             });
@@ -328,8 +302,8 @@ fn settings(policy: &XTelemetryPolicy, config: &TracingConfig) -> Result<Tracing
         sampling,
         parent_based,
         parent_sampling,
-        // `{gateway}` becomes `name.namespace` of each Gateway (apply).
-        service_name: config.service_name.clone().unwrap_or_else(|| "{gateway}".to_string()),
+        // Per Gateway (apply).
+        service_name: String::new(),
         span_name: config.span_name.clone(),
         attributes,
     })
