@@ -124,6 +124,14 @@ async fn counted(dp: &Dataplane, series: &str, expected: f64) {
     }
 }
 
+/// Waits until port `port` of `transport` counted `received` bytes from clients and `sent` to
+/// them.
+async fn bytes(dp: &Dataplane, transport: &str, port: u16, (received, sent): (f64, f64)) {
+    let series = |name: &str| format!(r#"turna_dataplane_{name}_bytes_total{{transport="{transport}",port="{port}"}}"#);
+    counted(dp, &series("received"), received).await;
+    counted(dp, &series("sent"), sent).await;
+}
+
 #[tokio::test]
 async fn bytes_to_and_from_clients_are_counted_per_port() {
     use common::stream::{port, stream_backend, stream_listener, stream_route, tcp_echo, udp_echo};
@@ -174,18 +182,7 @@ async fn bytes_to_and_from_clients_are_counted_per_port() {
         "{}",
         String::from_utf8_lossy(&response)
     );
-    counted(
-        &dp,
-        r#"turna_dataplane_received_bytes_total{transport="tcp",port="80"}"#,
-        request.len() as f64,
-    )
-    .await;
-    counted(
-        &dp,
-        r#"turna_dataplane_sent_bytes_total{transport="tcp",port="80"}"#,
-        response.len() as f64,
-    )
-    .await;
+    bytes(&dp, "tcp", 80, (request.len() as f64, response.len() as f64)).await;
 
     // TCP: the bytes copied each way, counted when the session ends.
     let mut tcp = tokio::net::TcpStream::connect(dp.local_addr(9000).await.unwrap())
@@ -193,18 +190,7 @@ async fn bytes_to_and_from_clients_are_counted_per_port() {
         .unwrap();
     assert!(common::stream::exchange(&mut tcp, b"hello", "t").await);
     drop(tcp);
-    counted(
-        &dp,
-        r#"turna_dataplane_received_bytes_total{transport="tcp",port="9000"}"#,
-        5.0,
-    )
-    .await;
-    counted(
-        &dp,
-        r#"turna_dataplane_sent_bytes_total{transport="tcp",port="9000"}"#,
-        7.0,
-    )
-    .await;
+    bytes(&dp, "tcp", 9000, (5.0, 7.0)).await;
 
     // UDP: each datagram.
     let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -217,16 +203,5 @@ async fn bytes_to_and_from_clients_are_counted_per_port() {
         .unwrap()
         .unwrap();
     assert_eq!(&buf[..n], b"u:ping");
-    counted(
-        &dp,
-        r#"turna_dataplane_received_bytes_total{transport="udp",port="9001"}"#,
-        4.0,
-    )
-    .await;
-    counted(
-        &dp,
-        r#"turna_dataplane_sent_bytes_total{transport="udp",port="9001"}"#,
-        6.0,
-    )
-    .await;
+    bytes(&dp, "udp", 9001, (4.0, 6.0)).await;
 }

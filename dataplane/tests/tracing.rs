@@ -421,8 +421,11 @@ async fn spans_reach_jaeger_over_otlp_grpc_with_parents_and_attributes() {
     let (trace, span, flags) = ids(&reply.echoed("traceparent")[0]);
     assert_eq!((trace.as_str(), flags.as_str()), (unsampled, "00"));
     assert_ne!(span, CLIENT_SPAN);
-    // Give the exporter time to send anything it would (it sends every 500 ms).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Spans are exported in the order they end: once a sampled request sent after it has
+    // arrived, the unsampled one would have too.
+    let marker = "55555555555555555555555555555555";
+    get_with(addr, "/", &[("traceparent", &format!("00-{marker}-{CLIENT_SPAN}-01"))]).await;
+    jaeger.spans(marker, 2).await;
     assert!(!jaeger.has(unsampled).await, "an unsampled trace is not exported");
 }
 

@@ -16,6 +16,15 @@ use serde_json::{Value, json};
 /// translations would count them.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// A controller of GatewayClass `class` that translates 50 ms after a change.
+fn settings(class: &str) -> operator::settings::Kubernetes {
+    operator::settings::Kubernetes {
+        gateway_class: class.to_string(),
+        debounce: Duration::from_millis(50),
+        ..Default::default()
+    }
+}
+
 fn plane() -> &'static control_plane::ControlPlane {
     control_plane::ControlPlane::shared_with(control_plane::Options::default())
 }
@@ -80,11 +89,7 @@ spec:
     .expect("apply");
 
     let client = client().await;
-    let settings = operator::settings::Kubernetes {
-        gateway_class: class.clone(),
-        debounce: Duration::from_millis(50),
-        ..Default::default()
-    };
+    let settings = settings(&class);
     let controller = tokio::spawn(operator::reconcile::run(client.clone(), settings));
 
     let gateways: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("Gateway", "gateways"));
@@ -259,11 +264,7 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
     ))
     .expect("apply");
     let client = client().await;
-    let settings = operator::settings::Kubernetes {
-        gateway_class: class.clone(),
-        debounce: Duration::from_millis(50),
-        ..Default::default()
-    };
+    let settings = settings(&class);
     let (controller, metrics) = common::start_with_metrics(&client, settings);
     let gateways: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("Gateway", "gateways"));
     eventually(&gateways, "web", |g| {
@@ -379,11 +380,7 @@ spec:
     cp.apply_yaml(&policy("b-younger", "no-such-collector")).expect("apply");
 
     let client = client().await;
-    let settings = operator::settings::Kubernetes {
-        gateway_class: class.clone(),
-        debounce: Duration::from_millis(50),
-        ..Default::default()
-    };
+    let settings = settings(&class);
     let controller = tokio::spawn(operator::reconcile::run(client.clone(), settings));
     let policies: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
