@@ -9,7 +9,8 @@
 //! written, `TURNA_BENCH_SAMPLES` (default 30) routes one after another (targets at 5,000
 //! routes: median <= 10 ms, p99 <= 50 ms; RSS <= 120 MiB).
 //!
-//! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) tunes the sizes.
+//! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) tunes the sizes; `TURNA_BENCH_LOG` is the child's
+//! `RUST_LOG` (default `warn`; `operator=debug,dataplane=debug` logs each step of a pass).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -110,7 +111,10 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize)
         .arg(&config)
         .env("KUBECONFIG", plane.kubeconfig())
         .env("POD_NAMESPACE", &home)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("TURNA_BENCH_LOG").as_deref().unwrap_or("warn"),
+        )
         .stdout(Stdio::null())
         .spawn()
         .expect("start turna standalone");

@@ -203,10 +203,12 @@ async fn reconcile(
         let output = off_the_workers(|| {
             let snapshot = snapshots.refresh();
             provisioning.observe(&mut snapshot.facts);
+            tracing::debug!(took = ?started.elapsed(), "snapshot taken");
             translator::translate_reusing(snapshot, &config, &mut compiled)
         });
         metrics.translated(started.elapsed());
-        tracing::debug!(took = ?started.elapsed(), "translated");
+        let (reused, recompiled) = compiled.last_pass();
+        tracing::debug!(took = ?started.elapsed(), reused, recompiled, "translated");
         // Every instance serves proxies the IR it translated, leader or not.
         if let Some(hub) = &options.push {
             hub.publish_holding(&output.proxies, &output.held);

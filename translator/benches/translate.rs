@@ -11,7 +11,11 @@
 //! With `TURNA_BENCH_ROUTES=<n>[,<n>...]` the binary instead builds a snapshot of each size and
 //! translates it `TURNA_BENCH_RUNS` times (default once), printing the best time, the ratio to
 //! the first size and the peak resident memory; for repeatable instruction counts:
-//! `valgrind --tool=callgrind --toggle-collect='*translate_once*' <bench binary>`.
+//! `valgrind --tool=callgrind --toggle-collect='*translate_once*' <bench binary>`. Each size
+//! is then translated again after one more route, reusing the others' compiled rules as the
+//! operator does (`*translate_added*` for callgrind); `TURNA_BENCH_THREADS=1` keeps all of it on
+//! the calling thread, where callgrind counts it, and `TURNA_BENCH_COLD=1` evicts the CPU caches
+//! first, as the work between two changes of a cluster does.
 
 use std::hint::black_box;
 
@@ -189,6 +193,16 @@ fn translate_once(snapshot: &Snapshot, config: &Config) -> translator::Output {
     }
 }
 
+/// One translation after a route was added, reusing the others' compiled rules, apart so that
+/// callgrind can count it alone (`--toggle-collect='*translate_added*'`).
+#[inline(never)]
+fn translate_added(snapshot: &Snapshot, config: &Config, cache: &mut translator::CompileCache) -> translator::Output {
+    match std::env::var("TURNA_BENCH_THREADS").ok().and_then(|t| t.parse().ok()) {
+        Some(threads) => translator::translate_on(black_box(snapshot), black_box(config), threads, Some(cache)),
+        None => translator::translate_reusing(black_box(snapshot), black_box(config), cache),
+    }
+}
+
 criterion_group!(benches, bench);
 
 /// `TURNA_BENCH_ROUTES=1000,10000`: each size once under callgrind, or the best of a few runs
@@ -235,8 +249,16 @@ fn once(sizes: &[usize]) {
             added
                 .add_value(usize::MAX - run, route_object(routes + run))
                 .expect("generated objects are valid");
+            if std::env::var_os("TURNA_BENCH_COLD").is_some() {
+                // Evicts the CPU caches, as the work between two changes does.
+                let mut scratch = vec![0u8; 64 << 20];
+                for i in (0..scratch.len()).step_by(64) {
+                    scratch[i] = i as u8;
+                }
+                black_box(&scratch);
+            }
             let start = std::time::Instant::now();
-            black_box(translator::translate_reusing(&added, &config, &mut cache));
+            black_box(translate_added(&added, &config, &mut cache));
             best_added = best_added.min(start.elapsed().as_secs_f64() * 1e3);
         }
         eprintln!("{routes} routes: one route added, compiled rules of the others reused: best {best_added:.1} ms");

@@ -145,6 +145,9 @@ pub struct CompileCache {
     inputs: Option<Inputs>,
     /// By the address of the route object, which [`Cached`] holds so that it is not reused.
     routes: foldhash::HashMap<usize, Cached>,
+    /// Of the routes the last translation compiled: how many it took from the cache, and how
+    /// many it compiled (the operator logs them: a cache that keeps nothing is a slow pass).
+    last: (usize, usize),
 }
 
 /// One route's entries, and its object.
@@ -205,11 +208,24 @@ impl CompileCache {
 
     /// Keeps the rules just compiled for `routes`, and only those: removed routes go.
     pub fn keep(&mut self, routes: &[RouteModel<'_>], compiled: &CompiledRoutes) {
-        self.routes.clear();
+        let mut last = std::mem::take(&mut self.routes);
+        self.last = (0, 0);
         for (route, entries) in routes.iter().zip(&compiled.0) {
             let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
                 continue;
             };
+            let reused = last.remove(&object.address()).is_some_and(|c| {
+                c.entries.len() == entries.len()
+                    && c.entries
+                        .iter()
+                        .zip(entries)
+                        .all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
+            });
+            if reused {
+                self.last.0 += 1;
+            } else {
+                self.last.1 += 1;
+            }
             self.routes.insert(
                 object.address(),
                 Cached {
@@ -218,5 +234,11 @@ impl CompileCache {
                 },
             );
         }
+    }
+
+    /// Of the HTTP and gRPC routes the last translation compiled: how many came from the cache
+    /// and how many were compiled again.
+    pub fn last_pass(&self) -> (usize, usize) {
+        self.last
     }
 }
