@@ -227,7 +227,7 @@ fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, g
     let ours =
         |p: &translator::status::ParentReference| p.kind == "Gateway" && p.namespace == namespace && p.name == name;
     for route in &mut statuses.routes {
-        route.parents.retain(|p| ours(&p.parent_ref));
+        std::sync::Arc::make_mut(route).parents.retain(|p| ours(&p.parent_ref));
     }
     statuses.routes.retain(|r| !r.parents.is_empty());
     for policy in &mut statuses.backend_tls_policies {

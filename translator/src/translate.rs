@@ -113,7 +113,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         threads,
         cache.as_deref(),
     );
-    if let Some(cache) = cache {
+    if let Some(cache) = cache.as_deref_mut() {
         cache.keep(&routes, &compiled_routes);
     }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
@@ -225,15 +225,15 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         outcomes[ri] = Some(outcome);
         all_attachments[ri] = attachments;
     }
+    let settled = cache.as_deref().map(|c| &c.statuses);
     let mut route_statuses = crate::parallel::map(routes.len(), threads, |ri| {
-        let outcome = outcomes[ri].as_ref()?;
-        Some(route::status(
-            &routes[ri],
-            &all_attachments[ri],
-            outcome,
-            &controller_name,
-        ))
+        let (route, attachments, outcome) = (&routes[ri], &all_attachments[ri], outcomes[ri].as_ref()?);
+        let last = settled.and_then(|s| s.get(route, attachments, outcome, &controller_name));
+        Some(last.unwrap_or_else(|| Arc::new(route::status(route, attachments, outcome, &controller_name))))
     });
+    if let Some(cache) = cache {
+        (cache.statuses).keep(&routes, &all_attachments, &outcomes, &route_statuses, &controller_name);
+    }
 
     let mut statuses = Statuses {
         gateway_classes: gateway::class::statuses(&classes, config),

@@ -294,13 +294,14 @@ proptest! {
 proptest! {
     #![proptest_config(cases(256))]
 
-    /// Rules reused from earlier translations (a `CompileCache`) give the output of a fresh
-    /// translation: with nothing changed, after objects of any kind the rules read were removed
-    /// or replaced by changed copies, and back again; on one thread and several.
+    /// Rules and route statuses reused from earlier translations (a `CompileCache`) give the
+    /// output of a fresh translation: with nothing changed, after objects of any kind the rules
+    /// or the statuses read were removed or replaced by changed copies, and back again; on one
+    /// thread and several.
     #[test]
     fn reused_rules_translate_as_fresh_ones(
         scenario in scenario(),
-        changes in prop::collection::vec((0usize..7, any::<prop::sample::Index>()), 1..4),
+        changes in prop::collection::vec((0usize..10, any::<prop::sample::Index>()), 1..4),
     ) {
         let mut all = scenario.snapshot();
         add_good(&mut all);
@@ -321,6 +322,10 @@ proptest! {
                 3 => remove!(some.endpoint_slices),
                 4 => remove!(some.reference_grants),
                 5 => remove!(some.config_maps),
+                // Where routes attach, and so their statuses, without a change to the routes.
+                6 => remove!(some.gateways),
+                7 => remove!(some.listener_sets),
+                8 => remove!(some.namespaces),
                 _ => {
                     // The same route, changed: a new object under the same name.
                     if !some.http_routes.is_empty() {

@@ -89,12 +89,12 @@ pub async fn read(client: &Client, namespace: Option<&str>) -> Result<Read, kube
                     parents.iter().filter_map(|p| parent_status(p, &namespace)).collect()
                 })
                 .unwrap_or_default();
-            statuses.routes.push(RouteStatus {
+            statuses.routes.push(std::sync::Arc::new(RouteStatus {
                 kind: kind.into(),
                 namespace: route.namespace().unwrap_or_default().into(),
                 name: route.name_any().into(),
                 parents,
-            });
+            }));
             read.routes.push((kind, route));
         }
     }

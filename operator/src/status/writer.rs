@@ -201,13 +201,15 @@ struct Plan<'a> {
 
 impl Plan<'_> {
     /// Adds the write of `desired_status` to object `namespace/name` of `store`, unless the
-    /// object is gone or its status already is what merging gives.
+    /// object is gone or its status already is what merging gives. A status the last pass
+    /// found up to date is not compared again when it is the same shared one (route statuses
+    /// that did not change, [`translator::CompileCache`]) or equal, and the object is unchanged.
     fn add<K, D>(
         &mut self,
         store: &Watched<K>,
         namespace: Option<&str>,
         name: &str,
-        desired_status: &D,
+        desired_status: &Arc<D>,
         merge_status: impl FnOnce(&Value) -> Value,
     ) where
         D: PartialEq + Clone + Send + Sync + 'static,
@@ -219,7 +221,8 @@ impl Plan<'_> {
         let pass = self.seen.pass;
         if !self.changed.contains::<K>(ns, name)
             && let Some(seen) = self.seen.get_mut::<K>(ns, name)
-            && seen.desired.downcast_ref::<D>() == Some(desired_status)
+            && (std::ptr::addr_eq(Arc::as_ptr(&seen.desired), Arc::as_ptr(desired_status))
+                || seen.desired.downcast_ref::<D>() == Some(&**desired_status))
         {
             seen.pass = pass;
             self.written.unchanged(&K::kind(&()));
@@ -240,7 +243,7 @@ impl Plan<'_> {
         let desired = merge_status(&current_status);
         if desired == current_status {
             self.written.unchanged(&K::kind(&()));
-            self.seen.insert::<K>(ns, name, Arc::new(desired_status.clone()));
+            self.seen.insert::<K>(ns, name, desired_status.clone());
             return;
         }
         // The version the kind is watched at: the typed struct's, or another served one.
@@ -265,7 +268,7 @@ impl Plan<'_> {
             name: name.to_string(),
             body,
             type_id: TypeId::of::<K>(),
-            desired: Arc::new(desired_status.clone()),
+            desired: desired_status.clone(),
         });
     }
 
@@ -343,21 +346,29 @@ pub async fn write(
     let s = statuses;
     let mut planned = 0;
     for c in &s.gateway_classes {
-        plan.add(&stores.gateway_classes, None, &c.name, c, |cur| {
+        plan.add(&stores.gateway_classes, None, &c.name, &Arc::new(c.clone()), |cur| {
             merge::gateway_class(cur, c, &now)
         });
         breathe(&mut planned).await;
     }
     for g in &s.gateways {
-        plan.add(&stores.gateways, Some(&g.namespace), &g.name, g, |cur| {
-            merge::gateway(cur, g, &now)
-        });
+        plan.add(
+            &stores.gateways,
+            Some(&g.namespace),
+            &g.name,
+            &Arc::new(g.clone()),
+            |cur| merge::gateway(cur, g, &now),
+        );
         breathe(&mut planned).await;
     }
     for l in &s.listener_sets {
-        plan.add(&stores.listener_sets, Some(&l.namespace), &l.name, l, |cur| {
-            merge::listener_set(cur, l, &now)
-        });
+        plan.add(
+            &stores.listener_sets,
+            Some(&l.namespace),
+            &l.name,
+            &Arc::new(l.clone()),
+            |cur| merge::listener_set(cur, l, &now),
+        );
         breathe(&mut planned).await;
     }
     for r in &s.routes {
@@ -374,15 +385,23 @@ pub async fn write(
         breathe(&mut planned).await;
     }
     for p in &s.backend_tls_policies {
-        plan.add(&stores.backend_tls_policies, Some(&p.namespace), &p.name, p, |cur| {
-            merge::policy(cur, p, controller, &now)
-        });
+        plan.add(
+            &stores.backend_tls_policies,
+            Some(&p.namespace),
+            &p.name,
+            &Arc::new(p.clone()),
+            |cur| merge::policy(cur, p, controller, &now),
+        );
         breathe(&mut planned).await;
     }
     for p in &s.telemetry_policies {
-        plan.add(&stores.telemetry_policies, Some(&p.namespace), &p.name, p, |cur| {
-            merge::policy(cur, p, controller, &now)
-        });
+        plan.add(
+            &stores.telemetry_policies,
+            Some(&p.namespace),
+            &p.name,
+            &Arc::new(p.clone()),
+            |cur| merge::policy(cur, p, controller, &now),
+        );
         breathe(&mut planned).await;
     }
     plan.seen.finish_pass();

@@ -134,7 +134,8 @@ fn compile_one(
     entries
 }
 
-/// The compiled rules of the last translation, kept to translate the next snapshot faster:
+/// The compiled rules and route statuses of the last translation, kept to translate the next
+/// snapshot faster (statuses: [`super::settled`]). Rules:
 /// a route whose object is the same (the snapshot shares unchanged objects) keeps its rules
 /// while nothing else that compiling reads has changed. Any change to Services,
 /// EndpointSlices, ReferenceGrants, BackendTLSPolicies, ConfigMaps or the configuration
@@ -148,6 +149,8 @@ pub struct CompileCache {
     /// Of the routes the last translation compiled: how many it took from the cache, and how
     /// many it compiled (the operator logs them: a cache that keeps nothing is a slow pass).
     last: (usize, usize),
+    /// The route statuses of the last translation.
+    pub(crate) statuses: super::settled::Settled,
 }
 
 /// One route's entries, and its object.

@@ -14,6 +14,7 @@ pub mod compiled;
 pub mod http;
 pub mod model;
 pub mod precedence;
+pub mod settled;
 pub mod stream;
 pub mod value;
 
@@ -28,7 +29,7 @@ use crate::status::{Condition, RouteParentStatus, RouteStatus, condition::kind, 
 pub use model::{RouteKind, RouteModel};
 
 /// Where one parentRef of a route landed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Attachment {
     /// Index of the parentRef in the route's `parent_refs`.
     pub parent: usize,
@@ -227,7 +228,7 @@ fn hostnames_overlap(a: &str, b: &str) -> bool {
 }
 
 /// Route-wide outcome of translating rules and backends.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteOutcome {
     /// Accepted=False for every parent (for example an unsupported filter).
     pub not_accepted: Option<Problem>,

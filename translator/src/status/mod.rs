@@ -21,8 +21,10 @@ pub struct Statuses {
     pub gateways: Vec<GatewayStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listener_sets: Vec<ListenerSetStatus>,
+    /// Shared: a route whose status did not change keeps the same one from pass to pass
+    /// ([`crate::CompileCache`]), so the status writer can tell unchanged ones at a glance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub routes: Vec<RouteStatus>,
+    pub routes: Vec<std::sync::Arc<RouteStatus>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_tls_policies: Vec<PolicyStatus>,
     /// XTelemetryPolicy statuses: one ancestor per targeted Gateway of Turna's.

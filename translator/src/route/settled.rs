@@ -1,0 +1,146 @@
+//! Route statuses kept from one translation to the next. A route's status is made from the
+//! route object, where its parentRefs landed and the outcome of its rules; when all three are
+//! as they were, the last status is reused, shared. Most passes change a few routes among
+//! thousands: the others' statuses are neither made again nor, by the status writer (which
+//! sees the same shared status), compared again.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use smol_str::SmolStr;
+
+use super::model::RouteModel;
+use super::{Attachment, RouteOutcome};
+use crate::status::RouteStatus;
+
+/// The statuses of the last translation, by the address of their route object.
+#[derive(Default)]
+pub struct Settled {
+    routes: foldhash::HashMap<usize, Entry>,
+    controller_name: SmolStr,
+}
+
+/// One route's status and what it was made from.
+struct Entry {
+    /// Held so that the address is not reused by another object while the entry lives.
+    _object: Arc<dyn Any + Send + Sync>,
+    attachments: Vec<Attachment>,
+    outcome: RouteOutcome,
+    status: Arc<RouteStatus>,
+}
+
+impl Settled {
+    /// The last status of `route` if it was made from the same attachments and outcome.
+    pub fn get(
+        &self,
+        route: &RouteModel<'_>,
+        attachments: &[Attachment],
+        outcome: &RouteOutcome,
+        controller_name: &SmolStr,
+    ) -> Option<Arc<RouteStatus>> {
+        if self.controller_name != *controller_name {
+            return None;
+        }
+        let entry = self.routes.get(&route.object?.address())?;
+        (entry.attachments == attachments && entry.outcome == *outcome).then(|| entry.status.clone())
+    }
+
+    /// Keeps this translation's statuses, and only those: removed routes go.
+    pub fn keep(
+        &mut self,
+        routes: &[RouteModel<'_>],
+        attachments: &[Vec<Attachment>],
+        outcomes: &[Option<RouteOutcome>],
+        statuses: &[Option<Arc<RouteStatus>>],
+        controller_name: &SmolStr,
+    ) {
+        let mut last = std::mem::take(&mut self.routes);
+        self.controller_name = controller_name.clone();
+        for (ri, route) in routes.iter().enumerate() {
+            let (Some(object), Some(outcome), Some(status)) = (route.object, &outcomes[ri], &statuses[ri]) else {
+                continue;
+            };
+            let address = object.address();
+            let entry = match last.remove(&address) {
+                Some(entry) if Arc::ptr_eq(&entry.status, status) => entry,
+                _ => Entry {
+                    _object: object.shared(),
+                    attachments: attachments[ri].clone(),
+                    outcome: outcome.clone(),
+                    status: status.clone(),
+                },
+            };
+            self.routes.insert(address, entry);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{CompileCache, Config, Snapshot, translate_reusing};
+
+    const OBJECTS: &str = "
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: turna, generation: 1}
+spec: {controllerName: rakunlabs.com/turna}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: infra, generation: 1}
+spec:
+  gatewayClassName: turna
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: a, namespace: infra, generation: 1}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{backendRefs: [{name: missing, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: b, namespace: infra, generation: 1}
+spec:
+  parentRefs: [{name: edge}, {name: edge, sectionName: nope}]
+";
+
+    /// An unchanged route keeps its status object from pass to pass (what lets the status
+    /// writer skip it); a changed route, or one whose Gateway changed, gets a new one.
+    #[test]
+    fn unchanged_routes_share_their_status_with_the_last_pass() {
+        let snapshot = Snapshot::from_yaml(OBJECTS).expect("objects parse");
+        let config = Config::default();
+        let mut cache = CompileCache::default();
+        let first = translate_reusing(&snapshot, &config, &mut cache).statuses.routes;
+        assert_eq!(first.len(), 2);
+        let again = translate_reusing(&snapshot, &config, &mut cache).statuses.routes;
+        assert!(first.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)));
+
+        // Route a changed (a new object, as a watch event makes it): only its status is new.
+        let mut changed = snapshot.clone();
+        let mut a = (*changed.http_routes[0]).clone();
+        a.metadata.generation = Some(2);
+        changed.http_routes[0] = Arc::new(a);
+        let after = translate_reusing(&changed, &config, &mut cache).statuses.routes;
+        assert!(!Arc::ptr_eq(&first[0], &after[0]));
+        assert_eq!(after[0].parents[0].conditions[0].observed_generation, 2);
+        assert!(Arc::ptr_eq(&first[1], &after[1]));
+
+        // The Gateway lost its listener: b's attachments changed, and so its status.
+        let mut gateway = (*changed.gateways[0]).clone();
+        gateway.spec.listeners[0].name = "renamed".into();
+        changed.gateways[0] = Arc::new(gateway);
+        let moved = translate_reusing(&changed, &config, &mut cache).statuses.routes;
+        assert!(!Arc::ptr_eq(&after[1], &moved[1]));
+        assert_eq!(
+            *moved,
+            *translate_reusing(&changed, &config, &mut CompileCache::default())
+                .statuses
+                .routes
+        );
+    }
+}
