@@ -387,24 +387,20 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
         // Most routes are HTTPRoutes: read on several threads when there are many.
         let http = &snapshot.http_routes;
         let models = crate::parallel::map(http.len(), threads, |i| {
-            Some(&http[i]).filter(|r| watched(r.namespace())).map(|r| RouteModel {
-                object: Some(route::model::RouteObject::Http(r)),
-                ..RouteModel::from_http(r)
+            Some(&http[i]).filter(|r| watched(r.namespace())).map(|r| {
+                let mut model = RouteModel::from_http(r);
+                model.object = Some(route::model::RouteObject::Http(r));
+                model
             })
         });
         routes.extend(models.into_iter().flatten());
     }
     if installed(RouteKind::Grpc) {
-        routes.extend(
-            snapshot
-                .grpc_routes
-                .iter()
-                .filter(|r| watched(r.namespace()))
-                .map(|r| RouteModel {
-                    object: Some(route::model::RouteObject::Grpc(r)),
-                    ..RouteModel::from_grpc(r)
-                }),
-        );
+        routes.extend(snapshot.grpc_routes.iter().filter(|r| watched(r.namespace())).map(|r| {
+            let mut model = RouteModel::from_grpc(r);
+            model.object = Some(route::model::RouteObject::Grpc(r));
+            model
+        }));
     }
     if installed(RouteKind::Tls) {
         routes.extend(

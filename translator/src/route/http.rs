@@ -48,8 +48,8 @@ pub fn compile(
     outcome: &mut RouteOutcome,
 ) -> Compiled {
     let mut out = Compiled {
-        rules: Vec::with_capacity(route.rules.len()),
-        backends: Vec::with_capacity(route.rules.iter().map(|r| r.backend_refs.len()).sum()),
+        rules: Vec::with_capacity(route.rules().len()),
+        backends: Vec::with_capacity(route.rules().iter().map(|r| r.backend_refs.len()).sum()),
         policies: Vec::new(),
     };
     let mut dropped: Vec<(String, Problem)> = Vec::new();
@@ -60,7 +60,7 @@ pub fn compile(
         SmolStr::new(route.namespace),
         SmolStr::new(route.name),
     );
-    for (index, rule) in route.rules.iter().enumerate() {
+    for (index, rule) in route.rules().iter().enumerate() {
         let route_ref = RouteRef {
             kind: kind.clone(),
             namespace: namespace.clone(),
@@ -176,7 +176,7 @@ pub fn compile(
         ));
     }
     if let Some((_, first)) = dropped.first() {
-        if dropped.len() == route.rules.len() {
+        if dropped.len() == route.rules().len() {
             // Fully invalid: not accepted, and PartiallyInvalid is not set.
             outcome.not_accepted.get_or_insert(first.clone());
         } else if outcome.partially_invalid.is_none() {

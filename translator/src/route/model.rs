@@ -102,13 +102,24 @@ pub struct RouteModel<'a> {
     pub created: Option<&'a Time>,
     pub hostnames: &'a [String],
     pub parent_refs: Vec<ParentRef<'a>>,
-    pub rules: Vec<RuleModel<'a>>,
+    /// Built on first use by [`RouteModel::rules`]: routes whose compiled rules are reused from
+    /// the last translation never need them, and building them was a third of a pass.
+    rules: std::sync::OnceLock<Vec<RuleModel<'a>>>,
+    /// The HTTPRoute or GRPCRoute spec the rules are read from.
+    spec: Option<Spec<'a>>,
     /// Why the route's spec cannot be read ([`UnreadableRoute`]): it has no rules and is not
     /// accepted by any parent.
     pub unreadable: Option<&'a str>,
     /// The snapshot's HTTPRoute or GRPCRoute this model reads, whose compiled rules a
     /// [`super::compiled::CompileCache`] can keep.
     pub object: Option<RouteObject<'a>>,
+}
+
+/// The spec of an HTTPRoute or GRPCRoute, whose rules are modelled when first needed.
+#[derive(Clone, Copy, Debug)]
+enum Spec<'a> {
+    Http(&'a HttpRoute),
+    Grpc(&'a GrpcRoute),
 }
 
 /// An HTTPRoute or GRPCRoute as the snapshot shares it.
@@ -185,7 +196,8 @@ fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
         created: obj.meta().creation_timestamp.as_ref(),
         hostnames: &[],
         parent_refs: Vec::new(),
-        rules: Vec::new(),
+        rules: std::sync::OnceLock::new(),
+        spec: None,
         unreadable: None,
         object: None,
     }
@@ -196,22 +208,7 @@ impl<'a> RouteModel<'a> {
         let mut m = base(r, RouteKind::Http);
         m.hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = r
-            .spec
-            .rules
-            .iter()
-            .flatten()
-            .map(|rule| RuleModel {
-                name: rule.name.as_deref(),
-                backend_refs: rule
-                    .backend_refs
-                    .iter()
-                    .flatten()
-                    .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
-                    .collect(),
-                spec: RuleSpec::Http(rule),
-            })
-            .collect();
+        m.spec = Some(Spec::Http(r));
         m
     }
 
@@ -219,71 +216,78 @@ impl<'a> RouteModel<'a> {
         let mut m = base(r, RouteKind::Grpc);
         m.hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = r
-            .spec
-            .rules
-            .iter()
-            .flatten()
-            .map(|rule| RuleModel {
-                name: rule.name.as_deref(),
-                backend_refs: rule
-                    .backend_refs
-                    .iter()
-                    .flatten()
-                    .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
-                    .collect(),
-                spec: RuleSpec::Grpc(rule),
-            })
-            .collect();
+        m.spec = Some(Spec::Grpc(r));
         m
+    }
+
+    /// The route's rules.
+    pub fn rules(&self) -> &[RuleModel<'a>] {
+        self.rules.get_or_init(|| match self.spec {
+            Some(Spec::Http(r)) => (r.spec.rules.iter().flatten())
+                .map(|rule| RuleModel {
+                    name: rule.name.as_deref(),
+                    backend_refs: (rule.backend_refs.iter().flatten())
+                        .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
+                        .collect(),
+                    spec: RuleSpec::Http(rule),
+                })
+                .collect(),
+            Some(Spec::Grpc(r)) => (r.spec.rules.iter().flatten())
+                .map(|rule| RuleModel {
+                    name: rule.name.as_deref(),
+                    backend_refs: (rule.backend_refs.iter().flatten())
+                        .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
+                        .collect(),
+                    spec: RuleSpec::Grpc(rule),
+                })
+                .collect(),
+            None => Vec::new(),
+        })
     }
 
     pub fn from_tls(r: &'a TlsRoute) -> Self {
         let mut m = base(r, RouteKind::Tls);
         m.hostnames = &r.spec.hostnames;
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = r
-            .spec
-            .rules
-            .iter()
-            .map(|rule| RuleModel {
-                name: rule.name.as_deref(),
-                backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
-                spec: RuleSpec::Stream,
-            })
-            .collect();
+        m.rules = std::sync::OnceLock::from(
+            (r.spec.rules.iter())
+                .map(|rule| RuleModel {
+                    name: rule.name.as_deref(),
+                    backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
+                    spec: RuleSpec::Stream,
+                })
+                .collect::<Vec<_>>(),
+        );
         m
     }
 
     pub fn from_tcp(r: &'a TcpRoute) -> Self {
         let mut m = base(r, RouteKind::Tcp);
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = r
-            .spec
-            .rules
-            .iter()
-            .map(|rule| RuleModel {
-                name: rule.name.as_deref(),
-                backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
-                spec: RuleSpec::Stream,
-            })
-            .collect();
+        m.rules = std::sync::OnceLock::from(
+            (r.spec.rules.iter())
+                .map(|rule| RuleModel {
+                    name: rule.name.as_deref(),
+                    backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
+                    spec: RuleSpec::Stream,
+                })
+                .collect::<Vec<_>>(),
+        );
         m
     }
 
     pub fn from_udp(r: &'a UdpRoute) -> Self {
         let mut m = base(r, RouteKind::Udp);
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = r
-            .spec
-            .rules
-            .iter()
-            .map(|rule| RuleModel {
-                name: rule.name.as_deref(),
-                backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
-                spec: RuleSpec::Stream,
-            })
-            .collect();
+        m.rules = std::sync::OnceLock::from(
+            (r.spec.rules.iter())
+                .map(|rule| RuleModel {
+                    name: rule.name.as_deref(),
+                    backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
+                    spec: RuleSpec::Stream,
+                })
+                .collect::<Vec<_>>(),
+        );
         m
     }
 

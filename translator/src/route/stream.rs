@@ -32,7 +32,7 @@ pub fn compile(
     for &terminate in terminated {
         let tls = terminate && route.kind == RouteKind::Tls;
         let mut weighted = Vec::new();
-        for rule in &route.rules {
+        for rule in route.rules() {
             for b in &rule.backend_refs {
                 let backend = if tls {
                     match backends.resolve(route.kind, route.namespace, b, true, client_certificate) {
@@ -63,7 +63,7 @@ pub fn compile(
                 namespace: route.namespace.into(),
                 name: route.name.into(),
                 rule: 0,
-                rule_name: route.rules.first().and_then(|r| r.name.map(SmolStr::new)),
+                rule_name: route.rules().first().and_then(|r| r.name.map(SmolStr::new)),
             },
             hostnames: Vec::new(),
             backends: weighted,
