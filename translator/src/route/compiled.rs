@@ -217,25 +217,25 @@ impl CompileCache {
             let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
                 continue;
             };
-            let reused = last.remove(&object.address()).is_some_and(|c| {
+            // A route whose rules came from the cache keeps its entry as it is.
+            let kept = last.remove(&object.address()).filter(|c| {
                 c.entries.len() == entries.len()
-                    && c.entries
-                        .iter()
-                        .zip(entries)
-                        .all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
+                    && (c.entries.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
             });
-            if reused {
-                self.last.0 += 1;
-            } else {
-                self.last.1 += 1;
-            }
-            self.routes.insert(
-                object.address(),
-                Cached {
-                    _object: object.shared(),
-                    entries: entries.clone(),
-                },
-            );
+            let cached = match kept {
+                Some(cached) => {
+                    self.last.0 += 1;
+                    cached
+                }
+                None => {
+                    self.last.1 += 1;
+                    Cached {
+                        _object: object.shared(),
+                        entries: entries.clone(),
+                    }
+                }
+            };
+            self.routes.insert(object.address(), cached);
         }
     }
 
