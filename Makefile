@@ -89,7 +89,8 @@ bench-operator:
 
 ## bench-standalone: a new HTTPRoute -> first 200 through `turna standalone` at 1, 1k and 5k
 ## routes, while the start-up statuses are written and after; its memory, against the e2e
-## kube-apiserver (operator/benches/standalone.rs). TURNA_BENCH_ROUTES and TURNA_BENCH_SAMPLES tune it.
+## kube-apiserver (operator/benches/standalone.rs). TURNA_BENCH_ROUTES and TURNA_BENCH_SAMPLES tune it;
+## TURNA_BENCH_LOG=operator=debug,dataplane=info logs each step of a pass.
 bench-standalone:
 	$(CARGO) bench -p turna-operator --bench standalone
 
