@@ -151,12 +151,16 @@ pub struct CompileCache {
     last: (usize, usize),
     /// The route statuses of the last translation.
     pub(crate) statuses: super::settled::Settled,
+    /// Counts the passes that kept rules.
+    pass: u64,
 }
 
 /// One route's entries, and its object.
 struct Cached {
     _object: Arc<dyn std::any::Any + Send + Sync>,
     entries: Vec<Entry>,
+    /// The last pass that kept it.
+    pass: u64,
 }
 
 /// Everything besides the route that compiling reads, as the snapshot shares it.
@@ -211,32 +215,42 @@ impl CompileCache {
 
     /// Keeps the rules just compiled for `routes`, and only those: removed routes go.
     pub fn keep(&mut self, routes: &[RouteModel<'_>], compiled: &CompiledRoutes) {
-        let mut last = std::mem::take(&mut self.routes);
         self.last = (0, 0);
+        // Updated in place: entries this pass did not touch are the removed routes'.
+        self.pass = self.pass.wrapping_add(1);
+        let pass = self.pass;
         for (route, entries) in routes.iter().zip(&compiled.0) {
             let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
                 continue;
             };
-            // A route whose rules came from the cache keeps its entry as it is.
-            let kept = last.remove(&object.address()).filter(|c| {
-                c.entries.len() == entries.len()
-                    && (c.entries.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
-            });
-            let cached = match kept {
-                Some(cached) => {
+            // A route whose rules came from the cache keeps its entry as it is (the entry holds
+            // its object: the same address is the same object).
+            let found = self.routes.get_mut(&object.address());
+            match found {
+                Some(c)
+                    if c.entries.len() == entries.len()
+                        && (c.entries.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled)) =>
+                {
                     self.last.0 += 1;
-                    cached
+                    c.pass = pass;
                 }
-                None => {
+                found => {
                     self.last.1 += 1;
-                    Cached {
+                    let cached = Cached {
                         _object: object.shared(),
                         entries: entries.clone(),
+                        pass,
+                    };
+                    match found {
+                        Some(old) => *old = cached,
+                        None => {
+                            self.routes.insert(object.address(), cached);
+                        }
                     }
                 }
-            };
-            self.routes.insert(object.address(), cached);
+            }
         }
+        self.routes.retain(|_, c| c.pass == pass);
     }
 
     /// Of the HTTP and gRPC routes the last translation compiled: how many came from the cache

@@ -18,6 +18,8 @@ use crate::status::RouteStatus;
 pub struct Settled {
     routes: foldhash::HashMap<usize, Entry>,
     controller_name: SmolStr,
+    /// Counts the passes; an entry carries the last pass that kept it.
+    pass: u64,
 }
 
 /// One route's status and what it was made from.
@@ -27,6 +29,7 @@ struct Entry {
     attachments: Vec<Attachment>,
     outcome: RouteOutcome,
     status: Arc<RouteStatus>,
+    pass: u64,
 }
 
 impl Settled {
@@ -54,24 +57,35 @@ impl Settled {
         statuses: &[Option<Arc<RouteStatus>>],
         controller_name: &SmolStr,
     ) {
-        let mut last = std::mem::take(&mut self.routes);
         self.controller_name = controller_name.clone();
+        // Updated in place: entries this pass did not touch are the removed routes'.
+        self.pass = self.pass.wrapping_add(1);
+        let pass = self.pass;
         for (ri, route) in routes.iter().enumerate() {
             let (Some(object), Some(outcome), Some(status)) = (route.object, &outcomes[ri], &statuses[ri]) else {
                 continue;
             };
-            let address = object.address();
-            let entry = match last.remove(&address) {
-                Some(entry) if Arc::ptr_eq(&entry.status, status) => entry,
-                _ => Entry {
-                    _object: object.shared(),
-                    attachments: attachments[ri].clone(),
-                    outcome: outcome.clone(),
-                    status: status.clone(),
-                },
-            };
-            self.routes.insert(address, entry);
+            match self.routes.get_mut(&object.address()) {
+                // The entry holds its object: the same address is the same object.
+                Some(entry) if Arc::ptr_eq(&entry.status, status) => entry.pass = pass,
+                found => {
+                    let entry = Entry {
+                        _object: object.shared(),
+                        attachments: attachments[ri].clone(),
+                        outcome: outcome.clone(),
+                        status: status.clone(),
+                        pass,
+                    };
+                    match found {
+                        Some(old) => *old = entry,
+                        None => {
+                            self.routes.insert(object.address(), entry);
+                        }
+                    }
+                }
+            }
         }
+        self.routes.retain(|_, entry| entry.pass == pass);
     }
 }
 
