@@ -17,6 +17,7 @@ use crate::gateway::GatewayModel;
 use crate::policy::backend_tls;
 use crate::snapshot::{ConfigMapFacts, Snapshot};
 
+use super::by_object::ByObject;
 use super::http::{self, Compiled};
 use super::model::{RouteKind, RouteModel};
 use super::value::Regexes;
@@ -52,7 +53,7 @@ impl CompiledRoutes {
     ) -> Self {
         CompiledRoutes(crate::parallel::map(routes.len(), threads, |ri| {
             let route = &routes[ri];
-            let cached = cache.and_then(|c| c.routes.get(&route.object?.address()));
+            let cached = cache.and_then(|c| c.routes.get(route.object?)).map(Vec::as_slice);
             compile_one(route, &attachments[ri], gateways, backends, regexes, config, cached)
         }))
     }
@@ -86,7 +87,7 @@ fn compile_one(
     backends: &Backends<'_>,
     regexes: &Regexes,
     config: &Config,
-    cached: Option<&Cached>,
+    cached: Option<&[Entry]>,
 ) -> Vec<Entry> {
     if !matches!(route.kind, RouteKind::Http | RouteKind::Grpc) {
         return Vec::new();
@@ -112,11 +113,7 @@ fn compile_one(
             e.uses += 1;
             continue;
         }
-        let reused = cached.and_then(|c| {
-            c.entries
-                .iter()
-                .find(|e| e.client_certificate.as_deref() == client_certificate)
-        });
+        let reused = cached.and_then(|c| c.iter().find(|e| e.client_certificate.as_deref() == client_certificate));
         entries.push(match reused {
             Some(e) => Entry { uses: 1, ..e.clone() },
             None => {
@@ -144,23 +141,13 @@ fn compile_one(
 #[derive(Default)]
 pub struct CompileCache {
     inputs: Option<Inputs>,
-    /// By the address of the route object, which [`Cached`] holds so that it is not reused.
-    routes: foldhash::HashMap<usize, Cached>,
+    /// Each route's entries.
+    routes: ByObject<Vec<Entry>>,
     /// Of the routes the last translation compiled: how many it took from the cache, and how
     /// many it compiled (the operator logs them: a cache that keeps nothing is a slow pass).
     last: (usize, usize),
     /// The route statuses of the last translation.
     pub(crate) statuses: super::settled::Settled,
-    /// Counts the passes that kept rules.
-    pass: u64,
-}
-
-/// One route's entries, and its object.
-struct Cached {
-    _object: Arc<dyn std::any::Any + Send + Sync>,
-    entries: Vec<Entry>,
-    /// The last pass that kept it.
-    pass: u64,
 }
 
 /// Everything besides the route that compiling reads, as the snapshot shares it.
@@ -216,41 +203,23 @@ impl CompileCache {
     /// Keeps the rules just compiled for `routes`, and only those: removed routes go.
     pub fn keep(&mut self, routes: &[RouteModel<'_>], compiled: &CompiledRoutes) {
         self.last = (0, 0);
-        // Updated in place: entries this pass did not touch are the removed routes'.
-        self.pass = self.pass.wrapping_add(1);
-        let pass = self.pass;
+        self.routes.start();
         for (route, entries) in routes.iter().zip(&compiled.0) {
             let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
                 continue;
             };
-            // A route whose rules came from the cache keeps its entry as it is (the entry holds
-            // its object: the same address is the same object).
-            let found = self.routes.get_mut(&object.address());
-            match found {
-                Some(c)
-                    if c.entries.len() == entries.len()
-                        && (c.entries.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled)) =>
-                {
-                    self.last.0 += 1;
-                    c.pass = pass;
-                }
-                found => {
-                    self.last.1 += 1;
-                    let cached = Cached {
-                        _object: object.shared(),
-                        entries: entries.clone(),
-                        pass,
-                    };
-                    match found {
-                        Some(old) => *old = cached,
-                        None => {
-                            self.routes.insert(object.address(), cached);
-                        }
-                    }
-                }
+            // A route whose rules came from the cache keeps its entries as they are.
+            let reused = |kept: &Vec<Entry>| {
+                kept.len() == entries.len()
+                    && (kept.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
+            };
+            if self.routes.keep(object, reused, || entries.clone()) {
+                self.last.0 += 1;
+            } else {
+                self.last.1 += 1;
             }
         }
-        self.routes.retain(|_, c| c.pass == pass);
+        self.routes.sweep();
     }
 
     /// Of the HTTP and gRPC routes the last translation compiled: how many came from the cache

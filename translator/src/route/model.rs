@@ -178,6 +178,35 @@ macro_rules! backend_ref {
     };
 }
 
+/// The rules of an HTTPRoute or GRPCRoute (`$spec` wraps each rule), whose lists are optional
+/// and whose backendRefs carry filters.
+macro_rules! routed_rules {
+    ($route:expr, $spec:path) => {
+        ($route.spec.rules.iter().flatten())
+            .map(|rule| RuleModel {
+                name: rule.name.as_deref(),
+                backend_refs: (rule.backend_refs.iter().flatten())
+                    .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
+                    .collect(),
+                spec: $spec(rule),
+            })
+            .collect()
+    };
+}
+
+/// The rules of a TLSRoute, TCPRoute or UDPRoute.
+macro_rules! stream_rules {
+    ($route:expr) => {
+        ($route.spec.rules.iter())
+            .map(|rule| RuleModel {
+                name: rule.name.as_deref(),
+                backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
+                spec: RuleSpec::Stream,
+            })
+            .collect::<Vec<_>>()
+    };
+}
+
 /// Per-backend filters in the HTTPRoute filter shape; nothing to convert (and no allocation)
 /// for the common backendRef without filters.
 fn backend_filters<T: serde::Serialize>(filters: Option<&Vec<T>>) -> Vec<http::HttpRouteRulesFilters> {
@@ -223,24 +252,8 @@ impl<'a> RouteModel<'a> {
     /// The route's rules.
     pub fn rules(&self) -> &[RuleModel<'a>] {
         self.rules.get_or_init(|| match self.spec {
-            Some(Spec::Http(r)) => (r.spec.rules.iter().flatten())
-                .map(|rule| RuleModel {
-                    name: rule.name.as_deref(),
-                    backend_refs: (rule.backend_refs.iter().flatten())
-                        .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
-                        .collect(),
-                    spec: RuleSpec::Http(rule),
-                })
-                .collect(),
-            Some(Spec::Grpc(r)) => (r.spec.rules.iter().flatten())
-                .map(|rule| RuleModel {
-                    name: rule.name.as_deref(),
-                    backend_refs: (rule.backend_refs.iter().flatten())
-                        .map(|b| backend_ref!(b, backend_filters(b.filters.as_ref())))
-                        .collect(),
-                    spec: RuleSpec::Grpc(rule),
-                })
-                .collect(),
+            Some(Spec::Http(r)) => routed_rules!(r, RuleSpec::Http),
+            Some(Spec::Grpc(r)) => routed_rules!(r, RuleSpec::Grpc),
             None => Vec::new(),
         })
     }
@@ -249,45 +262,21 @@ impl<'a> RouteModel<'a> {
         let mut m = base(r, RouteKind::Tls);
         m.hostnames = &r.spec.hostnames;
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = std::sync::OnceLock::from(
-            (r.spec.rules.iter())
-                .map(|rule| RuleModel {
-                    name: rule.name.as_deref(),
-                    backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
-                    spec: RuleSpec::Stream,
-                })
-                .collect::<Vec<_>>(),
-        );
+        m.rules = std::sync::OnceLock::from(stream_rules!(r));
         m
     }
 
     pub fn from_tcp(r: &'a TcpRoute) -> Self {
         let mut m = base(r, RouteKind::Tcp);
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = std::sync::OnceLock::from(
-            (r.spec.rules.iter())
-                .map(|rule| RuleModel {
-                    name: rule.name.as_deref(),
-                    backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
-                    spec: RuleSpec::Stream,
-                })
-                .collect::<Vec<_>>(),
-        );
+        m.rules = std::sync::OnceLock::from(stream_rules!(r));
         m
     }
 
     pub fn from_udp(r: &'a UdpRoute) -> Self {
         let mut m = base(r, RouteKind::Udp);
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
-        m.rules = std::sync::OnceLock::from(
-            (r.spec.rules.iter())
-                .map(|rule| RuleModel {
-                    name: rule.name.as_deref(),
-                    backend_refs: rule.backend_refs.iter().map(|b| backend_ref!(b, Vec::new())).collect(),
-                    spec: RuleSpec::Stream,
-                })
-                .collect::<Vec<_>>(),
-        );
+        m.rules = std::sync::OnceLock::from(stream_rules!(r));
         m
     }
 

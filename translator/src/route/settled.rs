@@ -4,32 +4,27 @@
 //! thousands: the others' statuses are neither made again nor, by the status writer (which
 //! sees the same shared status), compared again.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use smol_str::SmolStr;
 
+use super::by_object::ByObject;
 use super::model::RouteModel;
 use super::{Attachment, RouteOutcome};
 use crate::status::RouteStatus;
 
-/// The statuses of the last translation, by the address of their route object.
+/// The statuses of the last translation, by route object.
 #[derive(Default)]
 pub struct Settled {
-    routes: foldhash::HashMap<usize, Entry>,
+    routes: ByObject<Made>,
     controller_name: SmolStr,
-    /// Counts the passes; an entry carries the last pass that kept it.
-    pass: u64,
 }
 
 /// One route's status and what it was made from.
-struct Entry {
-    /// Held so that the address is not reused by another object while the entry lives.
-    _object: Arc<dyn Any + Send + Sync>,
+struct Made {
     attachments: Vec<Attachment>,
     outcome: RouteOutcome,
     status: Arc<RouteStatus>,
-    pass: u64,
 }
 
 impl Settled {
@@ -44,8 +39,8 @@ impl Settled {
         if self.controller_name != *controller_name {
             return None;
         }
-        let entry = self.routes.get(&route.object?.address())?;
-        (entry.attachments == attachments && entry.outcome == *outcome).then(|| entry.status.clone())
+        let made = self.routes.get(route.object?)?;
+        (made.attachments == attachments && made.outcome == *outcome).then(|| made.status.clone())
     }
 
     /// Keeps this translation's statuses, and only those: removed routes go.
@@ -58,34 +53,19 @@ impl Settled {
         controller_name: &SmolStr,
     ) {
         self.controller_name = controller_name.clone();
-        // Updated in place: entries this pass did not touch are the removed routes'.
-        self.pass = self.pass.wrapping_add(1);
-        let pass = self.pass;
+        self.routes.start();
         for (ri, route) in routes.iter().enumerate() {
             let (Some(object), Some(outcome), Some(status)) = (route.object, &outcomes[ri], &statuses[ri]) else {
                 continue;
             };
-            match self.routes.get_mut(&object.address()) {
-                // The entry holds its object: the same address is the same object.
-                Some(entry) if Arc::ptr_eq(&entry.status, status) => entry.pass = pass,
-                found => {
-                    let entry = Entry {
-                        _object: object.shared(),
-                        attachments: attachments[ri].clone(),
-                        outcome: outcome.clone(),
-                        status: status.clone(),
-                        pass,
-                    };
-                    match found {
-                        Some(old) => *old = entry,
-                        None => {
-                            self.routes.insert(object.address(), entry);
-                        }
-                    }
-                }
-            }
+            let made = || Made {
+                attachments: attachments[ri].clone(),
+                outcome: outcome.clone(),
+                status: status.clone(),
+            };
+            self.routes.keep(object, |last| Arc::ptr_eq(&last.status, status), made);
         }
-        self.routes.retain(|_, entry| entry.pass == pass);
+        self.routes.sweep();
     }
 }
 
