@@ -39,6 +39,8 @@ pub enum ValidationError {
     RedirectScheme { context: String, scheme: String },
     #[error("{context}: invalid hostname {hostname:?}")]
     FilterHostname { context: String, hostname: String },
+    #[error("{context}: {filter} is not supported here")]
+    FilterPlacement { context: String, filter: &'static str },
     #[error("{context}: backend {backend:?} is not in the IR's backends")]
     UnknownBackend { context: String, backend: String },
     #[error("listener {listener}: certificate {secret:?}: {reason}")]

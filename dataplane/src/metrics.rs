@@ -26,6 +26,26 @@ pub struct RouteLabels {
     pub route: String,
 }
 
+/// Labels of an access check's decision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AccessLabels {
+    pub listener: String,
+    pub route: String,
+    /// The mechanism, as its filter or policy is named (`ExternalAuth`).
+    pub check: &'static str,
+    pub decision: Decision,
+}
+
+/// What an access check decided.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Decision {
+    allowed,
+    denied,
+    /// The check could not decide (its server unreachable, slow or confused): denied.
+    failed,
+}
+
 /// Labels of a backend.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendLabels {
@@ -117,6 +137,10 @@ pub struct Metrics {
     pub spans_exported: Counter,
     /// Spans an OTLP receiver did not take (unreachable, refused, timed out).
     pub spans_dropped: Counter,
+    /// Access checks by listener, rule, mechanism and decision.
+    pub access_checks: Family<AccessLabels, Counter>,
+    /// Time an access check's server took to decide, by mechanism's backend.
+    pub access_check_duration: Family<BackendLabels, Histogram>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -220,8 +244,23 @@ impl Default for Metrics {
             "Spans an OTLP receiver did not take (unreachable, refused, timed out)",
             spans_dropped.clone(),
         );
+        let access_checks = Family::<AccessLabels, Counter>::default();
+        registry.register(
+            "access_checks",
+            "Access checks (ExternalAuth) by listener, route rule, check and decision",
+            access_checks.clone(),
+        );
+        let access_check_duration =
+            Family::<BackendLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "access_check_duration_seconds",
+            "Time an authorization server took to decide, by its backend",
+            access_check_duration.clone(),
+        );
         Metrics {
             registry,
+            access_checks,
+            access_check_duration,
             requests,
             request_duration,
             upstream_latency,

@@ -344,6 +344,47 @@ pub enum Filter {
     UrlRewrite(UrlRewrite),
     RequestMirror(Mirror),
     Cors(Cors),
+    ExternalAuth(ExternalAuth),
+}
+
+/// An authorization server decides whether each request may proceed (`ExternalAuth`, GEP-1494).
+/// It fails closed: an unreachable, slow or confused server denies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalAuth {
+    pub protocol: AuthProtocol,
+    /// `None` when the backendRef is invalid (the rule then answers 500 and is never reached).
+    pub backend: Option<SmolStr>,
+    /// HTTP: prefix added to the request path sent to the server.
+    #[serde(default, skip_serializing_if = "SmolStr::is_empty")]
+    pub path: SmolStr,
+    /// Client request headers sent, lowercase. HTTP: in addition to Host, Authorization and
+    /// Content-Length (always sent). gRPC: empty sends every header.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_headers: Vec<SmolStr>,
+    /// HTTP: headers of the server's 200 answer copied into the request, lowercase; empty copies
+    /// all but Host and hop-by-hop headers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_response_headers: Vec<SmolStr>,
+    /// Largest request body sent to the server (bytes); 0 sends none. A larger body is refused
+    /// (413) rather than authorized on a part of it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forward_body: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// How the proxy speaks to an authorization server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthProtocol {
+    /// The request is replayed to the server; 200 allows, anything else is the answer.
+    #[serde(rename = "HTTP")]
+    Http,
+    /// Envoy's `envoy.service.auth.v3.Authorization/Check` over HTTP/2.
+    #[serde(rename = "GRPC")]
+    Grpc,
 }
 
 /// Header edits: set replaces, add appends, remove deletes.

@@ -287,9 +287,9 @@ spec:
             ],
         },
         Case {
-            name: "HTTPRoute with an ExternalAuth filter (not implemented)",
-            spec: "HTTPRouteFilter.type: a filter the implementation cannot apply sets Accepted=False \
-                   UnsupportedValue; product.md: external auth filters are not supported",
+            name: "HTTPRoute with an ExternalAuth filter whose server does not exist",
+            spec: "GEP-1494: the filter fails closed; HTTPRoute ResolvedRefs=False BackendNotFound \
+                   for a backendRef to a missing Service, and its requests answer 500",
             listeners: "",
             objects: || {
                 yaml(
@@ -302,7 +302,34 @@ spec:
   rules:
     - filters:
         - type: ExternalAuth
-          externalAuth: {protocol: HTTP, backendRef: {name: good, port: 80}}
+          externalAuth: {protocol: HTTP, backendRef: {name: missing, port: 80}}
+      backendRefs: [{name: good, port: 80}]
+"#,
+                )
+            },
+            expect: vec![
+                bad("HTTPRoute").has(kind::ACCEPTED, True, reason::ACCEPTED),
+                bad("HTTPRoute").has(kind::RESOLVED_REFS, False, reason::BACKEND_NOT_FOUND),
+                served("HTTPRoute", "default/bad"),
+            ],
+        },
+        Case {
+            name: "HTTPRoute with an ExternalAuth filter sending an invalid header name",
+            spec: "HTTPRouteRule: a rule with a value the implementation cannot use is dropped; \
+                   Accepted=False UnsupportedValue when it was the only rule",
+            listeners: "",
+            objects: || {
+                yaml(
+                    r#"
+kind: HTTPRoute
+metadata: {name: bad}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [good.example.com]
+  rules:
+    - filters:
+        - type: ExternalAuth
+          externalAuth: {protocol: HTTP, backendRef: {name: good, port: 80}, http: {allowedHeaders: ["bad header"]}}
       backendRefs: [{name: good, port: 80}]
 "#,
                 )

@@ -32,10 +32,14 @@ pub enum Flag {
     Misdirected = 1 << 12,
     /// A TLS listener's client sent no ClientHello, or its handshake failed or took too long.
     TlsHandshakeFailure = 1 << 13,
+    /// An access check (ExternalAuth) denied the request.
+    AccessDenied = 1 << 14,
+    /// An access check could not decide (its server unreachable, slow or confused): denied.
+    AccessCheckFailed = 1 << 15,
 }
 
 impl Flag {
-    const ALL: [Flag; 14] = [
+    const ALL: [Flag; 16] = [
         Flag::NoRoute,
         Flag::NoHealthyEndpoint,
         Flag::UpstreamConnectFailure,
@@ -50,6 +54,8 @@ impl Flag {
         Flag::RequestRefused,
         Flag::Misdirected,
         Flag::TlsHandshakeFailure,
+        Flag::AccessDenied,
+        Flag::AccessCheckFailed,
     ];
 
     /// The name in log lines.
@@ -69,6 +75,8 @@ impl Flag {
             Flag::RequestRefused => "request_refused",
             Flag::Misdirected => "misdirected",
             Flag::TlsHandshakeFailure => "tls_handshake_failure",
+            Flag::AccessDenied => "access_denied",
+            Flag::AccessCheckFailed => "access_check_failed",
         }
     }
 }

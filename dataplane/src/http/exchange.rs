@@ -2,14 +2,16 @@
 
 use http::request::Parts;
 use http::uri::PathAndQuery;
-use http::{Request, Response, StatusCode, Uri, header};
+use http::{HeaderMap, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use super::access;
 use super::filters::{Filter, RedirectTarget, ResponseEdit};
 use super::mirror;
 use super::response::{self, ProxyBody};
@@ -29,6 +31,8 @@ pub struct Exchange<'a> {
     pub listener_port: u16,
     /// Request host without port.
     pub host: String,
+    /// The client's address.
+    pub peer: SocketAddr,
     /// Retries on another endpoint when one is unreachable (rules without retry).
     pub connect_retries: u32,
     /// Mirror copies that may still be sent.
@@ -68,22 +72,73 @@ impl BodySource {
 impl<'a> Exchange<'a> {
     /// Serves the request with head `parts` (boxed: moved through every await, it stays a
     /// pointer) and `body`.
-    pub async fn run(&self, mut parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
+    pub async fn run(&self, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
+        let (body, clock) = ClientBody::new(body, self.body_timeout, self.trail.cloned());
+        if self.rule.access.is_empty() {
+            return self.proceed(parts, RequestBody::streaming(body), clock, None).await;
+        }
+        // Boxed: only the requests of rules with access checks carry its future.
+        Box::pin(self.checked(parts, body, clock)).await
+    }
+
+    /// [`Exchange::run`] of a rule with access checks: they decide first. (A CORS preflight is
+    /// answered without them: browsers send it without credentials.)
+    async fn checked(
+        &self,
+        mut parts: Box<Parts>,
+        body: ClientBody,
+        clock: Option<Arc<BodyClock>>,
+    ) -> Response<ProxyBody> {
+        let rule = self.rule;
+        let preflight = rule.filters.iter().any(|f| match f {
+            Filter::Cors(cors) => cors.preflight(&parts.method, &parts.headers).is_some(),
+            _ => false,
+        });
+        if preflight {
+            return self.proceed(parts, RequestBody::streaming(body), clock, None).await;
+        }
+        let context = access::Context {
+            peer: self.peer,
+            scheme: self.scheme,
+            connect_retries: self.connect_retries,
+            metrics: self.metrics,
+            listener: rule.counters.listener(),
+            rule: &rule.name,
+        };
+        match rule.access.run(&mut parts, body, &context, rule.grpc, self.trail).await {
+            access::Outcome::Proceed(body, response_headers) => {
+                self.proceed(parts, body, clock, response_headers).await
+            }
+            access::Outcome::Answer(answer) => answer,
+        }
+    }
+
+    /// Filters, attempts and retries of an allowed request; `added` are response headers the
+    /// access checks asked for.
+    async fn proceed(
+        &self,
+        mut parts: Box<Parts>,
+        body: RequestBody,
+        clock: Option<Arc<BodyClock>>,
+        added: Option<HeaderMap>,
+    ) -> Response<ProxyBody> {
         let rule: &'a Rule = self.rule;
         let mut response_edits = Vec::new();
+        if let Some(added) = added {
+            response_edits.push(ResponseEdit::Append(added));
+        }
         let mut mirrors = Vec::new();
         if let Some(answer) = self.apply(&rule.filters, &mut parts, &mut response_edits, &mut mirrors) {
             return answer;
         }
         let mut upgrade = UpgradeRequest::take(&mut parts);
-        let (body, clock) = ClientBody::new(body, self.body_timeout, self.trail.cloned());
         // With a route retry, endpoints are not retried by the backend: attempts + 1 in all.
         let connect_retries = if rule.retry.is_some() { 0 } else { self.connect_retries };
         // Retries and mirrors need the body more than once; upgrades are sent once, unmirrored.
         let buffered = upgrade.is_none() && (rule.retry.is_some() || !mirrors.is_empty());
         let (retries, mut source) = if buffered {
             // Boxed, like the other rare paths below, to keep the common request's future small.
-            match Box::pin(RequestBody::buffer(body, MAX_RETRY_BODY)).await {
+            match Box::pin(body.buffered(MAX_RETRY_BODY)).await {
                 Ok(RequestBody::Buffered(buffered)) => {
                     for (copy, upstream) in mirrors {
                         self.mirror(upstream, copy, &buffered);
@@ -106,7 +161,7 @@ impl<'a> Exchange<'a> {
                 }
             }
         } else {
-            (0, BodySource::Once(Some(RequestBody::streaming(body))))
+            (0, BodySource::Once(Some(body)))
         };
         // Copied for each attempt but the last, which takes it.
         let mut head = Some(parts);

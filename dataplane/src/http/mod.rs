@@ -1,5 +1,6 @@
 //! HTTP serving: routing, filters and proxying of requests to backends.
 
+pub mod access;
 mod exchange;
 pub mod filters;
 pub mod host;

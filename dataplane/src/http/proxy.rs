@@ -272,6 +272,7 @@ impl Connection {
             scheme: context.scheme,
             listener_port: context.port,
             host,
+            peer: self.peer,
             connect_retries: table.connect_retries,
             mirror_slots: &context.mirror_slots,
             metrics: &context.metrics,

@@ -142,6 +142,13 @@ pub fn redirect(status: StatusCode, location: &str) -> Option<Response<ProxyBody
     Some(response)
 }
 
+/// A response of the proxy with `status` and `body` (a denial an authorization server wrote).
+pub fn with_body(status: StatusCode, body: Bytes) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::new(Full::new(body).map_err(|e| match e {}).boxed_unsync()));
+    *response.status_mut() = status;
+    response
+}
+
 /// A response of the proxy with the given head and no body.
 pub fn from_head(head: Response<()>) -> Response<ProxyBody> {
     head.map(|()| empty())

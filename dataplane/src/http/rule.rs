@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use translator::ir;
 
-use super::filters::{self, Filter};
+use super::access::Access;
+use super::filters::{self, Filter, Placement};
 use super::matcher::Matcher;
 use super::retry::RetryPolicy;
 use crate::error::ValidationError;
@@ -25,6 +26,8 @@ pub struct Rule {
     /// Errors are answered as gRPC statuses.
     pub grpc: bool,
     pub matcher: Matcher,
+    /// Checks that run before the filters (ExternalAuth).
+    pub access: Access,
     pub filters: Vec<Filter>,
     pub backends: Vec<RuleBackend>,
     /// Bound on the whole request (`timeouts.request`).
@@ -77,7 +80,11 @@ impl Rule {
             | Filter::Rewrite(_)
             | Filter::Cors(_) => None,
         });
-        self.backends.iter().filter_map(|b| b.upstream.as_ref()).chain(mirrors)
+        self.backends
+            .iter()
+            .filter_map(|b| b.upstream.as_ref())
+            .chain(mirrors)
+            .chain(self.access.upstreams())
     }
 
     /// Compiles `rule` of the listener named `listener`.
@@ -99,7 +106,7 @@ impl Rule {
                 Ok(RuleBackend {
                     upstream,
                     weight: b.weight,
-                    filters: filters::compile(&b.filters, prefix, &context, upstreams)?,
+                    filters: filters::compile(&b.filters, Placement::Backend, prefix, &context, upstreams)?,
                 })
             })
             .collect::<Result<_, ValidationError>>()?;
@@ -109,7 +116,8 @@ impl Rule {
             route: rule.route.clone(),
             grpc: rule.grpc,
             matcher: Matcher::compile(&rule.matcher, &context)?,
-            filters: filters::compile(&rule.filters, prefix, &context, upstreams)?,
+            access: Access::compile(&rule.filters, &context, upstreams)?,
+            filters: filters::compile(&rule.filters, Placement::Rule, prefix, &context, upstreams)?,
             backends,
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
             backend_timeout: rule.timeouts.backend_request_ms.map(Duration::from_millis),

@@ -171,6 +171,13 @@ impl From<Bytes> for BufferedBody {
     }
 }
 
+impl BufferedBody {
+    /// The body's bytes (its trailers aside).
+    pub fn data(&self) -> &Bytes {
+        &self.data
+    }
+}
+
 impl RequestBody {
     pub fn streaming(body: ClientBody) -> Self {
         RequestBody::Streaming {
@@ -185,6 +192,14 @@ impl RequestBody {
             RequestBody::Streaming { prefix, rest } if prefix.is_empty() && rest.is_end_stream() => Some(Bytes::new()),
             RequestBody::Buffered(BufferedBody { data, trailers: None }) => Some(data.clone()),
             _ => None,
+        }
+    }
+
+    /// [`RequestBody::buffer`] of a body not read yet; a body already read stays as it is.
+    pub async fn buffered(self, limit: usize) -> Result<RequestBody, BoxError> {
+        match self {
+            RequestBody::Streaming { prefix, rest } if prefix.is_empty() => RequestBody::buffer(rest, limit).await,
+            read => Ok(read),
         }
     }
 

@@ -9,18 +9,20 @@ use smol_str::{SmolStr, format_smolstr};
 
 use crate::api::grpc::{GrpcRouteRules, GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethodType};
 use crate::api::http::{
-    HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
-    HttpRouteRulesFiltersRequestRedirectScheme as Scheme, HttpRouteRulesFiltersType as FilterType,
-    HttpRouteRulesFiltersUrlRewritePathType as RewritePath, HttpRouteRulesMatchesHeadersType as HeaderType,
-    HttpRouteRulesMatchesMethod as HttpMethod, HttpRouteRulesMatchesPathType as PathType,
-    HttpRouteRulesMatchesQueryParamsType as QueryType,
+    HttpRouteRules, HttpRouteRulesFilters, HttpRouteRulesFiltersExternalAuth,
+    HttpRouteRulesFiltersExternalAuthProtocol as AuthProtocolSpec,
+    HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath, HttpRouteRulesFiltersRequestRedirectScheme as Scheme,
+    HttpRouteRulesFiltersType as FilterType, HttpRouteRulesFiltersUrlRewritePathType as RewritePath,
+    HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesMethod as HttpMethod,
+    HttpRouteRulesMatchesPathType as PathType, HttpRouteRulesMatchesQueryParamsType as QueryType,
 };
 use crate::backend::Backends;
 use crate::duration;
 use crate::gateway::Problem;
 use crate::ir::{
-    Backend, Cors, Filter, HeaderModifier, HttpMatch, HttpRule, Mirror, PathMatch, PathModifier, Redirect, Retry,
-    RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind, WeightedBackend,
+    AppProtocol, AuthProtocol, Backend, Cors, ExternalAuth, Filter, HeaderModifier, HttpMatch, HttpRule, Mirror,
+    PathMatch, PathModifier, Redirect, Retry, RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind,
+    WeightedBackend,
 };
 use crate::status::condition::reason;
 
@@ -86,6 +88,14 @@ pub fn compile(
             value::filters(&p.filters)?;
             for b in &rule.backend_refs {
                 value::filters(&b.filters)?;
+                // Authorization per backend would decide after the backend is chosen, and its
+                // result could differ by backend: only a rule's own filters authorize.
+                if b.filters.iter().any(|f| f.r#type == FilterType::ExternalAuth) {
+                    return Err(Problem::new(
+                        reason::UNSUPPORTED_VALUE,
+                        "ExternalAuth is supported in a rule's filters, not in a backendRef's",
+                    ));
+                }
             }
             Ok(p)
         });
@@ -104,9 +114,6 @@ pub fn compile(
             match filter(f, route, backends, client_certificate, &mut out, outcome) {
                 Ok(Some(f)) => filters.push(f),
                 Ok(None) => {}
-                Err(FilterError::Rejected(p)) => {
-                    outcome.not_accepted.get_or_insert(p);
-                }
                 Err(FilterError::Unresolved(p)) => {
                     outcome.unresolved.get_or_insert(p);
                     broken = true;
@@ -121,9 +128,6 @@ pub fn compile(
                 match filter(f, route, backends, client_certificate, &mut out, outcome) {
                     Ok(Some(f)) => backend_filters.push(f),
                     Ok(None) => {}
-                    Err(FilterError::Rejected(p)) => {
-                        outcome.not_accepted.get_or_insert(p);
-                    }
                     Err(FilterError::Unresolved(p)) => {
                         outcome.unresolved.get_or_insert(p);
                         backend_broken = true;
@@ -504,9 +508,7 @@ macro_rules! pairs {
 
 /// Why a filter cannot be applied.
 enum FilterError {
-    /// The route is not accepted (a filter type Turna does not implement).
-    Rejected(Problem),
-    /// The filter references something unknown: its requests answer 500.
+    /// The filter references something unknown or unusable: its requests answer 500.
     Unresolved(Problem),
 }
 
@@ -617,10 +619,77 @@ fn filter(
             )));
         }
         FilterType::ExternalAuth => {
-            return Err(FilterError::Rejected(Problem::new(
-                reason::UNSUPPORTED_VALUE,
-                "ExternalAuth filters are not supported",
-            )));
+            let Some(a) = &f.external_auth else { return Ok(None) };
+            Filter::ExternalAuth(external_auth(a, route, backends, client_certificate, out)?)
         }
     }))
+}
+
+/// An `ExternalAuth` filter. Its server is a backend like any other (endpoints, ReferenceGrant,
+/// BackendTLSPolicy); a gRPC server is spoken to over HTTP/2 whatever its port declares.
+fn external_auth(
+    a: &HttpRouteRulesFiltersExternalAuth,
+    route: &RouteModel<'_>,
+    backends: &Backends<'_>,
+    client_certificate: Option<&str>,
+    out: &mut Compiled,
+) -> Result<ExternalAuth, FilterError> {
+    let b = &a.backend_ref;
+    let backend_ref = BackendRef {
+        group: b.group.as_deref().unwrap_or_default(),
+        kind: b.kind.as_deref().unwrap_or("Service"),
+        namespace: b.namespace.as_deref(),
+        name: &b.name,
+        port: b.port,
+        weight: 1,
+        filters: Vec::new(),
+    };
+    let protocol = match a.protocol {
+        AuthProtocolSpec::Http => AuthProtocol::Http,
+        AuthProtocolSpec::Grpc => AuthProtocol::Grpc,
+    };
+    // A server that cannot be reached fails the rule's requests closed (500), never open.
+    let resolved = backends
+        .resolve(route.kind, route.namespace, &backend_ref, true, client_certificate)
+        .map_err(FilterError::Unresolved)?;
+    let mut backend = resolved.backend;
+    if protocol == AuthProtocol::Grpc && backend.protocol != AppProtocol::H2c {
+        let mut grpc = Backend::clone(&backend);
+        grpc.protocol = AppProtocol::H2c;
+        grpc.id = format_smolstr!("{}/grpc", grpc.id);
+        backend = Arc::new(grpc);
+    }
+    if let Some(p) = resolved.policy {
+        out.policies.push(p);
+    }
+    let id = backend.id.clone();
+    out.backends.push(backend);
+    let lower = |names: Option<&Vec<String>>| -> Vec<SmolStr> {
+        names
+            .into_iter()
+            .flatten()
+            .map(|n| SmolStr::new(n.to_ascii_lowercase()))
+            .collect()
+    };
+    let http = a.http.as_ref().filter(|_| protocol == AuthProtocol::Http);
+    Ok(ExternalAuth {
+        protocol,
+        backend: Some(id),
+        path: http
+            .and_then(|h| h.path.as_deref())
+            .map(SmolStr::new)
+            .unwrap_or_default(),
+        allowed_headers: match protocol {
+            AuthProtocol::Http => lower(http.and_then(|h| h.allowed_headers.as_ref())),
+            AuthProtocol::Grpc => lower(a.grpc.as_ref().and_then(|g| g.allowed_headers.as_ref())),
+        },
+        allowed_response_headers: lower(http.and_then(|h| h.allowed_response_headers.as_ref())),
+        // Bounded by the value checks (value::MAX_FORWARD_BODY).
+        forward_body: a
+            .forward_body
+            .as_ref()
+            .and_then(|b| b.max_size)
+            .and_then(|s| u32::try_from(s).ok())
+            .unwrap_or(0),
+    })
 }

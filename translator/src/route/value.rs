@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::api::http::{
-    HttpRouteRulesFilters, HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
+    HttpRouteRulesFilters, HttpRouteRulesFiltersExternalAuth,
+    HttpRouteRulesFiltersRequestRedirectPathType as RedirectPath,
     HttpRouteRulesFiltersUrlRewritePathType as RewritePath,
 };
 use crate::gateway::Problem;
@@ -148,6 +149,9 @@ pub fn filters(filters: &[HttpRouteRulesFilters]) -> Result<(), Problem> {
                 };
             }
         }
+        if let Some(a) = &f.external_auth {
+            external_auth(a)?;
+        }
         if let Some(c) = &f.cors {
             // Methods and headers are sent as header values.
             for v in [&c.allow_methods, &c.allow_headers, &c.expose_headers]
@@ -158,6 +162,41 @@ pub fn filters(filters: &[HttpRouteRulesFilters]) -> Result<(), Problem> {
                 header_value("CORS", v)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// The largest `forwardBody.maxSize` buffered: bodies are held in memory while the server
+/// decides.
+pub const MAX_FORWARD_BODY: i64 = 16 << 20;
+
+/// An `ExternalAuth` filter's header names, path prefix and body size.
+fn external_auth(a: &HttpRouteRulesFiltersExternalAuth) -> Result<(), Problem> {
+    let http = a.http.as_ref();
+    let names = http
+        .and_then(|h| h.allowed_headers.as_ref())
+        .into_iter()
+        .chain(http.and_then(|h| h.allowed_response_headers.as_ref()))
+        .chain(a.grpc.as_ref().and_then(|g| g.allowed_headers.as_ref()))
+        .flatten();
+    for name in names {
+        header_name(name)?;
+    }
+    if let Some(prefix) = http.and_then(|h| h.path.as_deref()).filter(|p| !p.is_empty()) {
+        // Sanitized as the spec asks: an absolute path of URI path characters, no query.
+        let path_char = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%".contains(&b);
+        if !prefix.starts_with('/') || !prefix.bytes().all(path_char) {
+            return Err(unsupported(format!(
+                "ExternalAuth path {prefix:?} is not an absolute URI path"
+            )));
+        }
+    }
+    if let Some(size) = a.forward_body.as_ref().and_then(|b| b.max_size)
+        && !(0..=MAX_FORWARD_BODY).contains(&size)
+    {
+        return Err(unsupported(format!(
+            "ExternalAuth forwardBody.maxSize {size} is outside 0..={MAX_FORWARD_BODY}"
+        )));
     }
     Ok(())
 }

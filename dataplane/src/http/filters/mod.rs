@@ -40,6 +40,8 @@ pub enum ResponseEdit<'a> {
     Headers(&'a HeaderEdit),
     /// CORS headers for an allowed origin.
     Cors(&'a Cors, HeaderValue),
+    /// Headers an access check adds to the response.
+    Append(HeaderMap),
 }
 
 impl ResponseEdit<'_> {
@@ -47,20 +49,39 @@ impl ResponseEdit<'_> {
         match self {
             ResponseEdit::Headers(edit) => edit.apply(headers),
             ResponseEdit::Cors(cors, origin) => cors.apply(origin, headers),
+            ResponseEdit::Append(added) => {
+                for (name, value) in added {
+                    headers.append(name, value.clone());
+                }
+            }
         }
     }
+}
+
+/// Where filters are placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// A rule's own filters: its `ExternalAuth` filters run in its access phase
+    /// ([`crate::http::access`]), not here.
+    Rule,
+    /// A backendRef's filters.
+    Backend,
 }
 
 /// Compiles the filters that apply to requests; `prefix` is the rule's `PathPrefix`, which
 /// `ReplacePrefixMatch` replaces.
 pub fn compile(
     filters: &[ir::Filter],
+    placement: Placement,
     prefix: Option<&str>,
     context: &str,
     upstreams: &HashMap<String, Arc<Upstream>>,
 ) -> Result<Vec<Filter>, ValidationError> {
     let mut compiled = Vec::with_capacity(filters.len());
     for filter in filters {
+        if placement == Placement::Rule && matches!(filter, ir::Filter::ExternalAuth(_)) {
+            continue;
+        }
         compiled.push(match filter {
             ir::Filter::RequestHeaderModifier(m) => Filter::RequestHeaders(HeaderEdit::compile(m, context)?),
             ir::Filter::ResponseHeaderModifier(m) => Filter::ResponseHeaders(HeaderEdit::compile(m, context)?),
@@ -68,6 +89,14 @@ pub fn compile(
             ir::Filter::UrlRewrite(r) => Filter::Rewrite(Rewrite::compile(r, prefix, context)?),
             ir::Filter::Cors(c) => Filter::Cors(Cors::compile(c, context)?),
             ir::Filter::RequestMirror(m) => Filter::Mirror(Mirror::compile(m, context, upstreams)?),
+            // Only a rule's access phase runs them; skipping one would let requests through
+            // unchecked.
+            ir::Filter::ExternalAuth(_) => {
+                return Err(ValidationError::FilterPlacement {
+                    context: context.to_string(),
+                    filter: "ExternalAuth on a backendRef",
+                });
+            }
         });
     }
     Ok(compiled)

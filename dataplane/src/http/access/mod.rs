@@ -1,0 +1,190 @@
+//! The access phase of a rule: checks that decide, before any filter changes the request,
+//! whether it may proceed. Each mechanism (external authorization today; token validation,
+//! API keys, address lists and rate limits as they come) is a [`Check`] in its own module,
+//! compiled into the rule's [`Access`] once per table; the exchange only runs the phase.
+
+pub mod external_auth;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Response, StatusCode};
+
+use translator::ir;
+
+use self::external_auth::ExternalAuth;
+use super::response::{self, ProxyBody};
+use crate::access_log::{Flag, Trail};
+use crate::error::ValidationError;
+use crate::metrics::Metrics;
+use crate::upstream::{ClientBody, RequestBody, Upstream};
+
+/// What a check may read of a request (its head it may also change: headers the check adds go
+/// to the backend).
+pub struct Request<'a> {
+    pub parts: &'a mut Parts,
+    /// The body when some check asked for it ([`Check::body_limit`]), read whole.
+    pub body: Option<&'a Bytes>,
+    pub context: &'a Context<'a>,
+}
+
+/// Where the request is served, for the checks.
+pub struct Context<'a> {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// Other endpoints tried when a check's server is unreachable.
+    pub connect_retries: u32,
+    pub metrics: &'a Metrics,
+    /// How metrics name the listener and the rule.
+    pub listener: &'a str,
+    pub rule: &'a str,
+}
+
+/// A check's decision.
+pub enum Verdict {
+    /// The request goes on; `response_headers` are added to the response it gets.
+    Allow { response_headers: Option<HeaderMap> },
+    /// The request is answered with this instead, flagged in the access log.
+    Deny(Response<ProxyBody>, Flag),
+}
+
+/// A boxed check in progress (checks are dynamic: one future type per mechanism).
+pub type Checking<'a> = Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
+
+/// One access mechanism, compiled.
+pub trait Check: fmt::Debug + Send + Sync {
+    /// How many bytes of the request body the check reads (0: none). A longer body is refused
+    /// with 413 before any check runs.
+    fn body_limit(&self) -> usize {
+        0
+    }
+
+    fn check<'a>(&'a self, request: &'a mut Request<'_>) -> Checking<'a>;
+
+    /// The upstream the check asks, if any (a table reuses a compiled rule only while the
+    /// upstreams it uses are the same).
+    fn upstream(&self) -> Option<&Arc<Upstream>> {
+        None
+    }
+}
+
+/// The checks of a rule, in the order they run.
+#[derive(Debug, Default)]
+pub struct Access {
+    checks: Vec<Arc<dyn Check>>,
+}
+
+/// The phase's outcome.
+pub enum Outcome {
+    /// Go on with this body (read whole when a check wanted it) and these response headers.
+    Proceed(RequestBody, Option<HeaderMap>),
+    Answer(Response<ProxyBody>),
+}
+
+impl Access {
+    /// The checks of a rule's filters (its `ExternalAuth` filters, in their order).
+    pub fn compile(
+        filters: &[ir::Filter],
+        context: &str,
+        upstreams: &HashMap<String, Arc<Upstream>>,
+    ) -> Result<Self, ValidationError> {
+        let mut checks: Vec<Arc<dyn Check>> = Vec::new();
+        for filter in filters {
+            if let ir::Filter::ExternalAuth(a) = filter {
+                match ExternalAuth::compile(a, context, upstreams)? {
+                    Some(auth) => checks.push(Arc::new(auth)),
+                    // A server the translator could not resolve: deny everything.
+                    None => checks.push(Arc::new(DenyAll)),
+                }
+            }
+        }
+        Ok(Access { checks })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.checks.is_empty()
+    }
+
+    /// Every upstream a check asks.
+    pub fn upstreams(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        self.checks.iter().filter_map(|c| c.upstream())
+    }
+
+    /// Runs every check in order; the first denial answers. The body is read first when a
+    /// check wants it.
+    pub async fn run(
+        &self,
+        parts: &mut Parts,
+        body: ClientBody,
+        context: &Context<'_>,
+        grpc: bool,
+        trail: Option<&Arc<Trail>>,
+    ) -> Outcome {
+        let flag = |flag| {
+            if let Some(trail) = trail {
+                trail.flag(flag);
+            }
+        };
+        let limit = self.checks.iter().map(|c| c.body_limit()).max().unwrap_or(0);
+        let (body, read) = if limit > 0 {
+            match RequestBody::buffer(body, limit).await {
+                Ok(RequestBody::Buffered(buffered)) => {
+                    let data = buffered.data().clone();
+                    (RequestBody::Buffered(buffered), Some(data))
+                }
+                // Authorizing on a part of the body would let the rest through unchecked.
+                Ok(RequestBody::Streaming { .. }) => {
+                    flag(Flag::AccessDenied);
+                    return Outcome::Answer(response::local(StatusCode::PAYLOAD_TOO_LARGE, grpc));
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "reading the request body for the access checks failed");
+                    return Outcome::Answer(response::local(StatusCode::BAD_REQUEST, grpc));
+                }
+            }
+        } else {
+            (RequestBody::streaming(body), None)
+        };
+        let mut request = Request {
+            parts,
+            body: read.as_ref(),
+            context,
+        };
+        let mut added: Option<HeaderMap> = None;
+        for check in &self.checks {
+            match check.check(&mut request).await {
+                Verdict::Allow { response_headers } => {
+                    if let Some(headers) = response_headers {
+                        added.get_or_insert_with(HeaderMap::new).extend(headers);
+                    }
+                }
+                Verdict::Deny(answer, reason) => {
+                    flag(reason);
+                    return Outcome::Answer(answer);
+                }
+            }
+        }
+        Outcome::Proceed(body, added)
+    }
+}
+
+/// Denies every request: the check of a filter whose server is unknown.
+#[derive(Debug)]
+struct DenyAll;
+
+impl Check for DenyAll {
+    fn check<'a>(&'a self, _: &'a mut Request<'_>) -> Checking<'a> {
+        Box::pin(std::future::ready(Verdict::Deny(
+            response::local(StatusCode::INTERNAL_SERVER_ERROR, false),
+            Flag::InvalidBackend,
+        )))
+    }
+}
