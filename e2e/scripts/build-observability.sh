@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# Build the observability tools the tests start, each from the Go module that pins it:
-#   prometheus  e2e/observability/go.mod  (operator/tests/prometheus.rs)
-#   jaeger      e2e/tracing/go.mod        (Jaeger v2 all-in-one with its OTLP receivers;
-#                                          dataplane/tests/tracing.rs)
+# Build the third-party servers the tests start, each from the Go module that pins it:
+#   prometheus    e2e/observability/go.mod  (operator/tests/prometheus.rs)
+#   jaeger        e2e/tracing/go.mod        (Jaeger v2 all-in-one with its OTLP receivers;
+#                                            dataplane/tests/tracing.rs)
+#   oauth2-proxy  e2e/auth/go.mod           (the HTTP ExternalAuth filter's auth server: an OIDC
+#                                            login, in front of mockoidc)
+#   mockoidc      e2e/auth/go.mod           (e2e/auth/cmd/mockoidc: an OIDC provider for oauth2-proxy)
+#   extauthz      e2e/auth/go.mod           (Istio's ext_authz sample server: the gRPC ExternalAuth
+#                                            filter's auth server, Envoy ext_authz v3; also HTTP)
 # into ${XDG_CACHE_HOME:-$HOME/.cache}/turna/<module folder>/<stamp>/bin, the stamp a hash of that
-# module's go.mod and go.sum, so every clone on the machine shares one build
-# (TURNA_OBSERVABILITY_DIR overrides the folder of Prometheus, TURNA_TRACING_DIR Jaeger's).
+# module's go.mod, go.sum and own Go files, so every clone on the machine shares one build
+# (TURNA_OBSERVABILITY_DIR overrides the folder of Prometheus, TURNA_TRACING_DIR Jaeger's,
+# TURNA_AUTH_DIR that of the auth servers).
 # Idempotent: builds only what is missing. Prints the bin folder of each tool named, one per line.
+# Without arguments it builds Prometheus and Jaeger only; the auth servers must be named.
 #
-#   e2e/scripts/build-observability.sh                  # build both, print both folders
+#   e2e/scripts/build-observability.sh                  # build prometheus and jaeger, print both folders
 #   e2e/scripts/build-observability.sh jaeger           # build Jaeger, print its folder
+#   e2e/scripts/build-observability.sh oauth2-proxy mockoidc extauthz
 set -euo pipefail
 # shellcheck source=e2e/scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -18,7 +26,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build() {
 	local name="$1" module="$2" package="$3" override="$4"
 	local mod_dir="$E2E_DIR/$module" stamp dir bin tmp start
-	stamp="$(cat "$mod_dir/go.mod" "$mod_dir/go.sum" | sha256sum | cut -c1-16)"
+	# go.mod and go.sum, then the module's own Go files (e2e/auth/cmd), if any.
+	stamp="$(
+		cd "$mod_dir"
+		{
+			cat go.mod go.sum
+			find . -name '*.go' -print0 | LC_ALL=C sort -z | xargs -0r cat
+		} | sha256sum | cut -c1-16
+	)"
 	dir="${override:-${XDG_CACHE_HOME:-$HOME/.cache}/turna/$module/$stamp}"
 	bin="$dir/bin"
 	mkdir -p "$bin"
@@ -47,6 +62,9 @@ for tool in "${tools[@]}"; do
 	case "$tool" in
 	prometheus) build prometheus observability github.com/prometheus/prometheus/cmd/prometheus "${TURNA_OBSERVABILITY_DIR:-}" ;;
 	jaeger) build jaeger tracing github.com/jaegertracing/jaeger/cmd/jaeger "${TURNA_TRACING_DIR:-}" ;;
-	*) die "unknown tool $tool (prometheus or jaeger)" ;;
+	oauth2-proxy) build oauth2-proxy auth github.com/oauth2-proxy/oauth2-proxy/v7 "${TURNA_AUTH_DIR:-}" ;;
+	mockoidc) build mockoidc auth github.com/turna/turna/e2e/auth/cmd/mockoidc "${TURNA_AUTH_DIR:-}" ;;
+	extauthz) build extauthz auth istio.io/istio/samples/extauthz/cmd/extauthz "${TURNA_AUTH_DIR:-}" ;;
+	*) die "unknown tool $tool (prometheus, jaeger, oauth2-proxy, mockoidc or extauthz)" ;;
 	esac
 done

@@ -156,8 +156,14 @@ fn verdict(answer: CheckResponse, request: &mut HeaderMap) -> Result<Verdict, Fa
         let Some(ok) = answer.ok_response else {
             return Ok(Verdict::Allow { response_headers: None });
         };
-        // In this message an unset `append` means overwrite (Envoy's rule for ext_authz).
+        // In this message an unset `append` means overwrite (Envoy's rule for ext_authz). The
+        // request's Host stays: it chose the listener and the route.
+        let host = request.remove(header::HOST);
         apply(&ok.headers, request, false);
+        request.remove(header::HOST);
+        if let Some(host) = host {
+            request.insert(header::HOST, host);
+        }
         for name in &ok.headers_to_remove {
             // Pseudo-headers and Host cannot be removed (Envoy ignores them too).
             if let Ok(name) = HeaderName::from_bytes(name.as_bytes())
