@@ -69,6 +69,7 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
                 virtual_hosts,
                 stream_routes: vec![],
                 tracing: None,
+                filters: Vec::new(),
             }],
             frontend_validation: None,
         }],

@@ -404,6 +404,7 @@ mod tests {
             }],
             stream_routes: Vec::new(),
             tracing: None,
+            filters: Vec::new(),
         };
         ir::Proxy {
             schema: ir::SCHEMA_VERSION,

@@ -67,3 +67,62 @@ async fn gateways_of_two_namespaces_share_one_port_of_the_in_process_dataplane()
     controller.abort();
     dataplane.shutdown().await;
 }
+
+/// Listener filters (Gateway API v1.7) reach the dataplane through the watches, which read
+/// Gateways into typed structs that drop the field: a listener whose ExternalAuth server does
+/// not exist denies every request (fail closed) rather than being served without its filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_listener_filter_applied_to_the_api_server_guards_its_listener() {
+    let client = common::client(&plane().kubeconfig()).await;
+    let ns = plane().fresh_namespace("listener-filters");
+    let class = format!("turna-{ns}");
+    let port = free_port().await;
+    plane()
+        .apply_yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: rakunlabs.com/turna}}\n"
+        ))
+        .expect("apply class");
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: open, port: {port}, protocol: HTTP, hostname: open.test}}
+    - name: guarded
+      port: {port}
+      protocol: HTTP
+      hostname: guarded.test
+      filters:
+        requests:
+          - type: ExternalAuth
+            externalAuth: {{protocol: HTTP, http: {{}}, backendRef: {{name: missing-auth, port: 80}}}}
+---
+"
+    ) + &common::route_to_loopback(&ns, None, backend("lf").await);
+    plane().apply_yaml(&gateway).expect("apply gateway");
+
+    let settings = common::standalone_settings(&class);
+    let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(LOOPBACK));
+    let controller = tokio::spawn(operator::modes::standalone::run(
+        client.clone(),
+        settings,
+        operator::reconcile::Options::default(),
+        dataplane.clone(),
+        std::future::pending(),
+    ));
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    eventually("the open listener", || async {
+        get(gateway, "open.test", "/x").await.filter(|r| r.0 == 200)
+    })
+    .await;
+    // Same translation: the guarded listener is served, and its filter denies.
+    eventually("the guarded listener", || async {
+        get(gateway, "guarded.test", "/x").await.filter(|r| r.0 != 404)
+    })
+    .await;
+    assert_eq!(get(gateway, "guarded.test", "/x").await.map(|r| r.0), Some(500));
+    controller.abort();
+    dataplane.shutdown().await;
+}

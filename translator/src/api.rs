@@ -16,3 +16,5 @@ pub use gateway_api::apis::experimental::udproutes::{self as udp, UdpRoute};
 pub use gateway_api::apis::standard::backendtlspolicies::{self as backend_tls, BackendTlsPolicy};
 pub mod telemetry;
 pub use telemetry::XTelemetryPolicy;
+pub mod listener_filters;
+pub use listener_filters::{ListenerFilter, ListenerFilterType, ListenerFilters};

@@ -273,6 +273,45 @@ impl<'a> Backends<'a> {
         self.resolve_uncached(kind, ns, &local, true, None)
     }
 
+    /// Resolves `r`, an HTTP backend of a Gateway or ListenerSet listener (`from`): its
+    /// `ExternalAuth` server. The ReferenceGrant must name the listener's object kind, not a
+    /// route's; the rest is resolved as a route backend in the Service's own namespace.
+    pub fn resolve_for_listener(
+        &self,
+        from: From<'_>,
+        r: &BackendRef<'_>,
+        client_certificate: Option<&str>,
+    ) -> Resolution {
+        if !(r.group.is_empty() || r.group == "core") || r.kind != "Service" {
+            return Err(Problem::new(
+                reason::INVALID_KIND,
+                format!("backendRef kind {}/{} is not supported", r.group, r.kind),
+            ));
+        }
+        let ns = r.namespace.unwrap_or(from.namespace);
+        let to = To {
+            group: "",
+            kind: "Service",
+            namespace: ns,
+            name: r.name,
+        };
+        if !reference_grant::permits(&self.snapshot.reference_grants, from, to) {
+            return Err(Problem::new(
+                reason::REF_NOT_PERMITTED,
+                format!(
+                    "Service {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                    r.name
+                ),
+            ));
+        }
+        let local = BackendRef {
+            namespace: None,
+            filters: Vec::new(),
+            ..r.clone()
+        };
+        self.resolve_uncached(RouteKind::Http, ns, &local, true, client_certificate)
+    }
+
     /// The resolution cache; a thread that panicked while holding it left it consistent (entries
     /// are pushed whole), so a poisoned lock is still used.
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {

@@ -201,6 +201,11 @@ pub struct Listener {
     /// HTTP and HTTPS: the Gateway whose [`Proxy::tracing`] traces its requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<SmolStr>,
+    /// HTTP and HTTPS: listener filters (`ExternalAuth` today), run in this order on every
+    /// request after the listener is chosen and before route matching, which sees the headers
+    /// they set (never a changed Host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<Filter>,
 }
 
 /// TLS handling of a listener.

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::http::HttpRouteParentRefs;
+use crate::api::listener_filters::{ListenerFilters, ListenerFiltersEntry};
 use crate::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
     UdpRoute, XTelemetryPolicy,
@@ -47,9 +48,12 @@ pub struct Snapshot {
     pub namespaces: Vec<Arc<Namespace>>,
     pub secrets: Vec<SecretFacts>,
     pub config_maps: Vec<ConfigMapFacts>,
-    /// Listeners (`namespace/object/listener`) of Gateways and ListenerSets that set the v1.7
-    /// `filters` field, which the generated types drop: they are rejected, not served unfiltered.
-    pub listeners_with_filters: BTreeSet<String>,
+    /// The v1.7 `filters` of Gateway and ListenerSet listeners, by `namespace/object/listener`
+    /// (only listeners that set them). The generated types drop the field, so whoever reads the
+    /// objects ([`Snapshot::add_value`], the operator's watches) reads it from their JSON with
+    /// [`listener_filters`]. Filters that do not read are kept as an error: such a listener is
+    /// not accepted, never served without them.
+    pub listener_filters: BTreeMap<String, ListenerFiltersEntry>,
     pub facts: Facts,
 }
 
@@ -241,8 +245,12 @@ impl Snapshot {
         self.namespaces.extend_from_slice(&other.namespaces);
         self.secrets.extend_from_slice(&other.secrets);
         self.config_maps.extend_from_slice(&other.config_maps);
-        self.listeners_with_filters
-            .extend(other.listeners_with_filters.iter().cloned());
+        for (listener, filters) in &other.listener_filters {
+            // The first copy of an object wins, as it does among Gateways.
+            self.listener_filters
+                .entry(listener.clone())
+                .or_insert_with(|| filters.clone());
+        }
     }
 
     /// Adds the objects of a multi-document YAML stream.
@@ -291,7 +299,9 @@ impl Snapshot {
                 .or_insert_with(|| Value::String("default".into()));
         }
         if matches!(kind.as_str(), "Gateway" | "ListenerSet") {
-            self.listeners_with_filters.extend(listeners_with_filters(&value));
+            for (listener, filters) in listener_filters(&value) {
+                self.listener_filters.entry(listener).or_insert(filters);
+            }
         }
         if kind == "TLSRoute"
             && let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut)
@@ -370,10 +380,10 @@ fn from<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, serde_json::E
     serde_json::from_value(value)
 }
 
-/// `namespace/object/listener` of each listener of a Gateway or ListenerSet (as JSON) that sets
-/// `filters`, a v1.7 field the generated types drop.
-pub fn listeners_with_filters(object: &Value) -> Vec<String> {
-    let ns = object
+/// The `filters` of each listener of a Gateway or ListenerSet (as JSON) that sets them, by
+/// `namespace/object/listener`: a v1.7 field the generated types drop.
+pub fn listener_filters(object: &Value) -> Vec<(String, ListenerFiltersEntry)> {
+    let namespace = object
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or("default");
@@ -381,13 +391,22 @@ pub fn listeners_with_filters(object: &Value) -> Vec<String> {
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    object
-        .pointer("/spec/listeners")
+    listener_filters_of(namespace, name, object.get("spec"))
+}
+
+/// [`listener_filters`] of the object `namespace/name` with `spec`. Filters that do not fit the
+/// types are kept as the error that says why, so the listener is refused rather than served
+/// without them.
+pub fn listener_filters_of(namespace: &str, name: &str, spec: Option<&Value>) -> Vec<(String, ListenerFiltersEntry)> {
+    spec.and_then(|s| s.get("listeners"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|l| l.get("filters").is_some_and(|f| !f.is_null()))
-        .filter_map(|l| l.get("name").and_then(Value::as_str))
-        .map(|l| format!("{ns}/{name}/{l}"))
+        .filter_map(|l| {
+            let filters = l.get("filters").filter(|f| !f.is_null())?;
+            let listener = l.get("name").and_then(Value::as_str)?;
+            let entry = ListenerFilters::deserialize(filters).map_err(|e| e.to_string());
+            Some((format!("{namespace}/{name}/{listener}"), entry))
+        })
         .collect()
 }

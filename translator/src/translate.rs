@@ -71,8 +71,8 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         .collect();
     let classes = gateway::class::ours(snapshot, config);
     let mut gateways = gateway::build(snapshot, config, &classes, &namespace_labels);
-    reject_listener_filters(&mut gateways, snapshot);
     let backends = Backends::new(snapshot, config);
+    let listener_servers = gateway::listener_filters::resolve(&mut gateways, &backends, config);
     let telemetry = policy::telemetry::apply(snapshot, config, &gateways, &backends);
     let regexes = route::value::Regexes::default();
 
@@ -94,6 +94,16 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     let mut gateway_backends: Vec<BTreeMap<ir::SmolStr, Arc<ir::Backend>>> =
         gateways.iter().map(|_| BTreeMap::new()).collect();
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    // The servers of listener filters are the Gateway's backends like any route's.
+    for (gi, resolved) in listener_servers {
+        if let Some(p) = resolved.policy {
+            policy_usage.entry(p).or_default().insert(gateways[gi].key());
+        }
+        let b = resolved.backend;
+        if seen_backends[gi].insert(Arc::as_ptr(&b)) && !gateway_backends[gi].contains_key(&b.id) {
+            gateway_backends[gi].insert(b.id.clone(), b);
+        }
+    }
     // Each route's outcome, for its status after the loop.
     let mut outcomes: Vec<Option<RouteOutcome>> = (0..routes.len()).map(|_| None).collect();
     let controller_name = ir::SmolStr::new(&config.controller_name);
@@ -304,32 +314,6 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     out
 }
 
-/// Listener `filters` (v1.7, for example ExternalAuth) are not implemented; serving the listener
-/// without them would skip what they enforce, so such listeners are not accepted.
-fn reject_listener_filters(gateways: &mut [GatewayModel<'_>], snapshot: &Snapshot) {
-    if snapshot.listeners_with_filters.is_empty() {
-        return;
-    }
-    for gw in gateways {
-        let gateway_name = gw.name.clone();
-        for l in &mut gw.listeners {
-            let object = match &l.owner {
-                gateway::Owner::Gateway => &gateway_name,
-                gateway::Owner::ListenerSet { name, .. } => name,
-            };
-            if snapshot
-                .listeners_with_filters
-                .contains(&format!("{}/{}/{}", l.namespace, object, l.spec.name))
-            {
-                l.not_accepted = Some(gateway::Problem::new(
-                    crate::status::condition::reason::UNSUPPORTED_VALUE,
-                    "Listener filters are not supported; the listener is not served without them",
-                ));
-            }
-        }
-    }
-}
-
 /// The routes without duplicates (the first of each kind, namespace and name is kept), in
 /// their given order, and their positions in order of kind, namespace and name.
 fn unique_routes(mut routes: Vec<RouteModel<'_>>) -> (Vec<RouteModel<'_>>, Vec<usize>) {
@@ -482,11 +466,13 @@ fn add_listeners(
             virtual_hosts: Vec::new(),
             stream_routes: Vec::new(),
             tracing: None,
+            filters: Vec::new(),
         };
         let list = contributions.remove(&li).unwrap_or_default();
         match protocol {
             Protocol::Http | Protocol::Https => {
                 listener.tracing = tracing.clone();
+                listener.filters = l.filters.clone();
                 listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank);
             }
             Protocol::Tls | Protocol::Tcp | Protocol::Udp => {

@@ -523,6 +523,59 @@ spec:
                 listener("default/gw", "odd").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
             ],
         },
+        Case {
+            name: "listener filters Turna cannot run",
+            spec: "GEP-5224: a filter variant the implementation does not support gives \
+                   Accepted=False UnsupportedValue naming the filter (never served without it); \
+                   a structurally invalid filter Accepted=False InvalidListenerFilter",
+            listeners: r#"
+- {name: ext, port: 9301, protocol: HTTP, filters: {requests: [{type: ExtensionRef, extensionRef: {group: example.com, kind: Claims, name: c}}]}}
+- {name: future, port: 9302, protocol: HTTP, filters: {requests: [{type: BodyProjection}]}}
+- {name: garbled, port: 9303, protocol: HTTP, filters: {requests: [{type: ExternalAuth, externalAuth: {protocol: SMTP, backendRef: {name: good, port: 80}}}]}}
+- {name: tcp, port: 9304, protocol: TCP, filters: {requests: [{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: good, port: 80}}}]}}
+"#,
+            objects: Vec::new,
+            expect: vec![
+                listener("default/gw", "ext").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
+                listener("default/gw", "future").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
+                listener("default/gw", "garbled").has(kind::ACCEPTED, False, reason::UNSUPPORTED_VALUE),
+                listener("default/gw", "tcp").has(kind::ACCEPTED, False, reason::INVALID_LISTENER_FILTER),
+                Expect::Holds("no refused listener is served", |o| {
+                    !o.proxies
+                        .iter()
+                        .flat_map(|p| &p.ports)
+                        .flat_map(|p| &p.listeners)
+                        .any(|l| {
+                            ["ext", "future", "garbled", "tcp"]
+                                .iter()
+                                .any(|n| l.name == format!("default/gw/{n}"))
+                        })
+                }),
+            ],
+        },
+        Case {
+            name: "listener ExternalAuth filter whose server does not exist",
+            spec: "GEP-5224: an ExternalAuth.backendRef that does not exist gives ResolvedRefs=False \
+                   InvalidListenerFilterRef; the listener fails closed, its filter denying every request",
+            listeners: r#"
+- {name: guarded, port: 9305, protocol: HTTP, filters: {requests: [{type: ExternalAuth, externalAuth: {protocol: HTTP, backendRef: {name: missing, port: 80}}}]}}
+"#,
+            objects: Vec::new,
+            expect: vec![
+                listener("default/gw", "guarded").has(kind::ACCEPTED, True, reason::ACCEPTED),
+                listener("default/gw", "guarded").has(kind::RESOLVED_REFS, False, reason::INVALID_LISTENER_FILTER_REF),
+                Expect::Holds("the listener is served with a filter that denies", |o| {
+                    o.proxies
+                        .iter()
+                        .flat_map(|p| &p.ports)
+                        .flat_map(|p| &p.listeners)
+                        .find(|l| l.name == "default/gw/guarded")
+                        .is_some_and(|l| {
+                            matches!(l.filters.as_slice(), [translator::ir::Filter::ExternalAuth(a)] if a.backend.is_none())
+                        })
+                }),
+            ],
+        },
         // ---- backendRefs ----
         Case {
             name: "backendRef to a Service that does not exist",

@@ -46,6 +46,23 @@ pub struct Exchange<'a> {
     pub span: Option<&'a RequestSpan>,
 }
 
+/// A request body as the exchange takes it.
+pub enum Body {
+    /// Straight from the client.
+    Client(Incoming),
+    /// Through the listener's filters first (boxed: only their requests have one).
+    Checked(Box<Checked>),
+}
+
+/// A request that passed its listener's filters.
+pub struct Checked {
+    /// Read whole when a filter wanted it.
+    pub body: RequestBody,
+    pub clock: Option<Arc<BodyClock>>,
+    /// Response headers the filters asked for.
+    pub added: Option<HeaderMap>,
+}
+
 /// The outcome of one attempt.
 enum Attempt {
     /// A response to send (from the backend, or a redirect).
@@ -72,13 +89,22 @@ impl BodySource {
 impl<'a> Exchange<'a> {
     /// Serves the request with head `parts` (boxed: moved through every await, it stays a
     /// pointer) and `body`.
-    pub async fn run(&self, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
-        let (body, clock) = ClientBody::new(body, self.body_timeout, self.trail.cloned());
+    pub async fn run(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
+        let (body, clock, added) = match body {
+            Body::Client(body) => {
+                let (body, clock) = ClientBody::new(body, self.body_timeout, self.trail.cloned());
+                (RequestBody::streaming(body), clock, None)
+            }
+            Body::Checked(checked) => {
+                let Checked { body, clock, added } = *checked;
+                (body, clock, added)
+            }
+        };
         if self.rule.access.is_empty() {
-            return self.proceed(parts, RequestBody::streaming(body), clock, None).await;
+            return self.proceed(parts, body, clock, added).await;
         }
         // Boxed: only the requests of rules with access checks carry its future.
-        Box::pin(self.checked(parts, body, clock)).await
+        Box::pin(self.checked(parts, body, clock, added)).await
     }
 
     /// [`Exchange::run`] of a rule with access checks: they decide first. (A CORS preflight is
@@ -86,8 +112,9 @@ impl<'a> Exchange<'a> {
     async fn checked(
         &self,
         mut parts: Box<Parts>,
-        body: ClientBody,
+        body: RequestBody,
         clock: Option<Arc<BodyClock>>,
+        added: Option<HeaderMap>,
     ) -> Response<ProxyBody> {
         let rule = self.rule;
         let preflight = rule.filters.iter().any(|f| match f {
@@ -95,7 +122,7 @@ impl<'a> Exchange<'a> {
             _ => false,
         });
         if preflight {
-            return self.proceed(parts, RequestBody::streaming(body), clock, None).await;
+            return self.proceed(parts, body, clock, added).await;
         }
         let context = access::Context {
             peer: self.peer,
@@ -107,7 +134,14 @@ impl<'a> Exchange<'a> {
         };
         match rule.access.run(&mut parts, body, &context, rule.grpc, self.trail).await {
             access::Outcome::Proceed(body, response_headers) => {
-                self.proceed(parts, body, clock, response_headers).await
+                let added = match (added, response_headers) {
+                    (Some(mut added), Some(more)) => {
+                        added.extend(more);
+                        Some(added)
+                    }
+                    (added, more) => added.or(more),
+                };
+                self.proceed(parts, body, clock, added).await
             }
             access::Outcome::Answer(answer) => answer,
         }

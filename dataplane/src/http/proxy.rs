@@ -15,16 +15,18 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
-use super::exchange::Exchange;
+use super::access;
+use super::exchange::{Body, Checked, Exchange};
 use super::filters::Filter;
 use super::host::request_host;
 use super::response::{self, ProxyBody};
-use super::router::RequestView;
+use super::router::{ListenerRoutes, RequestView};
 use super::rule::Rule;
 use crate::access_log::{AccessLog, Flag, Pending, Trail};
 use crate::listener::{Activity, Deadlines, Limits};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::telemetry::RequestSpan;
+use crate::upstream::{ClientBody, RequestBody};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -205,7 +207,7 @@ impl Connection {
     async fn route<'t>(
         &self,
         table: &'t Table,
-        mut parts: Box<Parts>,
+        parts: Box<Parts>,
         body: Incoming,
         served: &mut Served<'t>,
         trail: Option<&Arc<Trail>>,
@@ -240,10 +242,15 @@ impl Connection {
         };
         *served = Served::Listener(&listener.name);
         // Boxed: only requests of traced Gateways have one.
-        let mut span = listener
+        let span = listener
             .tracer
             .as_ref()
             .map(|tracer| Box::new(tracer.start(&parts, self.peer, context.scheme, &host, &listener.name)));
+        if !listener.access.is_empty() {
+            // Boxed: only the requests of listeners with filters carry this future.
+            let host = host.into_owned();
+            return Box::pin(self.filtered(table, listener, host, parts, body, served, span, trail)).await;
+        }
         let routed = routes.route(&RequestView {
             host: &host,
             method: &parts.method,
@@ -256,16 +263,92 @@ impl Connection {
             return traced(span, response::local(StatusCode::NOT_FOUND, is_grpc(&parts.headers)));
         };
         let rule = routed.rule;
-        *served = Served::Rule(rule);
-        if let Some(span) = &mut span {
-            span.routed(&parts.method, &rule.route);
-        }
         // Only redirects need the host once the headers change.
         let host = if redirects(rule) {
             host.into_owned()
         } else {
             String::new()
         };
+        self.exchange(table, rule, host, parts, Body::Client(body), served, span, trail)
+            .await
+    }
+
+    /// [`Connection::route`] on a listener with filters (GEP-5224): they run first, in their
+    /// order, and route matching then sees the request they leave, once. Its Host and authority
+    /// are the client's whatever the filters did: they chose the listener, which is not chosen
+    /// again. A filter's denial answers without any routing.
+    #[allow(clippy::too_many_arguments)]
+    async fn filtered<'t>(
+        &self,
+        table: &'t Table,
+        listener: &'t ListenerRoutes,
+        host: String,
+        mut parts: Box<Parts>,
+        body: Incoming,
+        served: &mut Served<'t>,
+        span: Option<Box<RequestSpan>>,
+        trail: Option<&Arc<Trail>>,
+    ) -> Response<ProxyBody> {
+        let context = &self.context;
+        let grpc = is_grpc(&parts.headers);
+        let (body, clock) = ClientBody::new(body, context.limits.request_body_timeout, trail.cloned());
+        let access = access::Context {
+            peer: self.peer,
+            scheme: context.scheme,
+            connect_retries: table.connect_retries,
+            metrics: &context.metrics,
+            listener: &listener.name,
+            // Metrics name no rule: none is chosen yet.
+            rule: "",
+        };
+        let hosts: Vec<HeaderValue> = parts.headers.get_all(header::HOST).iter().cloned().collect();
+        let authority = parts.uri.authority().cloned();
+        let outcome = listener
+            .access
+            .run(&mut parts, RequestBody::streaming(body), &access, grpc, trail)
+            .await;
+        let checked = match outcome {
+            access::Outcome::Proceed(body, added) => Checked { body, clock, added },
+            access::Outcome::Answer(answer) => return traced(span, answer),
+        };
+        restore_host(&mut parts, hosts, authority);
+        let rule = listener.route(&RequestView {
+            host: &host,
+            method: &parts.method,
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            headers: &parts.headers,
+        });
+        let Some(rule) = rule else {
+            if let Some(trail) = trail {
+                trail.flag(Flag::NoRoute);
+            }
+            return traced(span, response::local(StatusCode::NOT_FOUND, grpc));
+        };
+        let host = if redirects(rule) { host } else { String::new() };
+        let body = Body::Checked(Box::new(checked));
+        self.exchange(table, rule, host, parts, body, served, span, trail).await
+    }
+
+    /// Serves a request routed to `rule`; `host` is the request's host when a redirect may
+    /// need it.
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange<'t>(
+        &self,
+        table: &'t Table,
+        rule: &'t Rule,
+        host: String,
+        mut parts: Box<Parts>,
+        body: Body,
+        served: &mut Served<'t>,
+        mut span: Option<Box<RequestSpan>>,
+        trail: Option<&Arc<Trail>>,
+    ) -> Response<ProxyBody> {
+        let context = &self.context;
+        *served = Served::Rule(rule);
+        if let Some(span) = &mut span {
+            span.routed(&parts.method, &rule.route);
+        }
         self.forwarding_headers(&mut parts.headers, &parts.uri);
         let exchange = Exchange {
             rule,
@@ -285,7 +368,9 @@ impl Connection {
             Some(limit) => match Box::pin(tokio::time::timeout(limit, exchange.run(parts, body))).await {
                 Ok(response) => response,
                 Err(_) => {
-                    flag(Flag::RequestTimeout);
+                    if let Some(trail) = trail {
+                        trail.flag(Flag::RequestTimeout);
+                    }
                     response::local(StatusCode::GATEWAY_TIMEOUT, rule.grpc)
                 }
             },
@@ -323,6 +408,26 @@ impl Connection {
             }
         }
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.context.scheme));
+    }
+}
+
+/// Puts back the Host headers and URI authority a request arrived with: listener filters must
+/// not change them (GEP-5224), and whatever a filter set there is dropped.
+fn restore_host(parts: &mut Parts, hosts: Vec<HeaderValue>, authority: Option<http::uri::Authority>) {
+    let unchanged = parts.headers.get_all(header::HOST).iter().eq(hosts.iter());
+    if !unchanged {
+        parts.headers.remove(header::HOST);
+        for host in hosts {
+            parts.headers.append(header::HOST, host);
+        }
+    }
+    if parts.uri.authority() != authority.as_ref() {
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
+        uri.authority = authority;
+        match http::Uri::from_parts(uri) {
+            Ok(uri) => parts.uri = uri,
+            Err(error) => tracing::debug!(%error, "restoring the request authority failed"),
+        }
     }
 }
 

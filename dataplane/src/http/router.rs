@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::{HeaderMap, Method};
 use translator::ir;
 
+use super::access::Access;
 use super::host::HostPattern;
 use super::rule::Rule;
 use super::rules::Rules;
@@ -30,6 +31,8 @@ pub struct ListenerRoutes {
     pub tracing: Option<ir::SmolStr>,
     /// Its tracer, once the table has one ([`crate::table::Table::trace`]).
     pub tracer: Option<Arc<Tracer>>,
+    /// Its filters ([`ir::Listener::filters`]): they run before route matching.
+    pub access: Access,
     hostname: HostPattern,
     exact: HashMap<String, usize>,
     /// Wildcard virtual hosts by suffix (`.example.com` for `*.example.com`).
@@ -132,6 +135,7 @@ impl ListenerRoutes {
             name: listener.name.clone(),
             tracing: listener.tracing.clone(),
             tracer: None,
+            access: Access::compile(&listener.filters, &listener.name, upstreams)?,
             hostname,
             exact: HashMap::new(),
             wildcards: HashMap::new(),
@@ -170,6 +174,12 @@ impl ListenerRoutes {
             }
         }
         Ok(routes)
+    }
+
+    /// The first matching rule of this listener (chosen before), for a request its filters may
+    /// have changed: the listener is not chosen again.
+    pub fn route(&self, req: &RequestView<'_>) -> Option<&Rule> {
+        self.virtual_host(req.host)?.first_match(req)
     }
 
     /// Rules of the virtual host for `host`: exact name, longest wildcard suffix, then `*`.

@@ -305,6 +305,7 @@ pub fn listener(name: &str, hostname: Option<&str>, virtual_hosts: Vec<ir::Virtu
         virtual_hosts,
         stream_routes: Vec::new(),
         tracing: None,
+        filters: Vec::new(),
     }
 }
 

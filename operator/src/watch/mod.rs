@@ -8,6 +8,7 @@
 
 mod backoff;
 pub mod discovery;
+pub mod listener_filters;
 pub mod snapshot;
 pub mod unreadable;
 mod watched;
@@ -40,6 +41,7 @@ use translator::snapshot::{ConfigMapFacts, SecretFacts};
 use crate::metrics::Metrics;
 use backoff::Backoff;
 use discovery::Source;
+use listener_filters::ListenerFilters;
 use unreadable::{Effect, Unreadable, UnreadableRoutes};
 
 /// How long [`Stores::synced`] waits for the first lists.
@@ -179,6 +181,8 @@ pub struct Stores {
     pub namespaces: Watched<Namespace>,
     /// Routes of every kind that the typed API cannot read.
     pub unreadable_routes: UnreadableRoutes,
+    /// The listener filters of Gateways and ListenerSets, which their typed structs drop.
+    pub listener_filters: ListenerFilters,
     /// Secret and ConfigMap facts, by `namespace/name` (no key material is kept).
     pub secrets: Arc<Mutex<BTreeMap<String, SecretFacts>>>,
     pub config_maps: Arc<Mutex<BTreeMap<String, ConfigMapFacts>>>,
@@ -333,6 +337,7 @@ struct FeedContext {
     metrics: Arc<Metrics>,
     watching: Arc<Mutex<BTreeSet<String>>>,
     unreadable: UnreadableRoutes,
+    listener_filters: ListenerFilters,
 }
 
 type EventStream = BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>;
@@ -382,6 +387,8 @@ where
         let mut stream: Option<EventStream> = None;
         // Unreadable routes of a list in progress.
         let mut listing: Option<unreadable::Routes> = None;
+        // Listener filters of a list in progress.
+        let mut listing_filters: Option<listener_filters::Listed> = None;
         loop {
             let next = async {
                 match stream.as_mut() {
@@ -416,6 +423,7 @@ where
                             writer.apply_watcher_event(&watcher::Event::Init);
                             writer.apply_watcher_event(&watcher::Event::InitDone);
                             ctx.unreadable.replace(&kind, namespace.as_deref(), unreadable::Routes::new());
+                            ctx.listener_filters.replace(&kind, namespace.as_deref(), listener_filters::Listed::new());
                             lock(&ctx.watching).remove(&kind);
                             ctx.changes.notify();
                             None
@@ -431,7 +439,7 @@ where
                             kind: &kind,
                             namespace: namespace.as_deref(),
                         };
-                        match fed.take(event, &mut listing) {
+                        match fed.take(event, &mut listing, &mut listing_filters) {
                             Wake::Nothing => {}
                             Wake::Status => ctx.changes.notify_status(),
                             Wake::Translate => ctx.changes.notify(),
@@ -472,6 +480,7 @@ impl Stores {
             metrics: metrics.clone(),
             watching: watching.clone(),
             unreadable: UnreadableRoutes::default(),
+            listener_filters: ListenerFilters::default(),
         };
         let cluster = FeedContext {
             namespaces: vec![None],
@@ -518,6 +527,7 @@ impl Stores {
             ),
             namespaces: reflect::<Namespace>(namespace_watches(client, scope), changes, metrics, "Namespace"),
             unreadable_routes: namespaced.unreadable.clone(),
+            listener_filters: namespaced.listener_filters.clone(),
             secrets: Arc::default(),
             config_maps: Arc::default(),
             watching,
@@ -632,19 +642,38 @@ impl<K> Fed<'_, K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
 {
-    /// Applies `event` to the store (or to the unreadable routes); `listing` gathers the
-    /// unreadable routes of a list in progress.
-    fn take(mut self, event: watcher::Event<DynamicObject>, listing: &mut Option<unreadable::Routes>) -> Wake {
+    /// Applies `event` to the store (or to the unreadable routes), and the listener filters of a
+    /// Gateway or ListenerSet to theirs; `listing` and `listing_filters` gather the unreadable
+    /// routes and the listener filters of a list in progress.
+    fn take(
+        mut self,
+        event: watcher::Event<DynamicObject>,
+        listing: &mut Option<unreadable::Routes>,
+        listing_filters: &mut Option<listener_filters::Listed>,
+    ) -> Wake {
         use watcher::Event;
+        let with_listeners = listener_filters::has_listeners(self.kind);
         match event {
             Event::Init => {
                 *listing = Some(unreadable::Routes::new());
+                *listing_filters = Some(listener_filters::Listed::new());
                 self.writer.apply_watcher_event(&Event::Init);
                 Wake::Nothing
             }
             Event::InitApply(object) => {
                 match unreadable::read::<K>(&object) {
-                    Ok(typed) => self.writer.apply_watcher_event(&Event::InitApply(typed)),
+                    Ok(typed) => {
+                        self.writer.apply_watcher_event(&Event::InitApply(typed));
+                        let filters = if with_listeners {
+                            listener_filters::read(&object)
+                        } else {
+                            Vec::new()
+                        };
+                        if let (false, Some(listed)) = (filters.is_empty(), listing_filters.as_mut()) {
+                            let (namespace, name) = names(&object);
+                            listed.insert((namespace.to_string(), name.to_string()), filters);
+                        }
+                    }
                     Err(error) => {
                         if let (Some(route), Some(listing)) = (self.unreadable(&object, &error), listing.as_mut()) {
                             listing.insert(unreadable::key(&route), route);
@@ -658,6 +687,11 @@ where
                 self.ctx
                     .unreadable
                     .replace(self.kind, self.namespace, listing.take().unwrap_or_default());
+                self.ctx.listener_filters.replace(
+                    self.kind,
+                    self.namespace,
+                    listing_filters.take().unwrap_or_default(),
+                );
                 Wake::Listed
             }
             Event::Apply(object) => match unreadable::read::<K>(&object) {
@@ -670,8 +704,15 @@ where
                         .is_some_and(|old| only_status_changed(&*old, &typed));
                     let (namespace, name) = names(&object);
                     let was_unreadable = self.ctx.unreadable.remove(self.kind, namespace, name);
+                    // The typed object lacks its listeners' filters: a change of them is a
+                    // change even where the typed objects are equal.
+                    let filters_changed = with_listeners
+                        && self
+                            .ctx
+                            .listener_filters
+                            .set(self.kind, namespace, name, listener_filters::read(&object));
                     self.writer.apply_watcher_event(&Event::Apply(typed));
-                    if status_only && was_unreadable == Effect::None {
+                    if status_only && was_unreadable == Effect::None && !filters_changed {
                         Wake::Status
                     } else {
                         Wake::Translate
@@ -680,6 +721,8 @@ where
                 Err(error) => {
                     // What was stored under its name no longer is what it says.
                     let forgotten = self.forget(&object);
+                    let (namespace, name) = names(&object);
+                    let forgotten = self.ctx.listener_filters.remove(self.kind, namespace, name) || forgotten;
                     match self.unreadable(&object, &error) {
                         Some(route) => match self.ctx.unreadable.insert(self.kind, route) {
                             Effect::Status if !forgotten => Wake::Status,
@@ -693,6 +736,7 @@ where
                 self.forget(&object);
                 let (namespace, name) = names(&object);
                 self.ctx.unreadable.remove(self.kind, namespace, name);
+                self.ctx.listener_filters.remove(self.kind, namespace, name);
                 Wake::Translate
             }
         }

@@ -184,6 +184,7 @@ impl Snapshots {
         self.snapshot.secrets = lock(&self.stores.secrets).values().cloned().collect();
         self.snapshot.config_maps = lock(&self.stores.config_maps).values().cloned().collect();
         self.snapshot.unreadable_routes = self.stores.unreadable_routes.routes();
+        self.snapshot.listener_filters = self.stores.listener_filters.all();
         self.snapshot.facts = Facts {
             installed_kinds: Some(lock(&self.stores.watching).clone()),
             ..Facts::default()

@@ -24,6 +24,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "GatewayListenerFilters",
     "GatewayPort8080",
     "GatewayRouteHostnameIntersectionPrecedence",
     "GatewayStaticAddresses",

@@ -227,6 +227,7 @@ mod tests {
             "ns",
             "Gateway",
             1,
+            None,
             &Snapshot::default(),
             &Config::default(),
         )

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::api::listener_filters::{ListenerFilter, ListenerFiltersEntry};
 use crate::api::{gateway as gw, listener_set as ls};
 use crate::config::Config;
 use crate::ir::{Protocol, TlsMode};
@@ -166,6 +167,10 @@ pub struct ListenerModel {
     /// Routes attached (whatever their own state).
     pub attached_routes: u32,
     pub generation: i64,
+    /// `filters.requests` (GEP-5224), in their order, once found valid.
+    pub filter_specs: Vec<ListenerFilter>,
+    /// The same filters resolved for the IR ([`crate::gateway::listener_filters`]).
+    pub filters: Vec<crate::ir::Filter>,
 }
 
 impl ListenerModel {
@@ -390,13 +395,16 @@ pub fn protocol(name: &str) -> Option<Protocol> {
     }
 }
 
-/// Validates one listener declared by an object of `from_kind` in `namespace`.
+/// Validates one listener declared by an object of `from_kind` in `namespace`, with the
+/// `filters` the snapshot holds for it.
+#[allow(clippy::too_many_arguments)]
 pub fn validate(
     spec: ListenerSpec,
     owner: Owner,
     namespace: &str,
     from_kind: &str,
     generation: i64,
+    filters: Option<&ListenerFiltersEntry>,
     snapshot: &Snapshot,
     config: &Config,
 ) -> ListenerModel {
@@ -413,6 +421,8 @@ pub fn validate(
         overlapping_tls: false,
         attached_routes: 0,
         generation,
+        filter_specs: Vec::new(),
+        filters: Vec::new(),
     };
     let Some(proto) = model.protocol else {
         model.not_accepted = Some(Problem::new(
@@ -482,6 +492,15 @@ pub fn validate(
     }
     if proto == Protocol::Https && model.spec.tls_mode.is_none() {
         model.spec.tls_mode = Some(TlsMode::Terminate);
+    }
+
+    if let Some(filters) = filters {
+        match crate::gateway::listener_filters::validate(proto, filters) {
+            Ok(specs) => model.filter_specs = specs,
+            Err(p) => {
+                model.not_accepted.get_or_insert(p);
+            }
+        }
     }
 
     let (kinds, kinds_problem) = supported_kinds(proto, &model.spec, snapshot);

@@ -113,6 +113,7 @@ pub fn attach<'a>(
                     &namespace,
                     "ListenerSet",
                     set.generation,
+                    super::listener_filters::of(snapshot, &namespace, &set.name, &l.name),
                     snapshot,
                     config,
                 ));

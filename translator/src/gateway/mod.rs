@@ -6,6 +6,7 @@ pub mod class;
 mod conflict;
 pub mod frontend;
 pub mod listener;
+pub mod listener_filters;
 pub mod listener_set;
 
 use std::collections::BTreeMap;
@@ -212,6 +213,7 @@ fn build_one<'a>(
             &namespace,
             "Gateway",
             generation,
+            listener_filters::of(snapshot, &namespace, &model.name, &l.name),
             snapshot,
             config,
         ));

@@ -293,9 +293,11 @@ fn same_listener(a: &Listener, b: &Listener) -> bool {
         virtual_hosts: _,
         stream_routes,
         tracing,
+        filters,
     } = a;
     *name == b.name
         && *tracing == b.tracing
+        && *filters == b.filters
         && *protocol == b.protocol
         && *hostname == b.hostname
         && *tls == b.tls
@@ -368,6 +370,7 @@ mod tests {
                     virtual_hosts: hosts.iter().map(|h| host(h, "b")).collect(),
                     stream_routes: vec![],
                     tracing: None,
+                    filters: vec![],
                 }],
                 frontend_validation: None,
             }],

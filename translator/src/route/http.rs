@@ -16,7 +16,7 @@ use crate::api::http::{
     HttpRouteRulesMatchesHeadersType as HeaderType, HttpRouteRulesMatchesMethod as HttpMethod,
     HttpRouteRulesMatchesPathType as PathType, HttpRouteRulesMatchesQueryParamsType as QueryType,
 };
-use crate::backend::Backends;
+use crate::backend::{Backends, Resolved};
 use crate::duration;
 use crate::gateway::Problem;
 use crate::ir::{
@@ -620,20 +620,40 @@ fn filter(
         }
         FilterType::ExternalAuth => {
             let Some(a) = &f.external_auth else { return Ok(None) };
-            Filter::ExternalAuth(external_auth(a, route, backends, client_certificate, out)?)
+            Filter::ExternalAuth(route_external_auth(a, route, backends, client_certificate, out)?)
         }
     }))
 }
 
-/// An `ExternalAuth` filter. Its server is a backend like any other (endpoints, ReferenceGrant,
-/// BackendTLSPolicy); a gRPC server is spoken to over HTTP/2 whatever its port declares.
-fn external_auth(
+/// An `ExternalAuth` filter of a route rule; a server that cannot be reached fails the rule's
+/// requests closed (500), never open.
+fn route_external_auth(
     a: &HttpRouteRulesFiltersExternalAuth,
     route: &RouteModel<'_>,
     backends: &Backends<'_>,
     client_certificate: Option<&str>,
     out: &mut Compiled,
 ) -> Result<ExternalAuth, FilterError> {
+    let (auth, resolved) = external_auth(a, |r| {
+        backends.resolve(route.kind, route.namespace, r, true, client_certificate)
+    })
+    .map_err(FilterError::Unresolved)?;
+    if let Some(p) = resolved.policy {
+        out.policies.push(p);
+    }
+    out.backends.push(resolved.backend);
+    Ok(auth)
+}
+
+/// An `ExternalAuth` filter, of a route rule or of a listener (`filters.requests`), with the
+/// server backend `resolve` gives: each referrer resolves the backendRef as itself (its
+/// namespace, and its kind for ReferenceGrants). The server is a backend like any other
+/// (endpoints, BackendTLSPolicy); a gRPC server is spoken to over HTTP/2 whatever its port
+/// declares, so the returned backend may be a copy of the resolved one.
+pub fn external_auth(
+    a: &HttpRouteRulesFiltersExternalAuth,
+    resolve: impl FnOnce(&BackendRef<'_>) -> Result<Resolved, Problem>,
+) -> Result<(ExternalAuth, Resolved), Problem> {
     let b = &a.backend_ref;
     let backend_ref = BackendRef {
         group: b.group.as_deref().unwrap_or_default(),
@@ -648,22 +668,13 @@ fn external_auth(
         AuthProtocolSpec::Http => AuthProtocol::Http,
         AuthProtocolSpec::Grpc => AuthProtocol::Grpc,
     };
-    // A server that cannot be reached fails the rule's requests closed (500), never open.
-    let resolved = backends
-        .resolve(route.kind, route.namespace, &backend_ref, true, client_certificate)
-        .map_err(FilterError::Unresolved)?;
-    let mut backend = resolved.backend;
-    if protocol == AuthProtocol::Grpc && backend.protocol != AppProtocol::H2c {
-        let mut grpc = Backend::clone(&backend);
+    let mut resolved = resolve(&backend_ref)?;
+    if protocol == AuthProtocol::Grpc && resolved.backend.protocol != AppProtocol::H2c {
+        let mut grpc = Backend::clone(&resolved.backend);
         grpc.protocol = AppProtocol::H2c;
         grpc.id = format_smolstr!("{}/grpc", grpc.id);
-        backend = Arc::new(grpc);
+        resolved.backend = Arc::new(grpc);
     }
-    if let Some(p) = resolved.policy {
-        out.policies.push(p);
-    }
-    let id = backend.id.clone();
-    out.backends.push(backend);
     let lower = |names: Option<&Vec<String>>| -> Vec<SmolStr> {
         names
             .into_iter()
@@ -672,9 +683,9 @@ fn external_auth(
             .collect()
     };
     let http = a.http.as_ref().filter(|_| protocol == AuthProtocol::Http);
-    Ok(ExternalAuth {
+    let auth = ExternalAuth {
         protocol,
-        backend: Some(id),
+        backend: Some(resolved.backend.id.clone()),
         path: http
             .and_then(|h| h.path.as_deref())
             .map(SmolStr::new)
@@ -691,5 +702,6 @@ fn external_auth(
             .and_then(|b| b.max_size)
             .and_then(|s| u32::try_from(s).ok())
             .unwrap_or(0),
-    })
+    };
+    Ok((auth, resolved))
 }

@@ -170,8 +170,9 @@ pub fn filters(filters: &[HttpRouteRulesFilters]) -> Result<(), Problem> {
 /// decides.
 pub const MAX_FORWARD_BODY: i64 = 16 << 20;
 
-/// An `ExternalAuth` filter's header names, path prefix and body size.
-fn external_auth(a: &HttpRouteRulesFiltersExternalAuth) -> Result<(), Problem> {
+/// An `ExternalAuth` filter's header names, path prefix and body size (of a route rule or a
+/// listener).
+pub fn external_auth(a: &HttpRouteRulesFiltersExternalAuth) -> Result<(), Problem> {
     let http = a.http.as_ref();
     let names = http
         .and_then(|h| h.allowed_headers.as_ref())

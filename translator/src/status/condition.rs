@@ -111,6 +111,11 @@ pub mod reason {
     pub const INVALID_CA_CERTIFICATE_KIND: &str = "InvalidCACertificateKind";
     pub const NO_VALID_CA_CERTIFICATE: &str = "NoValidCACertificate";
     pub const OVERLAPPING_HOSTNAMES: &str = "OverlappingHostnames";
+    /// Listener filters (GEP-5224): Accepted=False for a structurally invalid filter.
+    pub const INVALID_LISTENER_FILTER: &str = "InvalidListenerFilter";
+    /// Listener filters (GEP-5224): ResolvedRefs=False for a reference that does not resolve
+    /// (RefNotPermitted when a ReferenceGrant is missing).
+    pub const INVALID_LISTENER_FILTER_REF: &str = "InvalidListenerFilterRef";
 
     // ListenerSet.
     pub const NOT_ALLOWED: &str = "NotAllowed";

@@ -23,7 +23,7 @@ use super::response::{self, ProxyBody};
 use crate::access_log::{Flag, Trail};
 use crate::error::ValidationError;
 use crate::metrics::Metrics;
-use crate::upstream::{ClientBody, RequestBody, Upstream};
+use crate::upstream::{RequestBody, Upstream};
 
 /// What a check may read of a request (its head it may also change: headers the check adds go
 /// to the backend).
@@ -119,11 +119,11 @@ impl Access {
     }
 
     /// Runs every check in order; the first denial answers. The body is read first when a
-    /// check wants it.
+    /// check wants it (a body an earlier phase read, a listener's filters, is read already).
     pub async fn run(
         &self,
         parts: &mut Parts,
-        body: ClientBody,
+        body: RequestBody,
         context: &Context<'_>,
         grpc: bool,
         trail: Option<&Arc<Trail>>,
@@ -135,7 +135,12 @@ impl Access {
         };
         let limit = self.checks.iter().map(|c| c.body_limit()).max().unwrap_or(0);
         let (body, read) = if limit > 0 {
-            match RequestBody::buffer(body, limit).await {
+            match body.buffered(limit).await {
+                // Read whole by an earlier phase with a larger limit: still too long here.
+                Ok(RequestBody::Buffered(buffered)) if buffered.data().len() > limit => {
+                    flag(Flag::AccessDenied);
+                    return Outcome::Answer(response::local(StatusCode::PAYLOAD_TOO_LARGE, grpc));
+                }
                 Ok(RequestBody::Buffered(buffered)) => {
                     let data = buffered.data().clone();
                     (RequestBody::Buffered(buffered), Some(data))
@@ -151,7 +156,7 @@ impl Access {
                 }
             }
         } else {
-            (RequestBody::streaming(body), None)
+            (body, None)
         };
         let mut request = Request {
             parts,
