@@ -37,6 +37,7 @@ fn rule(name: &str, path: ir::PathMatch, headers: Vec<ir::ValueMatch>) -> ir::Ht
         }],
         timeouts: ir::Timeouts::default(),
         retry: None,
+        session_persistence: None,
     }
 }
 

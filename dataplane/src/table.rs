@@ -388,6 +388,7 @@ mod tests {
             }],
             timeouts: ir::Timeouts::default(),
             retry: None,
+            session_persistence: None,
         })
     }
 

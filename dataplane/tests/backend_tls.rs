@@ -185,3 +185,31 @@ async fn policies_without_a_usable_ca_fail_instead_of_skipping_verification() {
     );
     assert_eq!(backend.requests(), 0);
 }
+
+#[tokio::test]
+async fn a_ca_from_a_cluster_trust_bundle_verifies_backends_and_fails_closed_when_missing() {
+    // The IR names the trust bundle as the translator does; its PEM reaches the proxy under that
+    // name through the bundle Secret (operator/src/provision/bundle.rs).
+    let reference = translator::trust_bundle::reference("example.com:turna:roots");
+    let pki = Pki::new();
+    let backend = tls_backend(&pki, false).await;
+    let tls = ir::BackendTls {
+        ca_certificates: vec![reference.clone()],
+        ..policy("backend.example.com", vec![])
+    };
+    let mut material = Material::default();
+    material.ca_bundles.insert(reference, pki.ca.pem());
+    assert_eq!(status_with(&backend, tls.clone(), &material).await, StatusCode::OK);
+    // Missing from the bundle: refused, never served without verification.
+    let mut b = echo_backend(&backend);
+    b.tls = Some(tls);
+    let ir = simple(vec![rule("r", prefix("/"), &b.id.clone())], vec![b]);
+    let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
+    let refused = dp.apply_with(&ir, &Material::default()).await.expect_err("refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("ClusterTrustBundle/example.com:turna:roots"),
+        "{refused}"
+    );
+}

@@ -171,7 +171,9 @@ fn parse(path: &Path, text: String) -> Result<Parsed, LocalError> {
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default();
         // Only these can hold key material; the others move into the snapshot uncopied.
-        let material = (matches!(kind, "Secret" | "ConfigMap") || kind.ends_with("List")).then(|| value.clone());
+        let material = (matches!(kind, "Secret" | "ConfigMap" | translator::trust_bundle::KIND)
+            || kind.ends_with("List"))
+        .then(|| value.clone());
         input
             .snapshot
             .add_value(index, value)
@@ -193,13 +195,18 @@ fn parse(path: &Path, text: String) -> Result<Parsed, LocalError> {
     })
 }
 
-/// Adds the certificate of a `Secret` or the CA bundle of a `ConfigMap` (`List`s are expanded).
+/// Adds the certificate of a `Secret` or the CA bundle of a `ConfigMap` or `ClusterTrustBundle`
+/// (`List`s are expanded).
 fn add_material(material: &mut Material, value: &serde_json::Value) -> Result<(), serde_json::Error> {
     let kind = value
         .get("kind")
         .and_then(serde_json::Value::as_str)
         .unwrap_or_default();
-    let core = value.get("apiVersion").and_then(serde_json::Value::as_str) == Some("v1");
+    let api_version = value
+        .get("apiVersion")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let core = api_version == "v1";
     if kind.ends_with("List") {
         if let Some(serde_json::Value::Array(items)) = value.get("items") {
             for item in items {
@@ -226,6 +233,16 @@ fn add_material(material: &mut Material, value: &serde_json::Value) -> Result<()
             let config_map = ConfigMap::deserialize(value)?;
             if let Some(ca) = material::ca_bundle(&config_map) {
                 material.ca_bundles.insert(key(&config_map.metadata), ca);
+            }
+        }
+        (false, translator::trust_bundle::KIND)
+            if api_version.starts_with(&format!("{}/", translator::trust_bundle::GROUP)) =>
+        {
+            let name = value.pointer("/metadata/name").and_then(serde_json::Value::as_str);
+            if let (Some(name), Some(pem)) = (name, material::trust_bundle(value)) {
+                material
+                    .ca_bundles
+                    .insert(translator::trust_bundle::reference(name), pem);
             }
         }
         _ => {}
@@ -268,7 +285,9 @@ mod tests {
              data: {tls.crt: Q1JU, tls.key: S0VZ}\n---\n\
              apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata: {name: plain}\n  \
              stringData: {tls.crt: crt, tls.key: key}\n\
-             - apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: ca}\n  data: {ca.crt: PEM}\n",
+             - apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: ca}\n  data: {ca.crt: PEM}\n\
+             - apiVersion: certificates.k8s.io/v1\n  kind: ClusterTrustBundle\n  metadata: {name: roots}\n  \
+             spec: {trustBundle: ROOTS}\n",
         )
         .expect("write");
         let input = read(&[dir.path().into()]).expect("reads");
@@ -277,6 +296,8 @@ mod tests {
         assert_eq!((cert.chain_pem.as_str(), cert.key_pem.as_str()), ("CRT", "KEY"));
         assert_eq!(input.material.certificates["default/plain"].key_pem, "key");
         assert_eq!(input.material.ca_bundles["default/ca"], "PEM");
+        assert_eq!(input.material.ca_bundles["ClusterTrustBundle/roots"], "ROOTS");
+        assert_eq!(input.snapshot.cluster_trust_bundles[0].name, "roots");
     }
 
     #[test]

@@ -314,7 +314,7 @@ spec:
     .await;
     assert_eq!(
         gw["status"]["addresses"],
-        json!([{"type": "IPAddress", "value": "192.0.2.20"}])
+        json!([{"type": "IPAddress", "value": "192.0.2.20", "routability": ""}])
     );
 
     // A removed Gateway removes its proxy, bundle and RBAC.
@@ -383,8 +383,165 @@ spec:
     .await;
     assert_eq!(
         gw["status"]["addresses"],
-        json!([{"type": "IPAddress", "value": "192.0.2.10"}])
+        json!([{"type": "IPAddress", "value": "192.0.2.10", "routability": ""}])
     );
+    controller.abort();
+}
+
+/// Service `name` once it satisfies `check`.
+async fn service_where(services: &Api<Service>, name: &str, what: &str, check: impl Fn(&Service) -> bool) -> Service {
+    eventually(what, || async {
+        let service = services.get_opt(name).await.ok().flatten()?;
+        check(&service).then_some(service)
+    })
+    .await
+}
+
+fn service_type(service: &Service) -> Option<&str> {
+    service.spec.as_ref().and_then(|s| s.type_.as_deref())
+}
+
+fn service_cluster_ip(service: &Service) -> String {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.clone())
+        .expect("a cluster IP")
+}
+
+/// GEP-5093: a `Cluster` address makes the proxy Service a ClusterIP one (a LoadBalancer one
+/// switches) and its cluster IP is reported with routability `Cluster`; a static `Cluster`
+/// address in the Service CIDR becomes the Service's cluster IP; an unknown routability gets
+/// no proxy and AddressesAssigned=False.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_routability_gets_a_cluster_ip_service_and_reports_it() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("routability");
+    let home = cp.fresh_namespace("routability-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    // A free address of the test plane's Service CIDR (10.96.0.0/16), apart per test process.
+    let static_ip = format!(
+        "10.96.{}.{}",
+        200 + std::process::id() % 50,
+        10 + std::process::id() % 200
+    );
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: pinned, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  addresses: [{{type: IPAddress, value: "{static_ip}", routability: Cluster}}]
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: vendor, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  addresses: [{{type: IPAddress, routability: example.com/internal}}]
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let settings = settings(&class, &home);
+    let id = controller_id(&settings);
+    let (web, pinned, vendor) = (
+        Names::new(&ns, "web", &id),
+        Names::new(&ns, "pinned", &id),
+        Names::new(&ns, "vendor", &id),
+    );
+    let controller = start(&client, settings);
+    let services: Api<Service> = Api::namespaced(client.clone(), &home);
+    let gws = gateways(&client, &ns);
+
+    // The default: a LoadBalancer Service, its load balancer's address with an empty routability.
+    service_where(&services, &web.proxy, "a LoadBalancer Service", |s| {
+        service_type(s) == Some("LoadBalancer")
+    })
+    .await;
+    assign(&client, &home, &web.proxy, "192.0.2.30").await;
+    let gw = gateway_where(&gws, "web", "the load balancer's address", |g| {
+        condition(g, "AddressesAssigned").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(
+        gw["status"]["addresses"],
+        json!([{"type": "IPAddress", "value": "192.0.2.30", "routability": ""}])
+    );
+
+    // Asking for a Cluster address turns the same Service into a ClusterIP one.
+    gws.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"addresses": [{"type": "IPAddress", "routability": "Cluster"}]}})),
+    )
+    .await
+    .expect("patch Gateway");
+    let service = service_where(&services, &web.proxy, "a ClusterIP Service", |s| {
+        service_type(s) == Some("ClusterIP")
+    })
+    .await;
+    let spec = service.spec.as_ref().expect("spec");
+    assert_eq!(spec.load_balancer_ip, None);
+    assert_eq!(spec.external_traffic_policy, None);
+    let cluster_ip = service_cluster_ip(&service);
+    let gw = gateway_where(&gws, "web", "the cluster IP with routability Cluster", |g| {
+        g["status"]["addresses"][0]["routability"] == "Cluster"
+    })
+    .await;
+    assert_eq!(
+        gw["status"]["addresses"],
+        json!([{"type": "IPAddress", "value": cluster_ip, "routability": "Cluster"}])
+    );
+    assert!(cluster_ip.starts_with("10.96."), "in the Service CIDR: {cluster_ip}");
+    assert_eq!(condition(&gw, "Programmed").expect("Programmed")["status"], "True");
+    assert_eq!(
+        condition(&gw, "AddressesAssigned").expect("AddressesAssigned")["status"],
+        "True"
+    );
+
+    // A static Cluster address in the Service CIDR is the Service's cluster IP.
+    let service = service_where(&services, &pinned.proxy, "the pinned ClusterIP Service", |s| {
+        service_type(s) == Some("ClusterIP")
+    })
+    .await;
+    assert_eq!(service_cluster_ip(&service), static_ip);
+    let gw = gateway_where(&gws, "pinned", "the pinned cluster IP", |g| {
+        condition(g, "Programmed").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(
+        gw["status"]["addresses"],
+        json!([{"type": "IPAddress", "value": static_ip, "routability": "Cluster"}])
+    );
+
+    // An unknown routability: no proxy, no address of another scope.
+    let gw = gateway_where(&gws, "vendor", "AddressesAssigned=False", |g| {
+        condition(g, "AddressesAssigned").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    assert_eq!(
+        condition(&gw, "AddressesAssigned").expect("condition")["reason"],
+        "NotAssigned"
+    );
+    let programmed = condition(&gw, "Programmed").expect("Programmed");
+    assert_eq!(
+        (&programmed["status"], &programmed["reason"]),
+        (&json!("False"), &json!("AddressNotAssigned"))
+    );
+    assert!(gw["status"]["addresses"].as_array().is_none_or(Vec::is_empty));
+    assert!(!exists(&services, &vendor.proxy).await, "no proxy Service");
     controller.abort();
 }
 
@@ -588,7 +745,7 @@ spec:
     .await;
     assert_eq!(
         gw["status"]["addresses"],
-        json!([{"type": "Hostname", "value": "lb.example.com"}])
+        json!([{"type": "Hostname", "value": "lb.example.com", "routability": ""}])
     );
     assert!(
         Api::<Deployment>::namespaced(client.clone(), &ns)
@@ -1153,5 +1310,109 @@ spec:
     // (The count follows the API server's answer to the last repair, which the object's return
     // may precede.)
     repairs_counted(&metrics, 4.0).await;
+    controller.abort();
+}
+
+/// Applies ClusterTrustBundle `name` (of `signer`, if any) holding `pem`.
+fn trust_bundle(cp: &control_plane::ControlPlane, name: &str, signer: Option<&str>, pem: &[u8]) {
+    let mut spec = json!({"trustBundle": String::from_utf8_lossy(pem)});
+    if let Some(signer) = signer {
+        spec["signerName"] = json!(signer);
+    }
+    let object = json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "ClusterTrustBundle",
+        "metadata": {"name": name},
+        "spec": spec,
+    });
+    cp.apply_yaml(&object.to_string()).expect("apply ClusterTrustBundle");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_trust_bundle_pem_reaches_the_bundle_secret_and_follows_it() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("ctb");
+    let home = cp.fresh_namespace("ctb-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    tls_secret(&client, &ns, "web", "web.example.com").await;
+    // A signer's bundle: its name holds `:`, which a Secret key may not.
+    let signer = format!("example.com/{ns}");
+    let bundle_name = format!("example.com:{ns}:roots");
+    let (first, _) = certificate("first-ca.example.com");
+    trust_bundle(cp, &bundle_name, Some(&signer), &first);
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs:
+            - {{group: certificates.k8s.io, kind: ClusterTrustBundle, name: "{bundle_name}"}}
+  listeners:
+    - name: https
+      port: 443
+      protocol: HTTPS
+      tls: {{certificateRefs: [{{name: web}}]}}
+"#,
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let settings = settings(&class, &home);
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let controller = start(&client, settings);
+    let secrets = Api::<Secret>::namespaced(client.clone(), &home);
+    let reference = translator::trust_bundle::reference(&bundle_name);
+    let ca_in_bundle = |pem: Vec<u8>| {
+        let (secrets, names, reference) = (secrets.clone(), names.clone(), reference.clone());
+        async move {
+            let secret = secrets.get_opt(&names.bundle).await.ok()??;
+            (bundle::read(&secret).ca_bundles.get(&reference) == Some(&pem)).then_some(secret)
+        }
+    };
+    let secret = eventually("the ClusterTrustBundle's PEM in the bundle Secret", || {
+        ca_in_bundle(first.clone())
+    })
+    .await;
+    let key = format!("ClusterTrustBundle.example.com_{ns}_roots.ca.crt");
+    assert!(secret.data.unwrap_or_default().contains_key(&key), "{key}");
+    let gw = gateway_where(&gateways(&client, &ns), "web", "listener resolved", |gw| {
+        gw["status"]["listeners"][0]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "ResolvedRefs" && c["status"] == "True"))
+    })
+    .await;
+    assert_eq!(gw["status"]["listeners"][0]["name"], "https");
+
+    // A rotated trust bundle reaches the proxies under the same name.
+    let (second, _) = certificate("second-ca.example.com");
+    trust_bundle(cp, &bundle_name, Some(&signer), &second);
+    eventually("the rotated PEM in the bundle Secret", || ca_in_bundle(second.clone())).await;
+
+    // Deleted: the listener fails closed, as with a missing CA ConfigMap.
+    cp.kubectl(&["delete", "clustertrustbundle", &bundle_name])
+        .expect("delete ClusterTrustBundle");
+    let listener_condition = |gw: &Value, kind: &str| {
+        gw["status"]["listeners"][0]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind))
+            .cloned()
+    };
+    let gw = gateway_where(&gateways(&client, &ns), "web", "listener not accepted", |gw| {
+        listener_condition(gw, "Accepted").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let accepted = listener_condition(&gw, "Accepted").expect("Accepted");
+    assert_eq!(accepted["reason"], "NoValidCACertificate");
+    let resolved = listener_condition(&gw, "ResolvedRefs").expect("ResolvedRefs");
+    assert_eq!(
+        (&resolved["status"], &resolved["reason"]),
+        (&json!("False"), &json!("InvalidCACertificateRef"))
+    );
     controller.abort();
 }

@@ -126,3 +126,92 @@ spec:
     controller.abort();
     dataplane.shutdown().await;
 }
+
+/// Route rules' `sessionPersistence` in its Gateway API v1.7 shape (`cookie`, `header`) reaches
+/// the snapshot the translator gets through the watches standalone mode runs, which read routes
+/// into typed structs that drop those fields; its changes follow, and routes without it cost no
+/// entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_persistence_applied_to_the_api_server_reaches_the_snapshot() {
+    use operator::watch::discovery::Discovery;
+    use operator::watch::{Changes, Scope, Snapshots, Stores};
+    use translator::snapshot::route_key;
+
+    let client = common::client(&plane().kubeconfig()).await;
+    let ns = plane().fresh_namespace("session-persistence");
+    let routes = |path: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: sticky, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules:
+    - backendRefs: [{{name: a, port: 80}}]
+    - backendRefs: [{{name: b, port: 80}}]
+      sessionPersistence:
+        type: Cookie
+        cookie: {{name: s, path: {path}, lifetimeType: Permanent}}
+        absoluteTimeout: 1h
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: plain, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules: [{{backendRefs: [{{name: a, port: 80}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: sticky, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules:
+    - backendRefs: [{{name: a, port: 80}}]
+      sessionPersistence: {{type: Header, header: {{name: x-session}}}}
+"
+        )
+    };
+    plane().apply_yaml(&routes("/app")).expect("apply routes");
+
+    let scope = Scope::Namespaces {
+        names: vec![ns.clone()],
+        read_namespaces: false,
+    };
+    let stores = Stores::start(&client, &scope, "", &Changes::default(), &Default::default());
+    Discovery::new(client.clone(), scope, stores.clone()).first_pass().await;
+    stores.synced().await;
+    let mut snapshots = Snapshots::new(&stores);
+    let http = route_key("HTTPRoute", &ns, "sticky");
+    let grpc = route_key("GRPCRoute", &ns, "sticky");
+    let mut cookie_path = || {
+        let snapshot = snapshots.refresh();
+        let rules = snapshot.session_persistence.get(&http)?;
+        assert_eq!(rules.keys().collect::<Vec<_>>(), [&1], "only the rule that sets it");
+        let settings = rules[&1].as_ref().expect("settings read");
+        assert_eq!(settings.absolute_timeout.as_deref(), Some("1h"));
+        let cookie = settings.cookie.as_ref()?;
+        assert_eq!(
+            (cookie.name.as_deref(), cookie.lifetime_type.as_deref()),
+            (Some("s"), Some("Permanent"))
+        );
+        let header = snapshot.session_persistence.get(&grpc)?[&0]
+            .as_ref()
+            .ok()?
+            .header
+            .clone()?;
+        assert_eq!(header.name, "x-session");
+        // The route without it has no entry.
+        assert_eq!(snapshot.session_persistence.len(), 2);
+        cookie.path.clone()
+    };
+    eventually("the cookie of rule 1", || {
+        std::future::ready(cookie_path().filter(|path| path == "/app"))
+    })
+    .await;
+    plane().apply_yaml(&routes("/other")).expect("change the cookie path");
+    eventually("the changed cookie", || {
+        std::future::ready(cookie_path().filter(|path| path == "/other"))
+    })
+    .await;
+}

@@ -2,7 +2,8 @@
 //!
 //! Only material a proxy serves: listener certificates and CA bundles that passed the
 //! ReferenceGrant checks, the Gateway's backend client certificate, and the CA bundles of the
-//! BackendTLSPolicies its backends use. The operator copies exactly this, nothing more.
+//! BackendTLSPolicies its backends use. The operator copies exactly this, nothing more. CA
+//! bundles come from ConfigMaps or ClusterTrustBundles ([`crate::trust_bundle`]).
 
 use std::collections::BTreeSet;
 
@@ -10,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ir::{Filter, Proxy};
 
-/// Secrets and ConfigMaps (`namespace/name`) one proxy needs.
+/// Secrets and ConfigMaps (`namespace/name`) and ClusterTrustBundles (`name`) one proxy needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bundle {
@@ -18,6 +19,10 @@ pub struct Bundle {
     pub secrets: BTreeSet<String>,
     /// ConfigMaps: `ca.crt` only.
     pub config_maps: BTreeSet<String>,
+    /// ClusterTrustBundles: `spec.trustBundle`, under [`crate::trust_bundle::reference`].
+    /// Left out when empty, as older bundles (and the golden files) have no such field.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub cluster_trust_bundles: BTreeSet<String>,
 }
 
 impl Bundle {
@@ -26,7 +31,7 @@ impl Bundle {
         let mut bundle = Bundle::default();
         for port in &proxy.ports {
             if let Some(v) = &port.frontend_validation {
-                bundle.config_maps.extend(v.ca_certificates.iter().cloned());
+                bundle.add_ca_bundles(&v.ca_certificates);
             }
             for l in &port.listeners {
                 if let Some(tls) = &l.tls {
@@ -36,11 +41,21 @@ impl Bundle {
         }
         for backend in proxy.backends.values() {
             if let Some(tls) = &backend.tls {
-                bundle.config_maps.extend(tls.ca_certificates.iter().cloned());
+                bundle.add_ca_bundles(&tls.ca_certificates);
                 bundle.secrets.extend(tls.client_certificate.iter().cloned());
             }
         }
         bundle
+    }
+
+    /// Adds the CA bundles the IR names by `references`, each to the kind that holds it.
+    fn add_ca_bundles(&mut self, references: &[String]) {
+        for reference in references {
+            match crate::trust_bundle::name_of(reference) {
+                Some(name) => self.cluster_trust_bundles.insert(name.to_string()),
+                None => self.config_maps.insert(reference.clone()),
+            };
+        }
     }
 }
 

@@ -122,9 +122,17 @@ pub struct Infrastructure {
     /// `spec.infrastructure.annotations`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
-    /// IP addresses requested in `spec.addresses`; an empty value asks for any address.
+    /// IP addresses requested of the load balancer in `spec.addresses`; an empty value asks
+    /// for any address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+    /// The cluster IP a `Cluster` address of `spec.addresses` asks for (GEP-5093).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ip: Option<String>,
+    /// Every address asked for is `Cluster` (GEP-5093): the proxy Service is a ClusterIP one,
+    /// whatever the configured type, so the Gateway is not reachable from outside the cluster.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_only: bool,
     /// The proxy parameters (TurnaProxy) of the Gateway merged over its class's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<crate::parameters::TurnaProxySpec>,
@@ -230,7 +238,8 @@ pub enum TlsMode {
 #[serde(rename_all = "camelCase")]
 pub struct FrontendValidation {
     pub mode: FrontendValidationMode,
-    /// CA bundle ConfigMaps (`namespace/name`, key `ca.crt`).
+    /// CA bundles: ConfigMaps (`namespace/name`, key `ca.crt`) or ClusterTrustBundles
+    /// (`ClusterTrustBundle/name`, see [`crate::trust_bundle`]).
     pub ca_certificates: Vec<String>,
 }
 
@@ -288,6 +297,39 @@ pub struct HttpRule {
     pub timeouts: Timeouts,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<Retry>,
+    /// Keeps a client on the backend and endpoint it first reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_persistence: Option<SessionPersistence>,
+}
+
+/// Session persistence (GEP-1619): the proxy gives a client a cookie or header naming the
+/// endpoint it served, and sends the client's later requests carrying it to that endpoint while
+/// it serves. The value names the endpoint, not proxy-local state, so every replica honours it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPersistence {
+    pub kind: SessionKind,
+    /// The cookie's or header's name.
+    pub name: SmolStr,
+    /// The cookie's Path attribute (empty for a header).
+    #[serde(default, skip_serializing_if = "SmolStr::is_empty")]
+    pub path: SmolStr,
+    /// The session ends this long after it began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub absolute_timeout_ms: Option<u64>,
+    /// The session ends when unused this long (the pre-v1.7 `idleTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// The cookie expires with the session (`Permanent`), not when the browser closes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
+}
+
+/// Where a session's value travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionKind {
+    Cookie,
+    Header,
 }
 
 /// Request predicates; all must hold.
@@ -570,7 +612,8 @@ pub struct Endpoint {
 pub struct BackendTls {
     /// SNI sent, and the name verified unless `subject_alt_names` is set.
     pub hostname: String,
-    /// CA bundle ConfigMaps (`namespace/name`, key `ca.crt`); empty with `system_roots`.
+    /// CA bundles: ConfigMaps (`namespace/name`, key `ca.crt`) or ClusterTrustBundles
+    /// (`ClusterTrustBundle/name`, see [`crate::trust_bundle`]); empty with `system_roots`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ca_certificates: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -24,6 +24,7 @@ pub mod selector;
 pub mod snapshot;
 pub mod status;
 mod translate;
+pub mod trust_bundle;
 
 pub use bundle::Bundle;
 pub use config::{Config, Mode};

@@ -2,7 +2,8 @@
 //!
 //! The operator fills a [`Snapshot`] from its reflector stores; local mode and the golden tests
 //! fill it from multi-document YAML with [`Snapshot::from_yaml`]. Secrets and ConfigMaps enter
-//! only as [`SecretFacts`] and [`ConfigMapFacts`]: what the semantics need, never key material.
+//! only as [`SecretFacts`] and [`ConfigMapFacts`], ClusterTrustBundles as
+//! [`ClusterTrustBundleFacts`]: what the semantics need, never key material.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -13,8 +14,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::api::address_routability;
 use crate::api::http::HttpRouteParentRefs;
 use crate::api::listener_filters::{ListenerFilters, ListenerFiltersEntry};
+use crate::api::session_persistence::{SessionPersistence, SessionPersistenceEntry};
 use crate::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
     UdpRoute, XTelemetryPolicy,
@@ -48,12 +51,22 @@ pub struct Snapshot {
     pub namespaces: Vec<Arc<Namespace>>,
     pub secrets: Vec<SecretFacts>,
     pub config_maps: Vec<ConfigMapFacts>,
+    /// ClusterTrustBundles (any served version), which CA certificate references may name.
+    pub cluster_trust_bundles: Vec<ClusterTrustBundleFacts>,
     /// The v1.7 `filters` of Gateway and ListenerSet listeners, by `namespace/object/listener`
     /// (only listeners that set them). The generated types drop the field, so whoever reads the
     /// objects ([`Snapshot::add_value`], the operator's watches) reads it from their JSON with
     /// [`listener_filters`]. Filters that do not read are kept as an error: such a listener is
     /// not accepted, never served without them.
     pub listener_filters: BTreeMap<String, ListenerFiltersEntry>,
+    /// The `sessionPersistence` of route rules that set it, by `Kind/namespace/name` and rule
+    /// index, read from the routes' JSON ([`session_persistence_of`]): the generated types drop
+    /// its v1.7 fields.
+    pub session_persistence: BTreeMap<String, BTreeMap<usize, SessionPersistenceEntry>>,
+    /// The v1.7 `routability` of each `spec.addresses` entry of the Gateways that set one, by
+    /// `namespace/name`, read from their JSON ([`address_routability::of_spec`]): the generated
+    /// types drop the field, and serving a `Cluster` address as a public one would expose it.
+    pub address_routability: BTreeMap<String, Vec<String>>,
     pub facts: Facts,
 }
 
@@ -68,6 +81,10 @@ pub struct Facts {
     pub gateway_addresses: BTreeMap<String, Vec<AssignedAddress>>,
     /// Standalone mode: addresses of the shared Service (`status.service`).
     pub standalone_addresses: Vec<AssignedAddress>,
+    /// The cluster IPs (`spec.clusterIPs`) of each Gateway's proxy Service, by `namespace/name`:
+    /// the addresses of `Cluster` routability. A Gateway without an entry has no Service yet.
+    #[serde(rename = "gatewayClusterIPs")]
+    pub gateway_cluster_ips: BTreeMap<String, Vec<String>>,
 }
 
 /// One address a load balancer assigned.
@@ -189,6 +206,33 @@ impl SecretFacts {
     }
 }
 
+/// The `spec.trustBundle` of a ClusterTrustBundle, as [`ConfigMapFacts`] has the `ca.crt` of a
+/// ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTrustBundleFacts {
+    pub name: String,
+    /// Number of parseable certificates in `spec.trustBundle` (0 when any is broken).
+    pub ca_certificates: usize,
+}
+
+impl ClusterTrustBundleFacts {
+    /// The facts of ClusterTrustBundle `name` whose `spec.trustBundle` is `pem`.
+    pub fn new(name: &str, pem: &str) -> ClusterTrustBundleFacts {
+        ClusterTrustBundleFacts {
+            name: name.to_string(),
+            ca_certificates: certificate::count_certificates(pem.as_bytes()),
+        }
+    }
+
+    /// The facts of a ClusterTrustBundle given as JSON: every version has the same
+    /// `spec.trustBundle`.
+    pub fn from_value(value: &Value) -> ClusterTrustBundleFacts {
+        let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str).unwrap_or_default();
+        ClusterTrustBundleFacts::new(text("/metadata/name"), text("/spec/trustBundle"))
+    }
+}
+
 impl ConfigMapFacts {
     /// Extracts the `ca.crt` facts of a ConfigMap.
     pub fn from_config_map(cm: &ConfigMap) -> ConfigMapFacts {
@@ -245,11 +289,23 @@ impl Snapshot {
         self.namespaces.extend_from_slice(&other.namespaces);
         self.secrets.extend_from_slice(&other.secrets);
         self.config_maps.extend_from_slice(&other.config_maps);
+        self.cluster_trust_bundles
+            .extend_from_slice(&other.cluster_trust_bundles);
         for (listener, filters) in &other.listener_filters {
             // The first copy of an object wins, as it does among Gateways.
             self.listener_filters
                 .entry(listener.clone())
                 .or_insert_with(|| filters.clone());
+        }
+        for (gateway, routability) in &other.address_routability {
+            self.address_routability
+                .entry(gateway.clone())
+                .or_insert_with(|| routability.clone());
+        }
+        for (route, rules) in &other.session_persistence {
+            self.session_persistence
+                .entry(route.clone())
+                .or_insert_with(|| rules.clone());
         }
     }
 
@@ -292,15 +348,43 @@ impl Snapshot {
             source,
         };
         let mut value = value;
-        let cluster_scoped = matches!(kind.as_str(), "GatewayClass" | "Namespace");
+        let cluster_scoped = matches!(kind.as_str(), "GatewayClass" | "Namespace" | crate::trust_bundle::KIND);
         if !cluster_scoped && let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             // Objects applied by hand often lack a namespace; Kubernetes would default it.
             meta.entry("namespace")
                 .or_insert_with(|| Value::String("default".into()));
         }
+        if kind == "Gateway" {
+            let routability = address_routability::of_spec(value.get("spec"));
+            if !routability.is_empty() {
+                let namespace = value
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                self.address_routability
+                    .entry(format!("{namespace}/{name}"))
+                    .or_insert(routability);
+            }
+        }
         if matches!(kind.as_str(), "Gateway" | "ListenerSet") {
             for (listener, filters) in listener_filters(&value) {
                 self.listener_filters.entry(listener).or_insert(filters);
+            }
+        }
+        if matches!(kind.as_str(), "HTTPRoute" | "GRPCRoute") {
+            let rules = session_persistence_of(value.get("spec"));
+            if !rules.is_empty() {
+                let namespace = value
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                let name = value
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.session_persistence
+                    .entry(route_key(&kind, namespace, name))
+                    .or_insert(rules);
             }
         }
         if kind == "TLSRoute"
@@ -350,6 +434,10 @@ impl Snapshot {
             ("", "ConfigMap") => {
                 let cm: ConfigMap = from(value).map_err(err)?;
                 self.config_maps.push(ConfigMapFacts::from_config_map(&cm));
+            }
+            (crate::trust_bundle::GROUP, crate::trust_bundle::KIND) => {
+                self.cluster_trust_bundles
+                    .push(ClusterTrustBundleFacts::from_value(&value));
             }
             _ => {}
         }
@@ -407,6 +495,29 @@ pub fn listener_filters_of(namespace: &str, name: &str, spec: Option<&Value>) ->
             let listener = l.get("name").and_then(Value::as_str)?;
             let entry = ListenerFilters::deserialize(filters).map_err(|e| e.to_string());
             Some((format!("{namespace}/{name}/{listener}"), entry))
+        })
+        .collect()
+}
+
+/// The key of a route's entry in [`Snapshot::session_persistence`].
+pub fn route_key(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
+}
+
+/// The `sessionPersistence` of each rule of an HTTPRoute or GRPCRoute `spec` that sets it, by
+/// rule index. Settings that do not fit the type are kept as the error that says why.
+pub fn session_persistence_of(spec: Option<&Value>) -> BTreeMap<usize, SessionPersistenceEntry> {
+    spec.and_then(|s| s.get("rules"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(index, rule)| {
+            let settings = rule.get("sessionPersistence").filter(|s| !s.is_null())?;
+            Some((
+                index,
+                SessionPersistence::deserialize(settings).map_err(|e| e.to_string()),
+            ))
         })
         .collect()
 }

@@ -262,7 +262,9 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
 
     let mut proxies: BTreeMap<String, Proxy> = BTreeMap::new();
     for (gi, gw) in gateways.iter().enumerate() {
-        if gw.not_accepted.is_some() || !gw.is_accepted() {
+        // A Gateway whose addresses Turna can give none of gets no proxy (and so no address of
+        // a scope it did not ask for).
+        if gw.not_accepted.is_some() || !gw.is_accepted() || gw.unprovisionable() {
             continue;
         }
         let id = match config.mode {
@@ -281,7 +283,9 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             proxy.infrastructure = Some(ir::Infrastructure {
                 labels: infra.and_then(|i| i.labels.clone()).unwrap_or_default(),
                 annotations: infra.and_then(|i| i.annotations.clone()).unwrap_or_default(),
-                addresses: gw.requested_addresses.clone(),
+                addresses: gw.load_balancer_addresses(),
+                cluster_ip: gw.cluster_ip.clone(),
+                cluster_only: gw.cluster_only(),
                 parameters: gw.parameters.clone(),
                 owners: owners(gw, &classes),
             });
@@ -374,6 +378,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
             Some(&http[i]).filter(|r| watched(r.namespace())).map(|r| {
                 let mut model = RouteModel::from_http(r);
                 model.object = Some(route::model::RouteObject::Http(r));
+                model.sessions = Some(&snapshot.session_persistence);
                 model
             })
         });
@@ -383,6 +388,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
         routes.extend(snapshot.grpc_routes.iter().filter(|r| watched(r.namespace())).map(|r| {
             let mut model = RouteModel::from_grpc(r);
             model.object = Some(route::model::RouteObject::Grpc(r));
+            model.sessions = Some(&snapshot.session_persistence);
             model
         }));
     }

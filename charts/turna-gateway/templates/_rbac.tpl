@@ -39,6 +39,14 @@ deploy tests check both directions). "read" is get, list and watch.
   verbs: ["patch"]
 {{- end -}}
 
+{{/* ClusterTrustBundles CA certificate references may name (cluster-scoped, so only where the
+controller has a ClusterRole): watched, and listed by name for the proxies' bundle Secrets. */}}
+{{- define "turna.rules.trustBundleRead" -}}
+- apiGroups: ["certificates.k8s.io"]
+  resources: ["clustertrustbundles"]
+  verbs: ["list", "watch"]
+{{- end -}}
+
 {{/* Status is written with server-side apply (patch); GatewayClass status only cluster-wide. */}}
 {{- define "turna.rules.gatewayApiStatus" -}}
 - apiGroups: ["gateway.networking.k8s.io"]

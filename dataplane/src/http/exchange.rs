@@ -16,7 +16,8 @@ use super::filters::{Filter, RedirectTarget, ResponseEdit};
 use super::mirror;
 use super::response::{self, ProxyBody};
 use super::retry::MAX_RETRY_BODY;
-use super::rule::{Rule, describe};
+use super::rule::{Rule, RuleBackend, describe};
+use super::session::{self, Pinned, Session};
 use super::upgrade::UpgradeRequest;
 use crate::access_log::{Flag, Trail};
 use crate::metrics::{Metrics, Timeout};
@@ -292,7 +293,12 @@ impl<'a> Exchange<'a> {
         upgrade: &mut Option<UpgradeRequest>,
         attempt: u32,
     ) -> Attempt {
-        let Some(backend) = self.rule.pick_backend() else {
+        // Only rules with session persistence read the request's session and the clock.
+        let (backend, mut sticky) = match &self.rule.session {
+            None => (self.rule.pick_backend(), None),
+            Some(session) => self.sticky_backend(session, &parts.headers),
+        };
+        let Some(backend) = backend else {
             self.flag(Flag::InvalidBackend);
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
         };
@@ -322,7 +328,8 @@ impl<'a> Exchange<'a> {
         let mut span = self
             .span
             .map(|span| Box::new(span.attempt(&mut parts.headers, &parts.method, &upstream.id, attempt, false)));
-        let mut forwarded = match upstream.forward(parts, body, connect_retries).await {
+        let preferred = sticky.as_ref().and_then(|s| s.preferred(upstream));
+        let mut forwarded = match upstream.forward_to(parts, body, connect_retries, preferred).await {
             Ok(forwarded) => forwarded,
             Err(error) => {
                 log_failure(self.rule, &error);
@@ -340,6 +347,7 @@ impl<'a> Exchange<'a> {
         if let Some(trail) = self.trail {
             trail.endpoint(forwarded.endpoint);
         }
+        let forwarded_endpoint = forwarded.endpoint;
         let switching = forwarded.response.status() == StatusCode::SWITCHING_PROTOCOLS;
         let joined = match upgrade.take() {
             Some(upgrade) if switching => {
@@ -358,7 +366,41 @@ impl<'a> Exchange<'a> {
         for edit in rule_edits.iter().chain(&response_edits) {
             edit.apply(response.headers_mut());
         }
+        if let Some(sticky) = sticky.take() {
+            sticky.give(
+                upstream,
+                forwarded_endpoint,
+                response.headers_mut(),
+                self.scheme == "https",
+            );
+        }
         Attempt::Response(response)
+    }
+
+    /// The backend of the request's session when it is valid and its backend usable, else
+    /// one picked by weight; with what the response needs to keep or start the session.
+    fn sticky_backend(
+        &self,
+        session: &'a Session,
+        headers: &http::HeaderMap,
+    ) -> (Option<&'a RuleBackend>, Option<Sticky<'a>>) {
+        let now = session::now();
+        let pinned = session.pinned(headers, now);
+        let kept = pinned.as_ref().and_then(|p| {
+            let backend = self.rule.backends.get(p.backend)?;
+            backend.upstream.as_ref().map(|_| (p.backend, backend))
+        });
+        let Some((at, backend)) = kept.or_else(|| self.rule.pick_backend_at()) else {
+            return (None, None);
+        };
+        let pinned = pinned.filter(|p| p.backend == at);
+        let sticky = Sticky {
+            session,
+            pinned,
+            backend: at,
+            now,
+        };
+        (Some(backend), Some(sticky))
     }
 
     /// Applies request filters in order; a redirect (or an unusable rewrite) answers at once.
@@ -540,6 +582,36 @@ fn connection_names(value: &header::HeaderValue, listed: &mut Vec<header::Header
         let hop = name.eq_ignore_ascii_case("close") || name.eq_ignore_ascii_case("keep-alive");
         if !hop && let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {
             listed.push(name);
+        }
+    }
+}
+
+/// A request's session on a rule with session persistence.
+struct Sticky<'a> {
+    session: &'a Session,
+    /// The session the request carried, when valid and on the chosen backend.
+    pinned: Option<Pinned>,
+    /// The chosen backend's position in the rule.
+    backend: usize,
+    now: u64,
+}
+
+impl Sticky<'_> {
+    /// The endpoint of `upstream` the session is on, when it still serves.
+    fn preferred(&self, upstream: &Upstream) -> Option<usize> {
+        self.pinned
+            .as_ref()
+            .and_then(|p| upstream.serving_endpoint(&p.endpoint))
+    }
+
+    /// Keeps or starts the session on `upstream`'s endpoint `endpoint`, which answered.
+    fn give(self, upstream: &Upstream, endpoint: usize, headers: &mut http::HeaderMap, secure: bool) {
+        let address = upstream.endpoint_address(endpoint);
+        if let Some(value) = self
+            .session
+            .renew(self.pinned.as_ref(), self.backend, address, self.now)
+        {
+            self.session.give(headers, value, secure);
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod retry;
 pub mod router;
 pub mod rule;
 mod rules;
+pub mod session;
 mod upgrade;
 
 pub use mirror::MAX_MIRRORS_IN_FLIGHT;

@@ -10,6 +10,7 @@ use super::access::Access;
 use super::filters::{self, Filter, Placement};
 use super::matcher::Matcher;
 use super::retry::RetryPolicy;
+use super::session::Session;
 use crate::error::ValidationError;
 use crate::metrics::RequestCounters;
 use crate::upstream::{self, Upstream};
@@ -35,6 +36,8 @@ pub struct Rule {
     /// Bound on each backend request (`timeouts.backendRequest`).
     pub backend_timeout: Option<Duration>,
     pub retry: Option<RetryPolicy>,
+    /// Keeps clients on the backend and endpoint they first reached.
+    pub session: Option<Session>,
     /// Requests served by this rule of its listener, by status.
     pub counters: RequestCounters,
 }
@@ -122,6 +125,11 @@ impl Rule {
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
             backend_timeout: rule.timeouts.backend_request_ms.map(Duration::from_millis),
             retry: rule.retry.as_ref().map(RetryPolicy::compile),
+            session: rule
+                .session_persistence
+                .as_ref()
+                .map(|s| Session::compile(s, &context))
+                .transpose()?,
             counters: RequestCounters::new(listener, &context),
         })
     }
@@ -129,5 +137,12 @@ impl Rule {
     /// Picks a backend by weight; `None` when every weight is zero.
     pub fn pick_backend(&self) -> Option<&RuleBackend> {
         crate::upstream::pick_weighted(&self.backends, |b| b.weight)
+    }
+
+    /// [`Rule::pick_backend`] with its position among the rule's backends.
+    pub fn pick_backend_at(&self) -> Option<(usize, &RuleBackend)> {
+        let picked = self.pick_backend()?;
+        let at = self.backends.iter().position(|b| std::ptr::eq(b, picked))?;
+        Some((at, picked))
     }
 }

@@ -111,6 +111,7 @@ mod tests {
             backends: vec![],
             timeouts: ir::Timeouts::default(),
             retry: None,
+            session_persistence: None,
         };
         Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new()).unwrap())
     }

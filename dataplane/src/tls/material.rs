@@ -20,7 +20,7 @@ pub struct TlsCertificate {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Material {
     pub certificates: HashMap<String, TlsCertificate>,
-    /// `ca.crt` of ConfigMaps, PEM.
+    /// `ca.crt` of ConfigMaps and `spec.trustBundle` of ClusterTrustBundles, PEM.
     pub ca_bundles: HashMap<String, String>,
 }
 

@@ -106,12 +106,27 @@ impl Upstream {
         body: RequestBody,
         connect_retries: u32,
     ) -> Result<Forwarded, ForwardError> {
+        self.forward_to(parts, body, connect_retries, None).await
+    }
+
+    /// [`Upstream::forward`] to endpoint `preferred` when it can take requests (a persistent
+    /// session's), else to one the strategy picks.
+    pub async fn forward_to(
+        &self,
+        parts: Box<Parts>,
+        body: RequestBody,
+        connect_retries: u32,
+        preferred: Option<usize>,
+    ) -> Result<Forwarded, ForwardError> {
         if matches!(self.tls, BackendTls::Invalid) {
             return Err(ForwardError::InvalidTls(self.id.clone()));
         }
-        let index = self
-            .pick_endpoint(&[])
-            .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?;
+        let index = match preferred {
+            Some(index) => index,
+            None => self
+                .pick_endpoint(&[])
+                .ok_or_else(|| ForwardError::NoEndpoints(self.id.clone()))?,
+        };
         // Plain HTTP/1.1 requests with their body at hand are exchanged by this task itself.
         let payload = if self.endpoints[index].pool.direct() {
             direct::sendable(&parts, &body)

@@ -76,6 +76,18 @@ impl Upstream {
         }
     }
 
+    /// The endpoint at `address` (`host:port`) when it can take requests (not ejected, not
+    /// retired): where a persistent session goes on.
+    pub fn serving_endpoint(&self, address: &str) -> Option<usize> {
+        self.endpoints
+            .iter()
+            .position(|e| e.pool.authority().as_str() == address)
+            .filter(|i| {
+                let e = &self.endpoints[*i];
+                !e.health.ejected() && !e.pool.retired()
+            })
+    }
+
     /// The `host:port` of endpoint `index`; empty for an index it does not have.
     pub fn endpoint_address(&self, index: usize) -> &str {
         self.endpoints.get(index).map_or("", |e| e.pool.authority().as_str())

@@ -335,6 +335,7 @@ pub fn rule(name: &str, path: ir::PathMatch, backend: &str) -> ir::HttpRule {
         backends: vec![weighted(Some(backend), 1)],
         timeouts: ir::Timeouts::default(),
         retry: None,
+        session_persistence: None,
     }
 }
 

@@ -97,5 +97,16 @@ async fn material(client: &Client, proxy: &ir::Proxy) -> Material {
             Err(error) => tracing::warn!(config_map = %reference, %error, "cannot read CA ConfigMap"),
         }
     }
+    for name in &bundle.cluster_trust_bundles {
+        match crate::material::fetch_trust_bundle(client, name).await {
+            Ok(Some(pem)) => {
+                material
+                    .ca_bundles
+                    .insert(translator::trust_bundle::reference(name), pem);
+            }
+            Ok(None) => tracing::warn!(cluster_trust_bundle = %name, "ClusterTrustBundle not found"),
+            Err(error) => tracing::warn!(cluster_trust_bundle = %name, %error, "cannot read ClusterTrustBundle"),
+        }
+    }
     material
 }

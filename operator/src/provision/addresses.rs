@@ -1,6 +1,7 @@
 //! Gateway addresses as the load balancer assigned them: `status.loadBalancer.ingress` of the
 //! proxy Services (controller mode) or of the `status.service` Service (standalone mode), turned
-//! into the facts the translator reports in Gateway status (and checks `spec.addresses` against).
+//! into the facts the translator reports in Gateway status (and checks `spec.addresses` against),
+//! and the proxy Services' cluster IPs, the addresses of `Cluster` routability (GEP-5093).
 
 use std::collections::BTreeMap;
 
@@ -38,6 +39,16 @@ pub fn ingress(service: &Service) -> Vec<AssignedAddress> {
     out
 }
 
+/// The cluster IPs of `service` (none for a headless one).
+pub fn cluster_ips(service: &Service) -> Vec<String> {
+    let spec = service.spec.as_ref();
+    let ips = spec
+        .and_then(|s| s.cluster_ips.clone())
+        .or_else(|| spec.and_then(|s| s.cluster_ip.clone()).map(|ip| vec![ip]))
+        .unwrap_or_default();
+    ips.into_iter().filter(|ip| !ip.is_empty() && ip != "None").collect()
+}
+
 /// `namespace/name` of the Gateway a proxy Service serves: the annotation, else the labels.
 fn gateway_of(service: &Service) -> Option<String> {
     let meta = &service.metadata;
@@ -58,16 +69,22 @@ pub fn fill<'a>(facts: &mut Facts, services: impl IntoIterator<Item = &'a Servic
     match mode {
         Mode::Controller => {
             let mut by_gateway: BTreeMap<String, Vec<AssignedAddress>> = BTreeMap::new();
+            let mut cluster_ips_by_gateway: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for service in services {
                 let Some(gateway) = gateway_of(service) else {
                     continue;
                 };
+                let ips = cluster_ips(service);
+                if !ips.is_empty() {
+                    cluster_ips_by_gateway.entry(gateway.clone()).or_default().extend(ips);
+                }
                 let assigned = ingress(service);
                 if !assigned.is_empty() {
                     by_gateway.entry(gateway).or_default().extend(assigned);
                 }
             }
             facts.gateway_addresses = by_gateway;
+            facts.gateway_cluster_ips = cluster_ips_by_gateway;
         }
         Mode::Standalone => {
             facts.standalone_addresses = services.into_iter().flat_map(ingress).collect();
@@ -142,6 +159,27 @@ mod tests {
                 ),
                 ("apps/a-very-long-name".to_string(), vec![ip("192.0.2.2")]),
             ])
+        );
+        assert!(facts.gateway_cluster_ips.is_empty(), "no Service has a cluster IP yet");
+        let mut clustered = labeled.clone();
+        clustered.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            cluster_ip: Some("10.96.0.42".into()),
+            cluster_ips: Some(vec!["10.96.0.42".into(), "fd00::42".into()]),
+            ..Default::default()
+        });
+        let mut headless = annotated.clone();
+        headless.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            cluster_ip: Some("None".into()),
+            ..Default::default()
+        });
+        fill(&mut facts, [&clustered, &headless], Mode::Controller);
+        assert_eq!(
+            facts.gateway_cluster_ips,
+            BTreeMap::from([(
+                "apps/web".to_string(),
+                vec!["10.96.0.42".to_string(), "fd00::42".to_string()]
+            )])
         );
         let mut standalone = Facts::default();
         fill(&mut standalone, [&annotated], Mode::Standalone);

@@ -1,16 +1,22 @@
-//! The certificate bundle Secret of one proxy: exactly the Secrets and CA ConfigMaps the
-//! translator lists for it ([`translator::Bundle`], after the ReferenceGrant checks), nothing else.
+//! The certificate bundle Secret of one proxy: exactly the Secrets, CA ConfigMaps and
+//! ClusterTrustBundles the translator lists for it ([`translator::Bundle`], after the
+//! ReferenceGrant checks), nothing else. Proxies read nothing else: a ClusterTrustBundle reaches
+//! them only through this Secret.
 //!
 //! # Key scheme
 //!
 //! Every entry is keyed by the `namespace/name` the IR uses, with the `/` written as `.`:
 //!
 //! - `<namespace>.<name>.tls.crt` and `<namespace>.<name>.tls.key`: a `kubernetes.io/tls` Secret;
-//! - `<namespace>.<name>.ca.crt`: the `ca.crt` of a ConfigMap.
+//! - `<namespace>.<name>.ca.crt`: the `ca.crt` of a ConfigMap;
+//! - `ClusterTrustBundle.<name>.ca.crt`: the `spec.trustBundle` of a ClusterTrustBundle (the IR
+//!   names it `ClusterTrustBundle/<name>`, [`translator::trust_bundle`]).
 //!
 //! Namespaces are DNS labels and hold no `.`, so the first `.` ends the namespace and the suffix
-//! names the item; [`read`] maps the keys back. A pair whose key would exceed Kubernetes' 253
-//! characters is left out (and logged); the listener then fails on the proxy like a missing one.
+//! names the item; [`read`] maps the keys back. The `:` of a signer's ClusterTrustBundle names
+//! (`<signer with / as :>:<name>`) may not be in a Secret key: it is written as `_`, which no
+//! Kubernetes object name holds. A pair whose key would exceed Kubernetes' 253 characters is
+//! left out (and logged); the listener then fails on the proxy like a missing one.
 
 use std::collections::BTreeMap;
 
@@ -44,19 +50,20 @@ pub struct Certificate {
 pub struct Contents {
     /// `tls.crt` and `tls.key` of Secrets.
     pub certificates: BTreeMap<String, Certificate>,
-    /// `ca.crt` of ConfigMaps.
+    /// `ca.crt` of ConfigMaps and `spec.trustBundle` of ClusterTrustBundles, by IR reference.
     pub ca_bundles: BTreeMap<String, Vec<u8>>,
 }
 
 /// The data key of `item` (`tls.crt`, `tls.key` or `ca.crt`) of `reference` (`namespace/name`).
 pub fn key(reference: &str, item: &str) -> Option<String> {
     let (namespace, name) = reference.split_once('/')?;
-    let key = format!("{namespace}.{name}.{item}");
+    let key = format!("{namespace}.{}.{item}", name.replace(':', "_"));
     (key.len() <= MAX_KEY).then_some(key)
 }
 
-/// Reads the Secrets and ConfigMaps `bundle` lists. Objects that vanished since the snapshot are
-/// skipped (the next translation no longer lists them); other failures are returned.
+/// Reads the Secrets, ConfigMaps and ClusterTrustBundles `bundle` lists. Objects that vanished
+/// since the snapshot are skipped (the next translation no longer lists them); other failures
+/// are returned.
 pub async fn fetch(client: &Client, bundle: &Bundle) -> Result<Contents, kube::Error> {
     let mut contents = Contents::default();
     for reference in &bundle.secrets {
@@ -88,6 +95,13 @@ pub async fn fetch(client: &Client, bundle: &Bundle) -> Result<Contents, kube::E
         };
         if let Some(ca) = config_map.data.and_then(|mut d| d.remove(CA_CRT)) {
             contents.ca_bundles.insert(reference.clone(), ca.into_bytes());
+        }
+    }
+    for name in &bundle.cluster_trust_bundles {
+        if let Some(pem) = crate::material::fetch_trust_bundle(client, name).await? {
+            contents
+                .ca_bundles
+                .insert(translator::trust_bundle::reference(name), pem.into_bytes());
         }
     }
     Ok(contents)
@@ -139,6 +153,7 @@ pub fn read(secret: &Secret) -> Contents {
             continue;
         };
         let value = value.0.clone();
+        let rest = rest.replace('_', ":");
         if let Some(name) = rest.strip_suffix(".tls.crt") {
             partial.entry(format!("{namespace}/{name}")).or_default().0 = Some(value);
         } else if let Some(name) = rest.strip_suffix(".tls.key") {
@@ -175,7 +190,14 @@ mod tests {
                     private_key: b"key".to_vec(),
                 },
             )]),
-            ca_bundles: BTreeMap::from([("certs/root-ca".to_string(), b"ca".to_vec())]),
+            ca_bundles: BTreeMap::from([
+                ("certs/root-ca".to_string(), b"ca".to_vec()),
+                (translator::trust_bundle::reference("corp-roots"), b"roots".to_vec()),
+                (
+                    translator::trust_bundle::reference("example.com:signer:roots"),
+                    b"signer".to_vec(),
+                ),
+            ]),
         };
         let names = Names::new("demo", "web", "id");
         let secret = build(&names, "turna-system", &contents);
@@ -183,6 +205,8 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "ClusterTrustBundle.corp-roots.ca.crt",
+                "ClusterTrustBundle.example.com_signer_roots.ca.crt",
                 "apps.web.example.com.tls.crt",
                 "apps.web.example.com.tls.key",
                 "certs.root-ca.ca.crt"

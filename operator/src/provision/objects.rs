@@ -363,8 +363,11 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
         GATEWAY_ANNOTATION.into(),
         format!("{}/{}", n.gateway_namespace, n.gateway_name),
     );
+    // Only `Cluster` addresses asked for (GEP-5093): a ClusterIP Service, without what only a
+    // load balancer takes (the API server refuses externalTrafficPolicy on one).
+    let cluster_only = infrastructure.is_some_and(|i| i.cluster_only);
     let mut load_balancer_ip = None;
-    if !requested.is_empty() {
+    if !requested.is_empty() && !cluster_only {
         if s.proxy.addresses_annotation.is_empty() {
             load_balancer_ip = requested.first().map(|a| a.to_string());
         } else {
@@ -380,17 +383,23 @@ pub fn build(input: &ProxyInput<'_>) -> Objects {
             ..meta(&n.proxy, &namespace, &service_labels)
         },
         spec: Some(ServiceSpec {
-            type_: Some(
+            type_: Some(if cluster_only {
+                "ClusterIP".into()
+            } else {
                 service_parameters
                     .and_then(|p| p.kind)
-                    .map_or_else(|| s.proxy.service_type.clone(), |t| t.as_str().into()),
-            ),
+                    .map_or_else(|| s.proxy.service_type.clone(), |t| t.as_str().into())
+            }),
             external_traffic_policy: service_parameters
                 .and_then(|p| p.external_traffic_policy)
+                .filter(|_| !cluster_only)
                 .map(|p| p.as_str().into()),
-            load_balancer_class: service_parameters.and_then(|p| p.load_balancer_class.clone()),
+            load_balancer_class: service_parameters
+                .and_then(|p| p.load_balancer_class.clone())
+                .filter(|_| !cluster_only),
             selector: Some(selector.clone()),
             load_balancer_ip,
+            cluster_ip: infrastructure.and_then(|i| i.cluster_ip.clone()),
             ports: Some(
                 input
                     .proxy
@@ -709,6 +718,8 @@ mod tests {
                 ]),
                 annotations: BTreeMap::from([("lb.example.com/kind".into(), "internal".into())]),
                 addresses: vec!["10.0.0.7".into(), String::new()],
+                cluster_ip: None,
+                cluster_only: false,
                 parameters: None,
                 owners: None,
             }),
@@ -942,6 +953,42 @@ mod tests {
         let limits = proxy.dataplane_settings([0, 0, 0, 0].into()).limits;
         assert_eq!(limits.max_connections, 123);
         assert_eq!(limits.idle_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn cluster_only_addresses_make_a_cluster_ip_service_whatever_the_type_configured() {
+        use translator::parameters::TurnaProxySpec;
+        use translator::parameters::api::{ExternalTrafficPolicy, ServiceParameters, ServiceType};
+        let mut proxy = ir_proxy();
+        let infrastructure = proxy.infrastructure.as_mut().expect("infrastructure");
+        infrastructure.addresses.clear();
+        infrastructure.cluster_only = true;
+        infrastructure.cluster_ip = Some("10.96.0.42".into());
+        infrastructure.parameters = Some(TurnaProxySpec {
+            service: Some(ServiceParameters {
+                kind: Some(ServiceType::NodePort),
+                external_traffic_policy: Some(ExternalTrafficPolicy::Local),
+                load_balancer_class: Some("example.com/lb".into()),
+                ..ServiceParameters::default()
+            }),
+            ..TurnaProxySpec::default()
+        });
+        let settings = Kubernetes {
+            proxy: ProxySettings {
+                addresses_annotation: "metallb.io/loadBalancerIPs".into(),
+                ..ProxySettings::default()
+            },
+            ..Kubernetes::default()
+        };
+        let o = objects_of(&settings, &proxy);
+        let spec = o.service.spec.expect("spec");
+        assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+        assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.42"));
+        assert_eq!(spec.external_traffic_policy, None, "refused on a ClusterIP Service");
+        assert_eq!(spec.load_balancer_class, None);
+        assert_eq!(spec.load_balancer_ip, None);
+        let annotations = o.service.metadata.annotations.expect("annotations");
+        assert!(!annotations.contains_key("metallb.io/loadBalancerIPs"));
     }
 
     #[test]

@@ -57,6 +57,7 @@ impl Plan {
         self.kept.hash(&mut hasher);
         self.bundle.secrets.hash(&mut hasher);
         self.bundle.config_maps.hash(&mut hasher);
+        self.bundle.cluster_trust_bundles.hash(&mut hasher);
         self.bundle_key.hash(&mut hasher);
         hasher.finish()
     }
@@ -131,7 +132,9 @@ impl Plans {
                 .map(|(p, _)| p);
             let changed = current.is_none();
             let plan = current.unwrap_or_else(|| Arc::new(plan));
-            let certificates = !plan.bundle.secrets.is_empty() || !plan.bundle.config_maps.is_empty();
+            let certificates = !plan.bundle.secrets.is_empty()
+                || !plan.bundle.config_maps.is_empty()
+                || !plan.bundle.cluster_trust_bundles.is_empty();
             if changed || certificates || !state.settled(&plan) {
                 reconcile.push(plan.gateway.clone());
             }

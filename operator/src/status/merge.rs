@@ -18,6 +18,7 @@ pub const OWNED_TYPES: &[&str] = &[
     kind::PARTIALLY_INVALID,
     kind::INSECURE_FRONTEND_VALIDATION_MODE,
     kind::OVERLAPPING_TLS_CONFIG,
+    kind::ADDRESSES_ASSIGNED,
 ];
 
 /// Merges `desired` conditions into `current` (a JSON array, possibly absent).
@@ -81,7 +82,10 @@ pub fn gateway(current: &Value, desired: &status::GatewayStatus, now: &str) -> V
             desired
                 .addresses
                 .iter()
-                .map(|a| json!({"type": a.kind, "value": a.value}))
+                .map(|a| match &a.routability {
+                    Some(routability) => json!({"type": a.kind, "value": a.value, "routability": routability}),
+                    None => json!({"type": a.kind, "value": a.value}),
+                })
                 .collect(),
         ),
     );

@@ -4,10 +4,11 @@
 //!
 //! A kind is watched at the version of its typed struct when the API server serves it, else at a
 //! served version through [`DynamicObject`](kube::api::DynamicObject)s converted into the typed
-//! struct (ReferenceGrant at v1beta1 on clusters with older CRDs). ListenerSet,
-//! BackendTLSPolicy, XTelemetryPolicy and TurnaProxy are watched only when a SelfSubjectAccessReview grants list, watch and status
-//! patch; a review that fails (rather than denies) keeps the previous answer and is retried at the
-//! next pass, never taken as a yes.
+//! struct (ReferenceGrant at v1beta1 on clusters with older CRDs; ClusterTrustBundle at v1, the
+//! typed struct being v1beta1). ListenerSet, BackendTLSPolicy, XTelemetryPolicy, TurnaProxy and
+//! ClusterTrustBundle are watched only when a SelfSubjectAccessReview grants list, watch and
+//! (where Turna writes it) status patch; a review that fails (rather than denies) keeps the
+//! previous answer and is retried at the next pass, never taken as a yes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -22,9 +23,15 @@ use super::{Scope, Stores};
 /// How often discovery runs by default.
 pub const INTERVAL: Duration = Duration::from_secs(60);
 
-/// The API groups whose kinds are watched: the Gateway API's (standard and experimental `x-k8s.io`)
-/// and Turna's own.
-const GROUPS: [&str; 3] = [translator::GROUP, translator::X_GROUP, translator::parameters::GROUP];
+/// The API groups whose kinds are watched: the Gateway API's (standard and experimental `x-k8s.io`),
+/// Turna's own, and `certificates.k8s.io` for ClusterTrustBundles (GA in Kubernetes 1.37, beta and
+/// off by default before).
+const GROUPS: [&str; 4] = [
+    translator::GROUP,
+    translator::X_GROUP,
+    translator::parameters::GROUP,
+    translator::trust_bundle::GROUP,
+];
 
 /// A kind that needs an access review before it is watched: installations whose RBAC predates it
 /// keep working without it.
@@ -34,32 +41,45 @@ struct Reviewed {
     plural: &'static str,
     /// Whether Turna writes its status (patch of `status` is reviewed too).
     status: bool,
+    /// Cluster-scoped: reviewed for the whole cluster whatever the scope of the installation.
+    cluster: bool,
 }
 
-const REVIEWED: [Reviewed; 4] = [
+const REVIEWED: [Reviewed; 5] = [
     Reviewed {
         group: translator::GROUP,
         kind: "ListenerSet",
         plural: "listenersets",
         status: true,
+        cluster: false,
     },
     Reviewed {
         group: translator::GROUP,
         kind: "BackendTLSPolicy",
         plural: "backendtlspolicies",
         status: true,
+        cluster: false,
     },
     Reviewed {
         group: translator::X_GROUP,
         kind: "XTelemetryPolicy",
         plural: "xtelemetrypolicies",
         status: true,
+        cluster: false,
     },
     Reviewed {
         group: translator::parameters::GROUP,
         kind: "TurnaProxy",
         plural: "turnaproxies",
         status: false,
+        cluster: false,
+    },
+    Reviewed {
+        group: translator::trust_bundle::GROUP,
+        kind: translator::trust_bundle::KIND,
+        plural: "clustertrustbundles",
+        status: false,
+        cluster: true,
     },
 ];
 
@@ -151,10 +171,11 @@ async fn allowed(
 }
 
 /// list and watch of the kind and, when Turna writes its status, patch of its status, all granted
-/// in every namespace of the scope.
+/// in every namespace of the scope (for a cluster-scoped kind: in the cluster).
 async fn permitted(client: &Client, scope: &Scope, kind: &Reviewed) -> Result<bool, kube::Error> {
     let status = kind.status.then_some((Some("status"), "patch"));
-    for namespace in scope.targets() {
+    let targets = if kind.cluster { vec![None] } else { scope.targets() };
+    for namespace in targets {
         for (subresource, verb) in [(None, "list"), (None, "watch")].into_iter().chain(status) {
             if !allowed(client, namespace.as_deref(), kind.group, kind.plural, subresource, verb).await? {
                 return Ok(false);

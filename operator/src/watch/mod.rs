@@ -8,7 +8,7 @@
 
 mod backoff;
 pub mod discovery;
-pub mod listener_filters;
+pub mod dropped;
 pub mod snapshot;
 pub mod unreadable;
 mod watched;
@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::DynamicObject;
@@ -41,7 +42,7 @@ use translator::snapshot::{ConfigMapFacts, SecretFacts};
 use crate::metrics::Metrics;
 use backoff::Backoff;
 use discovery::Source;
-use listener_filters::ListenerFilters;
+use dropped::Dropped;
 use unreadable::{Effect, Unreadable, UnreadableRoutes};
 
 /// How long [`Stores::synced`] waits for the first lists.
@@ -176,13 +177,18 @@ pub struct Stores {
     pub backend_tls_policies: Watched<BackendTlsPolicy>,
     pub telemetry_policies: Watched<XTelemetryPolicy>,
     pub turna_proxies: Watched<TurnaProxy>,
+    /// ClusterTrustBundles, which CA certificate references may name: fed like the Gateway API
+    /// kinds, so they are watched only where the API server serves them (at any version) and
+    /// Turna may list them.
+    pub cluster_trust_bundles: Watched<ClusterTrustBundle>,
     pub services: Watched<Service>,
     pub endpoint_slices: Watched<EndpointSlice>,
     pub namespaces: Watched<Namespace>,
     /// Routes of every kind that the typed API cannot read.
     pub unreadable_routes: UnreadableRoutes,
-    /// The listener filters of Gateways and ListenerSets, which their typed structs drop.
-    pub listener_filters: ListenerFilters,
+    /// What the typed structs drop: listener filters of Gateways and ListenerSets,
+    /// `sessionPersistence` of HTTPRoute and GRPCRoute rules.
+    pub dropped: Dropped,
     /// Secret and ConfigMap facts, by `namespace/name` (no key material is kept).
     pub secrets: Arc<Mutex<BTreeMap<String, SecretFacts>>>,
     pub config_maps: Arc<Mutex<BTreeMap<String, ConfigMapFacts>>>,
@@ -267,7 +273,8 @@ fn forget_managed_fields<K: Resource>(object: &mut K) {
 /// Whether `object` differs from `stored`, the same Gateway API object, only where translation
 /// does not look: its status (and resourceVersion). Every spec change of these kinds bumps
 /// `metadata.generation` (their CRDs have a status subresource; without one, every change
-/// does), and the metadata a translation could read is compared as well.
+/// does), and the metadata a translation could read is compared as well. The fields the typed
+/// structs drop are not in `K`: the feed compares them apart ([`dropped::Dropped::set`]).
 fn only_status_changed<K: Resource>(stored: &K, object: &K) -> bool {
     same_but_status(stored.meta(), object.meta())
 }
@@ -337,7 +344,7 @@ struct FeedContext {
     metrics: Arc<Metrics>,
     watching: Arc<Mutex<BTreeSet<String>>>,
     unreadable: UnreadableRoutes,
-    listener_filters: ListenerFilters,
+    dropped: Dropped,
 }
 
 type EventStream = BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>;
@@ -387,8 +394,8 @@ where
         let mut stream: Option<EventStream> = None;
         // Unreadable routes of a list in progress.
         let mut listing: Option<unreadable::Routes> = None;
-        // Listener filters of a list in progress.
-        let mut listing_filters: Option<listener_filters::Listed> = None;
+        // Dropped fields of a list in progress.
+        let mut listing_dropped: Option<dropped::Listed> = None;
         loop {
             let next = async {
                 match stream.as_mut() {
@@ -423,7 +430,7 @@ where
                             writer.apply_watcher_event(&watcher::Event::Init);
                             writer.apply_watcher_event(&watcher::Event::InitDone);
                             ctx.unreadable.replace(&kind, namespace.as_deref(), unreadable::Routes::new());
-                            ctx.listener_filters.replace(&kind, namespace.as_deref(), listener_filters::Listed::new());
+                            ctx.dropped.replace(&kind, namespace.as_deref(), dropped::Listed::new());
                             lock(&ctx.watching).remove(&kind);
                             ctx.changes.notify();
                             None
@@ -439,7 +446,7 @@ where
                             kind: &kind,
                             namespace: namespace.as_deref(),
                         };
-                        match fed.take(event, &mut listing, &mut listing_filters) {
+                        match fed.take(event, &mut listing, &mut listing_dropped) {
                             Wake::Nothing => {}
                             Wake::Status => ctx.changes.notify_status(),
                             Wake::Translate => ctx.changes.notify(),
@@ -480,7 +487,7 @@ impl Stores {
             metrics: metrics.clone(),
             watching: watching.clone(),
             unreadable: UnreadableRoutes::default(),
-            listener_filters: ListenerFilters::default(),
+            dropped: Dropped::default(),
         };
         let cluster = FeedContext {
             namespaces: vec![None],
@@ -518,6 +525,7 @@ impl Stores {
             backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy),
             telemetry_policies: crd!("XTelemetryPolicy", &namespaced, XTelemetryPolicy),
             turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
+            cluster_trust_bundles: crd!("ClusterTrustBundle", &cluster, ClusterTrustBundle),
             services: reflect::<Service>(with_default(scope.apis(client)), changes, metrics, "Service"),
             endpoint_slices: reflect::<EndpointSlice>(
                 with_default(scope.apis(client)),
@@ -527,7 +535,7 @@ impl Stores {
             ),
             namespaces: reflect::<Namespace>(namespace_watches(client, scope), changes, metrics, "Namespace"),
             unreadable_routes: namespaced.unreadable.clone(),
-            listener_filters: namespaced.listener_filters.clone(),
+            dropped: namespaced.dropped.clone(),
             secrets: Arc::default(),
             config_maps: Arc::default(),
             watching,
@@ -642,21 +650,20 @@ impl<K> Fed<'_, K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
 {
-    /// Applies `event` to the store (or to the unreadable routes), and the listener filters of a
-    /// Gateway or ListenerSet to theirs; `listing` and `listing_filters` gather the unreadable
-    /// routes and the listener filters of a list in progress.
+    /// Applies `event` to the store (or to the unreadable routes), and the fields its typed
+    /// struct drops to theirs ([`dropped`]); `listing` and `listing_dropped` gather the
+    /// unreadable routes and the dropped fields of a list in progress.
     fn take(
         mut self,
         event: watcher::Event<DynamicObject>,
         listing: &mut Option<unreadable::Routes>,
-        listing_filters: &mut Option<listener_filters::Listed>,
+        listing_dropped: &mut Option<dropped::Listed>,
     ) -> Wake {
         use watcher::Event;
-        let with_listeners = listener_filters::has_listeners(self.kind);
         match event {
             Event::Init => {
                 *listing = Some(unreadable::Routes::new());
-                *listing_filters = Some(listener_filters::Listed::new());
+                *listing_dropped = Some(dropped::Listed::new());
                 self.writer.apply_watcher_event(&Event::Init);
                 Wake::Nothing
             }
@@ -664,14 +671,11 @@ where
                 match unreadable::read::<K>(&object) {
                     Ok(typed) => {
                         self.writer.apply_watcher_event(&Event::InitApply(typed));
-                        let filters = if with_listeners {
-                            listener_filters::read(&object)
-                        } else {
-                            Vec::new()
-                        };
-                        if let (false, Some(listed)) = (filters.is_empty(), listing_filters.as_mut()) {
+                        if let (Some(fields), Some(listed)) =
+                            (dropped::read(self.kind, &object), listing_dropped.as_mut())
+                        {
                             let (namespace, name) = names(&object);
-                            listed.insert((namespace.to_string(), name.to_string()), filters);
+                            listed.insert((namespace.to_string(), name.to_string()), fields);
                         }
                     }
                     Err(error) => {
@@ -687,11 +691,9 @@ where
                 self.ctx
                     .unreadable
                     .replace(self.kind, self.namespace, listing.take().unwrap_or_default());
-                self.ctx.listener_filters.replace(
-                    self.kind,
-                    self.namespace,
-                    listing_filters.take().unwrap_or_default(),
-                );
+                self.ctx
+                    .dropped
+                    .replace(self.kind, self.namespace, listing_dropped.take().unwrap_or_default());
                 Wake::Listed
             }
             Event::Apply(object) => match unreadable::read::<K>(&object) {
@@ -704,15 +706,15 @@ where
                         .is_some_and(|old| only_status_changed(&*old, &typed));
                     let (namespace, name) = names(&object);
                     let was_unreadable = self.ctx.unreadable.remove(self.kind, namespace, name);
-                    // The typed object lacks its listeners' filters: a change of them is a
-                    // change even where the typed objects are equal.
-                    let filters_changed = with_listeners
-                        && self
-                            .ctx
-                            .listener_filters
-                            .set(self.kind, namespace, name, listener_filters::read(&object));
+                    // The typed object lacks the fields its struct drops (listener filters, session
+                    // persistence): a change of them is a change even where the typed objects
+                    // are equal.
+                    let dropped_changed =
+                        self.ctx
+                            .dropped
+                            .set(self.kind, namespace, name, dropped::read(self.kind, &object));
                     self.writer.apply_watcher_event(&Event::Apply(typed));
-                    if status_only && was_unreadable == Effect::None && !filters_changed {
+                    if status_only && was_unreadable == Effect::None && !dropped_changed {
                         Wake::Status
                     } else {
                         Wake::Translate
@@ -722,7 +724,7 @@ where
                     // What was stored under its name no longer is what it says.
                     let forgotten = self.forget(&object);
                     let (namespace, name) = names(&object);
-                    let forgotten = self.ctx.listener_filters.remove(self.kind, namespace, name) || forgotten;
+                    let forgotten = self.ctx.dropped.remove(self.kind, namespace, name) || forgotten;
                     match self.unreadable(&object, &error) {
                         Some(route) => match self.ctx.unreadable.insert(self.kind, route) {
                             Effect::Status if !forgotten => Wake::Status,
@@ -736,7 +738,7 @@ where
                 self.forget(&object);
                 let (namespace, name) = names(&object);
                 self.ctx.unreadable.remove(self.kind, namespace, name);
-                self.ctx.listener_filters.remove(self.kind, namespace, name);
+                self.ctx.dropped.remove(self.kind, namespace, name);
                 Wake::Translate
             }
         }

@@ -119,6 +119,9 @@ pub struct Snapshots {
     snapshot: Snapshot,
     mirrors: Mirrors,
     changed: Changed,
+    /// The facts of each stored ClusterTrustBundle, by [`address`] (the `Arc` held keeps it
+    /// unique), so a pass parses only the bundles that changed.
+    trust_bundles: HashMap<usize, (Arc<ClusterTrustBundle>, ClusterTrustBundleFacts)>,
 }
 
 macro_rules! mirrors {
@@ -136,6 +139,7 @@ macro_rules! mirrors {
     };
 }
 
+use k8s_openapi::api::certificates::v1beta1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use translator::api::{
@@ -143,6 +147,7 @@ use translator::api::{
     UdpRoute, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
+use translator::snapshot::ClusterTrustBundleFacts;
 
 mirrors! {
     gateway_classes: GatewayClass,
@@ -169,6 +174,7 @@ impl Snapshots {
             snapshot: Snapshot::default(),
             mirrors: Mirrors::default(),
             changed: Changed::default(),
+            trust_bundles: HashMap::new(),
         }
     }
 
@@ -183,13 +189,35 @@ impl Snapshots {
         self.refresh_objects();
         self.snapshot.secrets = lock(&self.stores.secrets).values().cloned().collect();
         self.snapshot.config_maps = lock(&self.stores.config_maps).values().cloned().collect();
+        self.refresh_trust_bundles();
         self.snapshot.unreadable_routes = self.stores.unreadable_routes.routes();
-        self.snapshot.listener_filters = self.stores.listener_filters.all();
+        self.snapshot.listener_filters = self.stores.dropped.listener_filters();
+        self.snapshot.session_persistence = self.stores.dropped.session_persistence();
+        self.snapshot.address_routability = self.stores.dropped.address_routability();
         self.snapshot.facts = Facts {
             installed_kinds: Some(lock(&self.stores.watching).clone()),
             ..Facts::default()
         };
         &mut self.snapshot
+    }
+
+    /// The snapshot's ClusterTrustBundle facts from the store, sorted by name: only their
+    /// `spec.trustBundle` facts, never the PEM itself.
+    fn refresh_trust_bundles(&mut self) {
+        let mut known = std::mem::take(&mut self.trust_bundles);
+        for bundle in self.stores.cluster_trust_bundles.state() {
+            let facts = match known.remove(&address(&bundle)) {
+                Some((_, facts)) => facts,
+                None => ClusterTrustBundleFacts::new(
+                    bundle.metadata.name.as_deref().unwrap_or_default(),
+                    &bundle.spec.trust_bundle,
+                ),
+            };
+            self.trust_bundles.insert(address(&bundle), (bundle, facts));
+        }
+        let mut facts: Vec<ClusterTrustBundleFacts> = self.trust_bundles.values().map(|(_, f)| f.clone()).collect();
+        facts.sort_by(|a, b| a.name.cmp(&b.name));
+        self.snapshot.cluster_trust_bundles = facts;
     }
 }
 

@@ -14,6 +14,7 @@ use crate::status::{Condition, GatewayClassStatus, condition::kind, condition::r
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
+    "ClusterTrustBundle",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "GRPCRouteRequestHeaderModifier",
@@ -72,11 +73,18 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
 /// there (with proxies in the controller namespace, there is none).
 pub const GATEWAY_INFRASTRUCTURE: &str = "GatewayInfrastructure";
 
+/// Supported only in controller mode (GEP-5093): a `Cluster` address is the cluster IP of a
+/// proxy Service Turna provisions as ClusterIP; standalone mode provisions no Service.
+pub const ADDRESS_ROUTABILITY: &[&str] = &["GatewayAddressRoutability", "GatewayAddressRoutabilityCluster"];
+
 /// The features a class's status lists under `config`, sorted.
 pub fn supported_features(config: &Config) -> Vec<String> {
     let mut features: Vec<String> = SUPPORTED_FEATURES.iter().map(|s| s.to_string()).collect();
-    if config.gateway_namespace && config.mode == crate::config::Mode::Controller {
-        features.push(GATEWAY_INFRASTRUCTURE.to_string());
+    if config.mode == crate::config::Mode::Controller {
+        features.extend(ADDRESS_ROUTABILITY.iter().map(|s| s.to_string()));
+        if config.gateway_namespace {
+            features.push(GATEWAY_INFRASTRUCTURE.to_string());
+        }
         features.sort();
     }
     features
@@ -156,5 +164,24 @@ mod tests {
             ..placed
         };
         assert!(!claims_infrastructure(&standalone));
+    }
+
+    #[test]
+    fn address_routability_only_in_controller_mode() {
+        let claims = |config: &Config| {
+            let features = supported_features(config);
+            ADDRESS_ROUTABILITY.iter().all(|f| features.iter().any(|g| g == f))
+        };
+        assert!(claims(&Config::default()));
+        let standalone = Config {
+            mode: Mode::Standalone,
+            ..Config::default()
+        };
+        assert!(!claims(&standalone));
+        assert!(
+            supported_features(&standalone)
+                .iter()
+                .all(|f| !f.starts_with("GatewayAddressRoutability"))
+        );
     }
 }

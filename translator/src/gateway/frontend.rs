@@ -9,6 +9,7 @@ use crate::object::{self, GROUP};
 use crate::reference_grant::{self, From, To};
 use crate::snapshot::Snapshot;
 use crate::status::condition::reason;
+use crate::trust_bundle;
 
 use super::{GatewayModel, Problem};
 
@@ -87,12 +88,28 @@ pub fn apply(model: &mut GatewayModel<'_>, snapshot: &Snapshot) {
         let Some(settings) = settings else { continue };
         let mut cas = Vec::new();
         let mut first_problem = None;
-        for (group, kind, ns, name) in &settings.refs {
-            let ns = ns.unwrap_or(&namespace);
-            let problem = if !(group.is_empty() || *group == "core") || *kind != "ConfigMap" {
+        for (group, kind, ref_namespace, name) in &settings.refs {
+            let ns = ref_namespace.unwrap_or(&namespace);
+            let problem = if trust_bundle::is_kind(group, kind) {
+                if ref_namespace.is_some() {
+                    // Cluster-scoped: a namespace says the reference is not what it seems.
+                    Some(Problem::new(
+                        reason::INVALID_CA_CERTIFICATE_REF,
+                        format!("ClusterTrustBundle {name} is cluster-scoped: its reference must not set a namespace"),
+                    ))
+                } else {
+                    match trust_bundle::resolve(snapshot, name, reason::INVALID_CA_CERTIFICATE_KIND) {
+                        Ok(reference) => {
+                            cas.push(reference);
+                            None
+                        }
+                        Err(problem) => Some(problem),
+                    }
+                }
+            } else if !(group.is_empty() || *group == "core") || *kind != "ConfigMap" {
                 Some(Problem::new(
                     reason::INVALID_CA_CERTIFICATE_KIND,
-                    format!("CA certificate reference {group}/{kind} {name} is not a ConfigMap"),
+                    format!("CA certificate reference {group}/{kind} {name} is not a ConfigMap or ClusterTrustBundle"),
                 ))
             } else if !reference_grant::permits(
                 &snapshot.reference_grants,

@@ -1,7 +1,7 @@
 //! Gateways: acceptance, listeners (their own and their ListenerSets'), conflicts, TLS settings
 //! shared by the Gateway's listeners, addresses and infrastructure, and the Gateway's status.
 
-mod address;
+pub mod address;
 pub mod class;
 mod conflict;
 pub mod frontend;
@@ -12,6 +12,7 @@ pub mod listener_set;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::api::address_routability::Routability;
 use crate::api::{Gateway, ListenerSet};
 use crate::config::{Config, Mode};
 use crate::ir::FrontendValidation;
@@ -20,6 +21,7 @@ use crate::parameters::{self, TurnaProxySpec};
 use crate::reference_grant::{self, From, To};
 use crate::snapshot::Snapshot;
 use crate::status::{Address, Condition, GatewayStatus, condition::kind, condition::reason};
+pub use address::{Assignment, RequestedAddress};
 pub use listener::{ListenerModel, Owner, Problem};
 pub use listener_set::ListenerSetModel;
 
@@ -46,9 +48,13 @@ pub struct GatewayModel<'a> {
     /// Client-certificate validation by listener port.
     pub frontend: BTreeMap<i32, FrontendValidation>,
     pub insecure_fallback: bool,
-    /// IP addresses requested in `spec.addresses` (empty string: any).
-    pub requested_addresses: Vec<String>,
+    /// The `spec.addresses` entries Turna can serve, in order.
+    pub requested: Vec<RequestedAddress>,
+    /// Status addresses: one per satisfied request (all assigned ones without requests).
     pub addresses: Vec<Address>,
+    pub assignment: Assignment,
+    /// The cluster IP to ask for the proxy Service ([`address::cluster_ip`]).
+    pub cluster_ip: Option<String>,
 }
 
 impl GatewayModel<'_> {
@@ -87,10 +93,11 @@ impl GatewayModel<'_> {
         // A requested IP that is not assigned cannot be used: a load balancer that cannot assign
         // one of the requested IPs often assigns none of them.
         let missing: Vec<&str> = self
-            .requested_addresses
+            .requested
             .iter()
-            .filter(|a| !a.is_empty() && !self.addresses.iter().any(|s| &s.value == *a))
-            .map(String::as_str)
+            .filter(|r| r.is_default() && !r.value.is_empty())
+            .map(|r| r.value.as_str())
+            .filter(|a| !self.addresses.iter().any(|s| s.value == *a))
             .collect();
         if !missing.is_empty() {
             return Condition::new(
@@ -105,15 +112,69 @@ impl GatewayModel<'_> {
             );
         }
         if self.addresses.is_empty() {
-            return Condition::new(
-                kind::PROGRAMMED,
-                false,
-                reason::ADDRESS_NOT_ASSIGNED,
-                "No address has been assigned to the Gateway yet",
-                g,
-            );
+            let message = match self.assignment.unsatisfied.as_slice() {
+                [] => "No address has been assigned to the Gateway yet".to_string(),
+                why => format!("No requested address can be assigned: {}", why.join("; ")),
+            };
+            return Condition::new(kind::PROGRAMMED, false, reason::ADDRESS_NOT_ASSIGNED, message, g);
         }
         Condition::new(kind::PROGRAMMED, true, reason::PROGRAMMED, "Gateway is programmed", g)
+    }
+
+    /// AddressesAssigned (GEP-5093): omitted while a request waits for its address.
+    pub fn addresses_assigned(&self) -> Option<Condition> {
+        let g = self.generation;
+        let a = &self.assignment;
+        let unsatisfied = a.unsatisfied.join("; ");
+        match (a.unsatisfied.is_empty(), a.satisfied) {
+            (true, _) if a.pending > 0 => None,
+            (true, _) => Some(Condition::new(
+                kind::ADDRESSES_ASSIGNED,
+                true,
+                reason::ADDRESSES_ASSIGNED,
+                "Every requested address is assigned",
+                g,
+            )),
+            (false, 0) => Some(Condition::new(
+                kind::ADDRESSES_ASSIGNED,
+                false,
+                reason::NOT_ASSIGNED,
+                format!("No requested address is assigned: {unsatisfied}"),
+                g,
+            )),
+            (false, _) => Some(Condition::new(
+                kind::ADDRESSES_ASSIGNED,
+                false,
+                reason::PARTIALLY_ASSIGNED,
+                format!("Requested addresses not assigned: {unsatisfied}"),
+                g,
+            )),
+        }
+    }
+
+    /// IPs asked of the load balancer (an empty value asks for any).
+    pub fn load_balancer_addresses(&self) -> Vec<String> {
+        self.requested
+            .iter()
+            .filter(|r| r.is_default())
+            .map(|r| r.value.clone())
+            .collect()
+    }
+
+    /// Every address it asks for is `Cluster`: its proxy Service gets no load balancer.
+    pub fn cluster_only(&self) -> bool {
+        self.requested.iter().any(|r| r.routability == Routability::Cluster)
+            && !self.requested.iter().any(RequestedAddress::is_default)
+    }
+
+    /// It asks for addresses and Turna can give none of them (unknown routabilities): its
+    /// proxy is not provisioned, as an address of another scope must not stand in for them.
+    pub fn unprovisionable(&self) -> bool {
+        !self.requested.is_empty()
+            && self
+                .requested
+                .iter()
+                .all(|r| matches!(r.routability, Routability::Unsupported(_)))
     }
 }
 
@@ -193,8 +254,10 @@ fn build_one<'a>(
         client_certificate_problem: None,
         frontend: BTreeMap::new(),
         insecure_fallback: false,
-        requested_addresses: Vec::new(),
+        requested: Vec::new(),
         addresses: Vec::new(),
+        assignment: Assignment::default(),
+        cluster_ip: None,
     };
 
     match parameters::of_gateway(gw, snapshot) {
@@ -204,7 +267,7 @@ fn build_one<'a>(
             model.not_accepted = Some(Problem::new(reason::INVALID_PARAMETERS, why));
         }
     }
-    address::requested(&mut model);
+    address::requested(&mut model, snapshot);
 
     for l in &gw.spec.listeners {
         model.listeners.push(listener::validate(
@@ -318,6 +381,9 @@ pub fn status(model: &GatewayModel<'_>) -> GatewayStatus {
     let is_accepted = accepted.is_true();
     conditions.push(accepted);
     conditions.push(model.programmed());
+    if is_accepted {
+        conditions.extend(model.addresses_assigned());
+    }
 
     let unresolved = names(model.own_listeners().filter(|l| l.unresolved.is_some()));
     conditions.push(if let Some(p) = &model.client_certificate_problem {

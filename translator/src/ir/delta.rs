@@ -332,6 +332,7 @@ mod tests {
                 }],
                 timeouts: ir::Timeouts::default(),
                 retry: None,
+                session_persistence: None,
             })],
         }
     }

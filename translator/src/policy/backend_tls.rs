@@ -16,6 +16,7 @@ use crate::ir::{BackendTls, SubjectAltName};
 use crate::object::{self, Meta};
 use crate::snapshot::Snapshot;
 use crate::status::{Condition, PolicyAncestorStatus, PolicyStatus, condition::kind, condition::reason};
+use crate::trust_bundle;
 
 /// Most ancestors a policy status may list.
 pub const MAX_ANCESTORS: usize = 16;
@@ -169,10 +170,22 @@ fn validate(policy: &BackendTlsPolicy, snapshot: &Snapshot) -> (BackendTls, Opti
     let mut unresolved = None;
     let mut cas = Vec::new();
     for r in v.ca_certificate_refs.iter().flatten() {
-        let problem = if !(r.group.is_empty() || r.group == "core") || r.kind != "ConfigMap" {
+        let problem = if trust_bundle::is_kind(&r.group, &r.kind) {
+            // Cluster-scoped: the name alone, whatever the policy's namespace.
+            match trust_bundle::resolve(snapshot, &r.name, reason::INVALID_KIND) {
+                Ok(reference) => {
+                    cas.push(reference);
+                    None
+                }
+                Err(problem) => Some(problem),
+            }
+        } else if !(r.group.is_empty() || r.group == "core") || r.kind != "ConfigMap" {
             Some(Problem::new(
                 reason::INVALID_KIND,
-                format!("caCertificateRef {}/{} {} is not a ConfigMap", r.group, r.kind, r.name),
+                format!(
+                    "caCertificateRef {}/{} {} is not a ConfigMap or ClusterTrustBundle",
+                    r.group, r.kind, r.name
+                ),
             ))
         } else {
             match snapshot

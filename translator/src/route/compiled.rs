@@ -15,7 +15,7 @@ use crate::backend::Backends;
 use crate::config::Config;
 use crate::gateway::GatewayModel;
 use crate::policy::backend_tls;
-use crate::snapshot::{ConfigMapFacts, Snapshot};
+use crate::snapshot::{ClusterTrustBundleFacts, ConfigMapFacts, Snapshot};
 
 use super::by_object::ByObject;
 use super::http::{self, Compiled};
@@ -135,9 +135,9 @@ fn compile_one(
 /// snapshot faster (statuses: [`super::settled`]). Rules:
 /// a route whose object is the same (the snapshot shares unchanged objects) keeps its rules
 /// while nothing else that compiling reads has changed. Any change to Services,
-/// EndpointSlices, ReferenceGrants, BackendTLSPolicies, ConfigMaps or the configuration
-/// compiles every route again. The output is the same as without the cache (a property test
-/// holds it to that).
+/// EndpointSlices, ReferenceGrants, BackendTLSPolicies, ConfigMaps, ClusterTrustBundles or the
+/// configuration compiles every route again. The output is the same as without the cache (a
+/// property test holds it to that).
 #[derive(Default)]
 pub struct CompileCache {
     inputs: Option<Inputs>,
@@ -157,7 +157,9 @@ struct Inputs {
     reference_grants: Vec<Arc<ReferenceGrant>>,
     backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
     config_maps: Vec<ConfigMapFacts>,
+    cluster_trust_bundles: Vec<ClusterTrustBundleFacts>,
     backend_tls_installed: bool,
+    trust_bundles_installed: bool,
     config: Config,
 }
 
@@ -169,7 +171,9 @@ impl Inputs {
             reference_grants: snapshot.reference_grants.clone(),
             backend_tls_policies: snapshot.backend_tls_policies.clone(),
             config_maps: snapshot.config_maps.clone(),
+            cluster_trust_bundles: snapshot.cluster_trust_bundles.clone(),
             backend_tls_installed: snapshot.facts.installed("BackendTLSPolicy"),
+            trust_bundles_installed: snapshot.facts.installed(crate::trust_bundle::KIND),
             config: config.clone(),
         }
     }
@@ -185,6 +189,8 @@ impl Inputs {
             && shared(&self.reference_grants, &snapshot.reference_grants)
             && shared(&self.backend_tls_policies, &snapshot.backend_tls_policies)
             && self.config_maps == snapshot.config_maps
+            && self.cluster_trust_bundles == snapshot.cluster_trust_bundles
+            && self.trust_bundles_installed == snapshot.facts.installed(crate::trust_bundle::KIND)
             && self.backend_tls_installed == snapshot.facts.installed("BackendTLSPolicy")
             && self.config == *config
     }

@@ -55,7 +55,6 @@ pub fn compile(
         policies: Vec::new(),
     };
     let mut dropped: Vec<(String, Problem)> = Vec::new();
-    let mut session_persistence = false;
     // Made once: every entry of the route shares them.
     let (kind, namespace, name) = (
         SmolStr::new_static(route.kind.name()),
@@ -99,14 +98,28 @@ pub fn compile(
             }
             Ok(p)
         });
-        let parts = match parts {
+        let parts = parts.and_then(|mut p| {
+            let session = match p.session_persistence.take() {
+                Some(typed) => Some(super::session::resolve(
+                    &route.session_persistence(index, typed),
+                    &route.key(),
+                    index,
+                )?),
+                None => None,
+            };
+            Ok((p, session))
+        });
+        let (parts, session_persistence) = match parts {
             Ok(p) => p,
             Err(problem) => {
                 dropped.push((rule.name.map_or_else(|| format!("#{index}"), str::to_string), problem));
                 continue;
             }
         };
-        session_persistence |= parts.session_persistence;
+        if session_persistence.is_some() {
+            outcome.deprecated =
+                Some("sessionPersistence on route rules is deprecated by Gateway API (GEP-4894) but keeps working");
+        }
         let mut filters = Vec::with_capacity(parts.filters.len());
         // A filter that cannot be applied fails the requests it would process (HTTP 500).
         let mut broken = false;
@@ -160,6 +173,7 @@ pub fn compile(
                 backends: weighted.clone(),
                 timeouts: parts.timeouts.clone(),
                 retry: parts.retry.clone(),
+                session_persistence: session_persistence.clone(),
             }));
         }
         out.rules.push(Arc::new(HttpRule {
@@ -170,14 +184,8 @@ pub fn compile(
             backends: weighted,
             timeouts: parts.timeouts,
             retry: parts.retry,
+            session_persistence,
         }));
-    }
-    if session_persistence {
-        // After the rules: a reference problem is the more useful ResolvedRefs reason.
-        outcome.unresolved.get_or_insert(Problem::new(
-            reason::UNSUPPORTED_VALUE,
-            "sessionPersistence is not supported; the rule routes without it",
-        ));
     }
     if let Some((_, first)) = dropped.first() {
         if dropped.len() == route.rules().len() {
@@ -245,8 +253,13 @@ struct Parts<'r> {
     filters: Cow<'r, [HttpRouteRulesFilters]>,
     timeouts: Timeouts,
     retry: Option<Retry>,
-    session_persistence: bool,
+    /// The rule's `sessionPersistence` as the typed route has it (its v1.7 fields are in the
+    /// snapshot: [`RouteModel::session_persistence`]).
+    session_persistence: Option<SessionPersistenceTyped>,
 }
+
+/// The typed `sessionPersistence` of an HTTPRoute or GRPCRoute rule, as JSON.
+type SessionPersistenceTyped = serde_json::Value;
 
 /// A header (`header`) or query parameter match.
 fn value_match(name: &str, value: &str, regex: bool, header: bool, regexes: &Regexes) -> Result<ValueMatch, Problem> {
@@ -407,7 +420,10 @@ fn http_parts<'r>(rule: &'r HttpRouteRules, regexes: &Regexes) -> Result<Parts<'
         filters,
         timeouts,
         retry,
-        session_persistence: rule.session_persistence.is_some(),
+        session_persistence: rule
+            .session_persistence
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok()),
     })
 }
 
@@ -491,7 +507,10 @@ fn grpc_parts(rule: &GrpcRouteRules, regexes: &Regexes) -> Result<Parts<'static>
         filters,
         timeouts: Timeouts::default(),
         retry: None,
-        session_persistence: rule.session_persistence.is_some(),
+        session_persistence: rule
+            .session_persistence
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok()),
     })
 }
 

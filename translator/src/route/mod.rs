@@ -15,6 +15,7 @@ pub mod compiled;
 pub mod http;
 pub mod model;
 pub mod precedence;
+pub mod session;
 pub mod settled;
 pub mod stream;
 pub mod value;
@@ -237,6 +238,8 @@ pub struct RouteOutcome {
     pub unresolved: Option<Problem>,
     /// Some rules were dropped; the others are served.
     pub partially_invalid: Option<Problem>,
+    /// A deprecated field in use, noted in the Accepted message.
+    pub deprecated: Option<&'static str>,
 }
 
 impl RouteOutcome {
@@ -252,6 +255,7 @@ impl RouteOutcome {
                 mine.clone_from(theirs);
             }
         }
+        self.deprecated = self.deprecated.or(other.deprecated);
     }
 }
 
@@ -271,13 +275,22 @@ pub fn status(
             let rejected = a.problem.as_ref().or(outcome.not_accepted.as_ref());
             match rejected {
                 Some(p) => conditions.push(Condition::new(kind::ACCEPTED, false, p.reason, &p.message, g)),
-                None => conditions.push(Condition::new(
-                    kind::ACCEPTED,
-                    true,
-                    reason::ACCEPTED,
-                    "Route is accepted",
-                    g,
-                )),
+                None => match outcome.deprecated {
+                    None => conditions.push(Condition::new(
+                        kind::ACCEPTED,
+                        true,
+                        reason::ACCEPTED,
+                        "Route is accepted",
+                        g,
+                    )),
+                    Some(note) => conditions.push(Condition::new(
+                        kind::ACCEPTED,
+                        true,
+                        reason::ACCEPTED,
+                        format!("Route is accepted; {note}"),
+                        g,
+                    )),
+                },
             }
             match &outcome.unresolved {
                 Some(p) => conditions.push(Condition::new(kind::RESOLVED_REFS, false, p.reason, &p.message, g)),

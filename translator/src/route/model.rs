@@ -1,9 +1,11 @@
 //! One shape for the routes of every kind, so attachment and backends are written once.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Deserialize;
 use smallvec::SmallVec;
 use smol_str::SmolStr;
 
+use crate::api::session_persistence::{SessionPersistence, SessionPersistenceEntry};
 use crate::api::{GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute, grpc, http};
 use crate::object::{GROUP, Meta};
 use crate::snapshot::UnreadableRoute;
@@ -113,7 +115,12 @@ pub struct RouteModel<'a> {
     /// The snapshot's HTTPRoute or GRPCRoute this model reads, whose compiled rules a
     /// [`super::compiled::CompileCache`] can keep.
     pub object: Option<RouteObject<'a>>,
+    /// The snapshot's `sessionPersistence` settings of route rules (read from their JSON).
+    pub sessions: Option<&'a Sessions>,
 }
+
+/// [`crate::snapshot::Snapshot::session_persistence`].
+pub type Sessions = std::collections::BTreeMap<String, std::collections::BTreeMap<usize, SessionPersistenceEntry>>;
 
 /// The spec of an HTTPRoute or GRPCRoute, whose rules are modelled when first needed.
 #[derive(Clone, Copy, Debug)]
@@ -229,6 +236,7 @@ fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
         spec: None,
         unreadable: None,
         object: None,
+        sessions: None,
     }
 }
 
@@ -247,6 +255,24 @@ impl<'a> RouteModel<'a> {
         m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
         m.spec = Some(Spec::Grpc(r));
         m
+    }
+
+    /// `Kind/namespace/name`, as [`crate::snapshot::route_key`] makes it.
+    pub fn key(&self) -> String {
+        crate::snapshot::route_key(self.kind.name(), self.namespace, self.name)
+    }
+
+    /// The `sessionPersistence` of rule `index`, whose typed form (which lacks the v1.7 fields)
+    /// is `typed`: the snapshot's, read from the route's JSON, when it has them.
+    pub fn session_persistence(&self, index: usize, typed: serde_json::Value) -> SessionPersistenceEntry {
+        let read = self
+            .sessions
+            .and_then(|s| s.get(&self.key()))
+            .and_then(|rules| rules.get(&index));
+        match read {
+            Some(entry) => entry.clone(),
+            None => SessionPersistence::deserialize(typed).map_err(|e| e.to_string()),
+        }
     }
 
     /// The route's rules.

@@ -141,6 +141,7 @@ mod tests {
             backends: Vec::new(),
             timeouts: Default::default(),
             retry: None,
+            session_persistence: None,
         }
     }
 

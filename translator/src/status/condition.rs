@@ -72,6 +72,9 @@ pub mod kind {
     pub const PARTIALLY_INVALID: &str = "PartiallyInvalid";
     pub const INSECURE_FRONTEND_VALIDATION_MODE: &str = "InsecureFrontendValidationMode";
     pub const OVERLAPPING_TLS_CONFIG: &str = "OverlappingTLSConfig";
+    /// Gateway (GEP-5093): whether every `spec.addresses` entry (or the default address) was
+    /// assigned; omitted until that is known.
+    pub const ADDRESSES_ASSIGNED: &str = "AddressesAssigned";
 }
 
 /// Condition reasons.
@@ -95,6 +98,9 @@ pub mod reason {
     pub const UNSUPPORTED_ADDRESS: &str = "UnsupportedAddress";
     pub const ADDRESS_NOT_ASSIGNED: &str = "AddressNotAssigned";
     pub const ADDRESS_NOT_USABLE: &str = "AddressNotUsable";
+    pub const ADDRESSES_ASSIGNED: &str = "AddressesAssigned";
+    pub const PARTIALLY_ASSIGNED: &str = "PartiallyAssigned";
+    pub const NOT_ASSIGNED: &str = "NotAssigned";
     pub const INVALID_CLIENT_CERTIFICATE_REF: &str = "InvalidClientCertificateRef";
     pub const CONFIGURATION_CHANGED: &str = "ConfigurationChanged";
     pub const LISTENERS_NOT_RESOLVED: &str = "ListenersNotResolved";

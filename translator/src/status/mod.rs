@@ -63,6 +63,9 @@ pub struct Address {
     #[serde(rename = "type")]
     pub kind: String,
     pub value: String,
+    /// Where it is reachable from (GEP-5093): set on every address, `""` for the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routability: Option<String>,
 }
 
 /// A listener's status (Gateway or ListenerSet).
