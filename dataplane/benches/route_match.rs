@@ -53,6 +53,7 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
         }],
         tls: None,
         strategy: Strategy::RoundRobin,
+        traffic: Default::default(),
     };
     let proxy = ir::Proxy {
         schema: ir::SCHEMA_VERSION,

@@ -363,6 +363,7 @@ mod tests {
             }],
             tls: None,
             strategy: Strategy::RoundRobin,
+            traffic: Default::default(),
         }
     }
 

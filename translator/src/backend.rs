@@ -511,6 +511,7 @@ impl<'a> Backends<'a> {
             endpoints,
             tls: backend_tls,
             strategy,
+            traffic: Default::default(),
         };
         (backend, policy)
     }

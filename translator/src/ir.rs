@@ -580,13 +580,14 @@ pub enum AppProtocol {
     Stream,
 }
 
-/// A Service port and where its traffic goes.
+/// A Service port, or an XBackend, and where its traffic goes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Backend {
-    /// Stable key: `namespace/service:port`, plus a suffix when TLS settings differ.
+    /// Stable key: `namespace/service:port` (`XBackend/namespace/name:port` for an XBackend),
+    /// plus a suffix when TLS settings differ.
     pub id: SmolStr,
-    /// `namespace/name` of the Service.
+    /// `namespace/name` of the Service (`XBackend/namespace/name` for an XBackend).
     pub service: String,
     pub port: u16,
     pub protocol: AppProtocol,
@@ -595,9 +596,46 @@ pub struct Backend {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<BackendTls>,
     pub strategy: crate::config::Strategy,
+    /// Settings of the backend itself (XBackend, XBackendTrafficPolicy) rather than the route's.
+    #[serde(default, skip_serializing_if = "BackendTraffic::is_empty")]
+    pub traffic: BackendTraffic,
 }
 
-/// Address of an endpoint: an IP or, for ExternalName Services, a DNS name.
+/// What an XBackend or an XBackendTrafficPolicy says about traffic to a backend, whichever
+/// route sends it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTraffic {
+    /// Route retries to this backend stop while they exceed the budget (`retryConstraint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<RetryBudget>,
+    /// Session persistence among this backend's endpoints, for rules that set none themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_persistence: Option<SessionPersistence>,
+}
+
+impl BackendTraffic {
+    pub fn is_empty(&self) -> bool {
+        self.retry_budget.is_none() && self.session_persistence.is_none()
+    }
+}
+
+/// XBackendTrafficPolicy `retryConstraint`: a retry to the backend is allowed while the retries
+/// of the last `interval_ms` are at most `percent` of all requests sent to it in that time, or
+/// while fewer than `min_retries` were sent in the last `min_interval_ms`. A retry refused by
+/// the budget answers the client 503.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryBudget {
+    /// 0-100.
+    pub percent: u32,
+    pub interval_ms: u64,
+    pub min_retries: u32,
+    pub min_interval_ms: u64,
+}
+
+/// Address of an endpoint: an IP or, for ExternalName Services and ExternalHostname XBackends,
+/// a DNS name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {

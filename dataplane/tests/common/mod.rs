@@ -360,6 +360,7 @@ pub fn backend(id: &str, endpoints: Vec<ir::Endpoint>) -> ir::Backend {
         endpoints,
         tls: None,
         strategy: Strategy::RoundRobin,
+        traffic: Default::default(),
     }
 }
 

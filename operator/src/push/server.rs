@@ -594,6 +594,7 @@ mod tests {
             endpoints: vec![],
             tls: None,
             strategy: Default::default(),
+            traffic: Default::default(),
         }
     }
 

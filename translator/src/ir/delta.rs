@@ -351,6 +351,7 @@ mod tests {
                 .collect(),
             tls: None,
             strategy: Default::default(),
+            traffic: Default::default(),
         }
     }
 
