@@ -17,6 +17,8 @@ pub use gateway_api::apis::standard::backendtlspolicies::{self as backend_tls, B
 pub mod session_persistence;
 pub mod telemetry;
 pub use telemetry::XTelemetryPolicy;
+pub mod xbackend;
+pub use xbackend::{XBackend, XBackendTrafficPolicy};
 pub mod address_routability;
 pub mod listener_filters;
 pub use listener_filters::{ListenerFilter, ListenerFilterType, ListenerFilters};

@@ -20,7 +20,7 @@ use crate::api::listener_filters::{ListenerFilters, ListenerFiltersEntry};
 use crate::api::session_persistence::{SessionPersistence, SessionPersistenceEntry};
 use crate::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
-    UdpRoute, XTelemetryPolicy,
+    UdpRoute, XBackend, XBackendTrafficPolicy, XTelemetryPolicy,
 };
 use crate::certificate;
 use crate::parameters::{self, TurnaProxy};
@@ -44,6 +44,8 @@ pub struct Snapshot {
     pub reference_grants: Vec<Arc<ReferenceGrant>>,
     pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
     pub telemetry_policies: Vec<Arc<XTelemetryPolicy>>,
+    pub xbackends: Vec<Arc<XBackend>>,
+    pub xbackend_traffic_policies: Vec<Arc<XBackendTrafficPolicy>>,
     /// Proxy parameters GatewayClasses and Gateways may name.
     pub turna_proxies: Vec<Arc<TurnaProxy>>,
     pub services: Vec<Arc<Service>>,
@@ -283,6 +285,9 @@ impl Snapshot {
         self.reference_grants.extend_from_slice(&other.reference_grants);
         self.backend_tls_policies.extend_from_slice(&other.backend_tls_policies);
         self.telemetry_policies.extend_from_slice(&other.telemetry_policies);
+        self.xbackends.extend_from_slice(&other.xbackends);
+        self.xbackend_traffic_policies
+            .extend_from_slice(&other.xbackend_traffic_policies);
         self.turna_proxies.extend_from_slice(&other.turna_proxies);
         self.services.extend_from_slice(&other.services);
         self.endpoint_slices.extend_from_slice(&other.endpoint_slices);
@@ -424,6 +429,10 @@ impl Snapshot {
             (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(Arc::new(from(value).map_err(err)?)),
             (crate::X_GROUP, "XTelemetryPolicy") => self.telemetry_policies.push(Arc::new(from(value).map_err(err)?)),
+            (crate::X_GROUP, "XBackend") => self.xbackends.push(Arc::new(from(value).map_err(err)?)),
+            (crate::X_GROUP, "XBackendTrafficPolicy") => {
+                self.xbackend_traffic_policies.push(Arc::new(from(value).map_err(err)?))
+            }
             ("", "Service") => self.services.push(Arc::new(from(value).map_err(err)?)),
             ("discovery.k8s.io", "EndpointSlice") => self.endpoint_slices.push(Arc::new(from(value).map_err(err)?)),
             ("", "Namespace") => self.namespaces.push(Arc::new(from(value).map_err(err)?)),

@@ -255,6 +255,8 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         routes: by_name.iter().filter_map(|&ri| route_statuses[ri].take()).collect(),
         backend_tls_policies: backends.policies.statuses(&policy_usage, config),
         telemetry_policies: telemetry.statuses,
+        xbackends: Vec::new(),
+        xbackend_traffic_policies: Vec::new(),
     };
     statuses
         .listener_sets

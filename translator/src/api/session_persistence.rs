@@ -5,10 +5,11 @@
 //! and kept in the snapshot beside the typed route. The earlier fields are read too: an older
 //! CRD may still serve them.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One rule's `sessionPersistence`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionPersistence {
     /// A Gateway API duration; the session ends this long after it began.
@@ -33,7 +34,7 @@ pub struct SessionPersistence {
 }
 
 /// `cookie` (and, before v1.7, `cookieConfig`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CookieConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,7 +49,7 @@ pub struct CookieConfig {
 }
 
 /// `header`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HeaderConfig {
     pub name: String,

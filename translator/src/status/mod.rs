@@ -30,6 +30,13 @@ pub struct Statuses {
     /// XTelemetryPolicy statuses: one ancestor per targeted Gateway of Turna's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub telemetry_policies: Vec<PolicyStatus>,
+    /// XBackend statuses (`status.ancestors`, shaped as a policy's): one ancestor per Gateway
+    /// whose routes use the XBackend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xbackends: Vec<PolicyStatus>,
+    /// XBackendTrafficPolicy statuses: one ancestor per Gateway whose routes use a target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xbackend_traffic_policies: Vec<PolicyStatus>,
 }
 
 /// GatewayClass status.
