@@ -1,5 +1,8 @@
 //! backendRefs to weighted endpoints: Service lookup, ReferenceGrants, ExternalName, the
-//! application protocol of the Service port, and the endpoints from EndpointSlices.
+//! application protocol of the Service port, and the endpoints from EndpointSlices; XBackends
+//! ([`xbackend`]); and the XBackendTrafficPolicy of each backend.
+
+pub mod xbackend;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -8,11 +11,13 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use crate::api::XBackend;
 use crate::config::{Config, Strategy};
 use crate::gateway::Problem;
 use crate::ir::{AppProtocol, Backend, BackendTls, Endpoint};
-use crate::object::{self, GROUP, Meta};
+use crate::object::{self, GROUP, Meta, X_GROUP};
 use crate::policy::backend_tls::Policies;
+use crate::policy::backend_traffic::TrafficPolicies;
 use crate::reference_grant::{self, From, To};
 use crate::route::RouteKind;
 use crate::route::model::BackendRef;
@@ -26,7 +31,11 @@ pub struct Backends<'a> {
     /// Looked up by namespace and name only: hashed, built faster than ordered maps.
     services: foldhash::HashMap<(&'a str, &'a str), &'a Service>,
     slices: foldhash::HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    xbackends: foldhash::HashMap<(&'a str, &'a str), &'a XBackend>,
+    /// The operator's Service of each `EndpointSelector` XBackend, by namespace and XBackend.
+    xbackend_services: foldhash::HashMap<(&'a str, &'a str), &'a str>,
     pub policies: Policies<'a>,
+    pub traffic: TrafficPolicies<'a>,
     /// Resolutions already made in this translation: routes share few distinct backendRefs.
     /// Behind a lock because routes are compiled on several threads ([`crate::translate`]).
     cache: Mutex<Cache>,
@@ -37,8 +46,9 @@ pub struct Backends<'a> {
 pub struct Resolved {
     /// Shared by every backendRef that resolves the same way.
     pub backend: Arc<Backend>,
-    /// The BackendTLSPolicy applied, `namespace/name`.
-    pub policy: Option<String>,
+    /// What status needs to know this backend uses: the BackendTLSPolicy applied, the
+    /// XBackend, the target of an XBackendTrafficPolicy (usage keys).
+    pub policies: Vec<String>,
 }
 
 type Resolution = Result<Resolved, Problem>;
@@ -176,12 +186,35 @@ impl<'a> Backends<'a> {
                 slices.entry((slice.namespace(), svc.as_str())).or_default().push(slice);
             }
         }
+        let mut xbackend_services = foldhash::HashMap::default();
+        for s in &snapshot.services {
+            if let Some(x) = s.metadata.labels.as_ref().and_then(|l| l.get(xbackend::XBACKEND_LABEL)) {
+                // Several only while the operator replaces one: the first name is as good.
+                let entry = xbackend_services.entry((s.namespace(), x.as_str())).or_insert(s.name());
+                if s.name() < *entry {
+                    *entry = s.name();
+                }
+            }
+        }
+        let xbackends = if snapshot.facts.installed("XBackend") {
+            snapshot
+                .xbackends
+                .iter()
+                .filter(|x| config.watches_namespace(x.namespace()))
+                .map(|x| ((x.namespace(), x.name()), &**x))
+                .collect()
+        } else {
+            foldhash::HashMap::default()
+        };
         Backends {
             snapshot,
             config,
             services,
             slices,
+            xbackends,
+            xbackend_services,
             policies: Policies::build(snapshot, config),
+            traffic: TrafficPolicies::build(snapshot, config),
             cache: Mutex::default(),
         }
     }
@@ -326,6 +359,9 @@ impl<'a> Backends<'a> {
         tls: bool,
         client_certificate: Option<&str>,
     ) -> Resolution {
+        if r.group == X_GROUP && r.kind == "XBackend" {
+            return self.resolve_xbackend(kind, route_ns, r, tls);
+        }
         if !(r.group.is_empty() || r.group == "core") || r.kind != "Service" {
             return Err(Problem::new(
                 reason::INVALID_KIND,
@@ -436,6 +472,11 @@ impl<'a> Backends<'a> {
         };
         let port_name = service_port.and_then(|p| p.name.as_deref());
         let (mut backend, policy) = self.finish(kind, ns, r.name, port, port_name, endpoints, tls, client_certificate);
+        let mut policies: Vec<String> = policy.into_iter().collect();
+        if let Some((usage, traffic)) = self.traffic.lookup(ns, "Service", r.name) {
+            policies.push(usage);
+            backend.traffic = traffic;
+        }
         if (protocol == AppProtocol::Wss || https) && backend.tls.is_none() {
             // TLS to the backend is configured only by a BackendTLSPolicy; without one the
             // port cannot be reached as it declares, and plain text must not be sent instead.
@@ -455,8 +496,129 @@ impl<'a> Backends<'a> {
         };
         Ok(Resolved {
             backend: Arc::new(backend),
-            policy,
+            policies,
         })
+    }
+
+    /// Resolves a backendRef to an XBackend (see [`xbackend`]).
+    fn resolve_xbackend(&self, kind: RouteKind, route_ns: &str, r: &BackendRef<'_>, tls: bool) -> Resolution {
+        let ns = r.namespace.unwrap_or(route_ns);
+        let permitted = reference_grant::permits(
+            &self.snapshot.reference_grants,
+            From {
+                group: GROUP,
+                kind: kind.name(),
+                namespace: route_ns,
+            },
+            To {
+                group: X_GROUP,
+                kind: "XBackend",
+                namespace: ns,
+                name: r.name,
+            },
+        );
+        if !permitted {
+            return Err(Problem::new(
+                reason::REF_NOT_PERMITTED,
+                format!(
+                    "XBackend {ns}/{} is in another namespace and no ReferenceGrant allows it",
+                    r.name
+                ),
+            ));
+        }
+        let Some(x) = self.xbackends.get(&(ns, r.name)) else {
+            return Err(Problem::new(
+                reason::BACKEND_NOT_FOUND,
+                format!("XBackend {ns}/{} does not exist", r.name),
+            ));
+        };
+        let port = x.spec.port.number;
+        if r.port.is_some_and(|p| p != port) {
+            return Err(Problem::new(
+                reason::BACKEND_NOT_FOUND,
+                format!(
+                    "XBackend {ns}/{} serves port {port}, not {}",
+                    r.name,
+                    r.port.unwrap_or_default()
+                ),
+            ));
+        }
+        let settings = self.xbackend_settings(x);
+        // A passthrough TLSRoute carries the client's own TLS: the XBackend cannot add its own.
+        let passthrough = kind == RouteKind::Tls && !tls;
+        if (passthrough || kind == RouteKind::Udp) && settings.tls.is_some() {
+            return Err(Problem::new(
+                reason::UNSUPPORTED_PROTOCOL,
+                format!(
+                    "XBackend {ns}/{} originates TLS, which a passthrough TLSRoute cannot carry",
+                    r.name
+                ),
+            ));
+        }
+        let protocol = xbackend::app_protocol(kind, settings.protocol.as_deref(), settings.tls.is_some())
+            .map_err(|m| Problem::new(reason::UNSUPPORTED_PROTOCOL, format!("XBackend {ns}/{}: {m}", r.name)))?;
+        let mut id = format!("XBackend/{}:{port}", object::key(ns, r.name));
+        if matches!(kind, RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls) {
+            id.push_str(if kind == RouteKind::Udp { "/udp" } else { "/tcp" });
+        }
+        if settings.tls.is_some() {
+            id.push_str("/tls");
+        }
+        let mut traffic = settings.traffic;
+        let mut policies = vec![xbackend::usage_key(ns, r.name)];
+        if let Some((usage, from_policy)) = self.traffic.lookup(ns, "XBackend", r.name) {
+            policies.push(usage);
+            traffic.retry_budget = from_policy.retry_budget;
+            // The XBackend's own session persistence wins over the deprecated policy field.
+            if traffic.session_persistence.is_none() {
+                traffic.session_persistence = from_policy.session_persistence;
+            }
+        }
+        let backend = Backend {
+            id: id.into(),
+            service: format!("XBackend/{}", object::key(ns, r.name)),
+            port: port.clamp(0, 65535) as u16,
+            protocol,
+            endpoints: settings.endpoints,
+            tls: settings.tls,
+            strategy: self.strategy(kind),
+            traffic,
+        };
+        Ok(Resolved {
+            backend: Arc::new(backend),
+            policies,
+        })
+    }
+
+    fn xbackend_settings(&self, x: &XBackend) -> xbackend::Settings {
+        let service = self.xbackend_services.get(&(x.namespace(), x.name())).copied();
+        xbackend::settings(x, self.snapshot, service, |name, port| {
+            self.endpoints(x.namespace(), name, port)
+        })
+    }
+
+    /// XBackend statuses, from the Gateways whose routes used each (`usage`).
+    pub fn xbackend_statuses(
+        &self,
+        usage: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    ) -> Vec<crate::status::PolicyStatus> {
+        let mut xbackends: Vec<&XBackend> = self.xbackends.values().copied().collect();
+        xbackends.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+        xbackend::statuses(xbackends.into_iter(), usage, self.config, |x| {
+            self.xbackend_settings(x).problem
+        })
+    }
+
+    /// Load balancing for a route of `kind`: streams spread randomly rather than in turn.
+    fn strategy(&self, kind: RouteKind) -> Strategy {
+        match kind {
+            RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls
+                if self.config.backend.strategy == Strategy::RoundRobin =>
+            {
+                Strategy::Random
+            }
+            _ => self.config.backend.strategy,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -485,14 +647,7 @@ impl<'a> Backends<'a> {
         } else {
             (None, None)
         };
-        let strategy = match kind {
-            RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls
-                if self.config.backend.strategy == Strategy::RoundRobin =>
-            {
-                Strategy::Random
-            }
-            _ => self.config.backend.strategy,
-        };
+        let strategy = self.strategy(kind);
         let mut id = format!("{}:{port}", object::key(ns, name));
         if matches!(kind, RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls) {
             id.push_str(if kind == RouteKind::Udp { "/udp" } else { "/tcp" });

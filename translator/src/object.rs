@@ -57,6 +57,8 @@ meta!(
     crate::api::ReferenceGrant,
     crate::api::BackendTlsPolicy,
     crate::api::XTelemetryPolicy,
+    crate::api::XBackend,
+    crate::api::XBackendTrafficPolicy,
     k8s_openapi::api::core::v1::Service,
     k8s_openapi::api::core::v1::Namespace,
     k8s_openapi::api::discovery::v1::EndpointSlice,

@@ -96,7 +96,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     let mut policy_usage: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     // The servers of listener filters are the Gateway's backends like any route's.
     for (gi, resolved) in listener_servers {
-        if let Some(p) = resolved.policy {
+        for p in resolved.policies {
             policy_usage.entry(p).or_default().insert(gateways[gi].key());
         }
         let b = resolved.backend;
@@ -255,8 +255,8 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         routes: by_name.iter().filter_map(|&ri| route_statuses[ri].take()).collect(),
         backend_tls_policies: backends.policies.statuses(&policy_usage, config),
         telemetry_policies: telemetry.statuses,
-        xbackends: Vec::new(),
-        xbackend_traffic_policies: Vec::new(),
+        xbackends: backends.xbackend_statuses(&policy_usage),
+        xbackend_traffic_policies: backends.traffic.statuses(&policy_usage, config),
     };
     statuses
         .listener_sets

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::BackendTlsPolicy;
+use crate::api::backend_tls::BackendTlsPolicyValidation;
 use crate::api::backend_tls::BackendTlsPolicyValidationSubjectAltNamesType as SanType;
 use crate::config::{Config, Mode};
 use crate::gateway::Problem;
@@ -165,8 +166,18 @@ impl<'a> Policies<'a> {
 
 /// The TLS settings of a policy, with its Accepted=False and ResolvedRefs=False problems.
 fn validate(policy: &BackendTlsPolicy, snapshot: &Snapshot) -> (BackendTls, Option<Problem>, Option<Problem>) {
-    let ns = policy.namespace();
-    let v = &policy.spec.validation;
+    settings(policy.namespace(), &policy.spec.validation, snapshot)
+}
+
+/// The TLS settings of a `validation` block of an object in `ns` (a BackendTLSPolicy's, or an
+/// XBackend's `tls.validation`), with the problems that make it not accepted (the settings are
+/// then marked invalid: connections fail rather than go unverified) or leave a reference
+/// unresolved.
+pub(crate) fn settings(
+    ns: &str,
+    v: &BackendTlsPolicyValidation,
+    snapshot: &Snapshot,
+) -> (BackendTls, Option<Problem>, Option<Problem>) {
     let mut unresolved = None;
     let mut cas = Vec::new();
     for r in v.ca_certificate_refs.iter().flatten() {

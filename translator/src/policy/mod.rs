@@ -1,6 +1,7 @@
 //! Policies attached to Gateway API objects.
 
 pub mod backend_tls;
+pub mod backend_traffic;
 pub mod telemetry;
 
 use std::sync::Arc;
@@ -45,7 +46,7 @@ fn resolved_refs(problem: Option<&Problem>, generation: i64) -> Condition {
 }
 
 /// A Gateway as the ancestor of a policy status.
-fn gateway_ancestor(namespace: &str, name: &str) -> ParentReference {
+pub(crate) fn gateway_ancestor(namespace: &str, name: &str) -> ParentReference {
     ParentReference {
         group: GROUP.into(),
         kind: "Gateway".into(),

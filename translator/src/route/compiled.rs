@@ -10,12 +10,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::api::{BackendTlsPolicy, ReferenceGrant};
+use crate::api::{BackendTlsPolicy, ReferenceGrant, XBackend, XBackendTrafficPolicy};
 use crate::backend::Backends;
 use crate::config::Config;
 use crate::gateway::GatewayModel;
 use crate::policy::backend_tls;
-use crate::snapshot::{ClusterTrustBundleFacts, ConfigMapFacts, Snapshot};
+use crate::snapshot::{ClusterTrustBundleFacts, ConfigMapFacts, SecretFacts, Snapshot};
 
 use super::by_object::ByObject;
 use super::http::{self, Compiled};
@@ -156,11 +156,31 @@ struct Inputs {
     endpoint_slices: Vec<Arc<EndpointSlice>>,
     reference_grants: Vec<Arc<ReferenceGrant>>,
     backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    xbackends: Vec<Arc<XBackend>>,
+    xbackend_traffic_policies: Vec<Arc<XBackendTrafficPolicy>>,
+    /// Only while XBackends exist: their client certificates are checked against them.
+    secrets: Vec<SecretFacts>,
     config_maps: Vec<ConfigMapFacts>,
     cluster_trust_bundles: Vec<ClusterTrustBundleFacts>,
     backend_tls_installed: bool,
+    /// Whether the XBackend and XBackendTrafficPolicy CRDs are installed.
+    xbackend_installed: (bool, bool),
     trust_bundles_installed: bool,
     config: Config,
+}
+
+fn xbackend_installed(snapshot: &Snapshot) -> (bool, bool) {
+    let facts = &snapshot.facts;
+    (facts.installed("XBackend"), facts.installed("XBackendTrafficPolicy"))
+}
+
+/// The Secret facts compiling depends on: XBackend client certificates, so none without XBackends.
+fn xbackend_secrets(snapshot: &Snapshot) -> Vec<SecretFacts> {
+    if snapshot.xbackends.is_empty() {
+        Vec::new()
+    } else {
+        snapshot.secrets.clone()
+    }
 }
 
 impl Inputs {
@@ -170,9 +190,13 @@ impl Inputs {
             endpoint_slices: snapshot.endpoint_slices.clone(),
             reference_grants: snapshot.reference_grants.clone(),
             backend_tls_policies: snapshot.backend_tls_policies.clone(),
+            xbackends: snapshot.xbackends.clone(),
+            xbackend_traffic_policies: snapshot.xbackend_traffic_policies.clone(),
+            secrets: xbackend_secrets(snapshot),
             config_maps: snapshot.config_maps.clone(),
             cluster_trust_bundles: snapshot.cluster_trust_bundles.clone(),
             backend_tls_installed: snapshot.facts.installed("BackendTLSPolicy"),
+            xbackend_installed: xbackend_installed(snapshot),
             trust_bundles_installed: snapshot.facts.installed(crate::trust_bundle::KIND),
             config: config.clone(),
         }
@@ -188,10 +212,14 @@ impl Inputs {
             && shared(&self.endpoint_slices, &snapshot.endpoint_slices)
             && shared(&self.reference_grants, &snapshot.reference_grants)
             && shared(&self.backend_tls_policies, &snapshot.backend_tls_policies)
+            && shared(&self.xbackends, &snapshot.xbackends)
+            && shared(&self.xbackend_traffic_policies, &snapshot.xbackend_traffic_policies)
+            && (snapshot.xbackends.is_empty() || self.secrets == snapshot.secrets)
             && self.config_maps == snapshot.config_maps
             && self.cluster_trust_bundles == snapshot.cluster_trust_bundles
             && self.trust_bundles_installed == snapshot.facts.installed(crate::trust_bundle::KIND)
             && self.backend_tls_installed == snapshot.facts.installed("BackendTLSPolicy")
+            && self.xbackend_installed == xbackend_installed(snapshot)
             && self.config == *config
     }
 }

@@ -219,9 +219,7 @@ pub fn resolve(
     match backends.resolve(route.kind, route.namespace, b, tls, client_certificate) {
         Ok(resolved) => {
             let id = resolved.backend.id.clone();
-            if let Some(p) = resolved.policy {
-                out.policies.push(p);
-            }
+            out.policies.extend(resolved.policies);
             out.backends.push(resolved.backend);
             Some(id)
         }
@@ -657,9 +655,7 @@ fn route_external_auth(
         backends.resolve(route.kind, route.namespace, r, true, client_certificate)
     })
     .map_err(FilterError::Unresolved)?;
-    if let Some(p) = resolved.policy {
-        out.policies.push(p);
-    }
+    out.policies.extend(resolved.policies);
     out.backends.push(resolved.backend);
     Ok(auth)
 }

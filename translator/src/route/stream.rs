@@ -37,7 +37,7 @@ pub fn compile(
                 let backend = if tls {
                     match backends.resolve(route.kind, route.namespace, b, true, client_certificate) {
                         Ok(r) => {
-                            out.policies.extend(r.policy);
+                            out.policies.extend(r.policies);
                             let id = r.backend.id.clone();
                             out.backends.push(r.backend);
                             Some(id)
