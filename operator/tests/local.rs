@@ -199,6 +199,54 @@ async fn serves_with_the_limits_of_the_configuration_file() {
     running.serve(async {}).await;
 }
 
+/// An XBackend of type ExternalHostname reaches a host and port by name: local users need no
+/// hand-written Service and EndpointSlice.
+#[tokio::test]
+async fn serves_an_external_hostname_xbackend() {
+    let one = backend("one").await;
+    let port = free_port().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "gateway.yaml", &common::local_gateway(port));
+    write(
+        dir.path(),
+        "xbackend.yaml",
+        &format!(
+            "apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {{name: one}}
+spec:
+  type: ExternalHostname
+  externalHostname: {{hostname: localhost}}
+  port: {{number: {port}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: egress}}
+spec:
+  parentRefs: [{{name: local}}]
+  rules:
+    - backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: one}}]
+",
+            port = one.port()
+        ),
+    );
+    let running = local::start(local::Options {
+        files: vec![dir.path().into()],
+        settings: Kubernetes {
+            port_offset: 0,
+            health_address: "127.0.0.1:0".into(),
+            ..Kubernetes::default()
+        },
+        address: LOOPBACK,
+        poll: local::POLL,
+    })
+    .await
+    .expect("local mode starts");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    assert_eq!(get(gateway, "/hello").await, Some((200, "one /hello".into())));
+    running.serve(async {}).await;
+}
+
 #[tokio::test]
 async fn refuses_to_start_on_unreadable_files() {
     let dir = tempfile::tempdir().expect("tempdir");
