@@ -60,6 +60,15 @@ struct Cache {
     entries: HashMap<u64, Vec<(OwnedKey, Resolution)>, BuildHasherDefault<Prehashed>>,
 }
 
+/// `r` as a reference from its own namespace, without filters: the grant was checked already.
+fn local<'r>(r: &BackendRef<'r>) -> BackendRef<'r> {
+    BackendRef {
+        namespace: None,
+        filters: Vec::new(),
+        ..r.clone()
+    }
+}
+
 /// FNV-1a of the Service name, port and both namespaces: cheap for these short keys, and a
 /// bucket compares whole keys, so collisions cost only a comparison. The route's namespace
 /// matters: most backendRefs name no namespace, and the same Service name recurs across them.
@@ -267,28 +276,7 @@ impl<'a> Backends<'a> {
     /// (`appProtocol` `grpc` or `kubernetes.io/h2c`, a name starting with `grpc`, or 4317, the
     /// OTLP/gRPC port) and over OTLP/HTTP otherwise.
     pub fn resolve_for_policy(&self, from: From<'_>, r: &BackendRef<'_>) -> Resolution {
-        if !(r.group.is_empty() || r.group == "core") || r.kind != "Service" {
-            return Err(Problem::new(
-                reason::INVALID_KIND,
-                format!("backendRef kind {}/{} is not supported", r.group, r.kind),
-            ));
-        }
-        let ns = r.namespace.unwrap_or(from.namespace);
-        let to = To {
-            group: "",
-            kind: "Service",
-            namespace: ns,
-            name: r.name,
-        };
-        if !reference_grant::permits(&self.snapshot.reference_grants, from, to) {
-            return Err(Problem::new(
-                reason::REF_NOT_PERMITTED,
-                format!(
-                    "Service {ns}/{} is in another namespace and no ReferenceGrant allows it",
-                    r.name
-                ),
-            ));
-        }
+        let ns = self.permitted_service(from, r)?;
         let service_port = self
             .services
             .get(&(ns, r.name))
@@ -298,12 +286,7 @@ impl<'a> Backends<'a> {
                 || p.name.as_deref().is_some_and(|n| n.starts_with("grpc"))
         }) || r.port == Some(4317);
         let kind = if grpc { RouteKind::Grpc } else { RouteKind::Http };
-        let local = BackendRef {
-            namespace: None,
-            filters: Vec::new(),
-            ..r.clone()
-        };
-        self.resolve_uncached(kind, ns, &local, true, None)
+        self.resolve_uncached(kind, ns, &local(r), true, None)
     }
 
     /// Resolves `r`, an HTTP backend of a Gateway or ListenerSet listener (`from`): its
@@ -315,6 +298,12 @@ impl<'a> Backends<'a> {
         r: &BackendRef<'_>,
         client_certificate: Option<&str>,
     ) -> Resolution {
+        let ns = self.permitted_service(from, r)?;
+        self.resolve_uncached(RouteKind::Http, ns, &local(r), true, client_certificate)
+    }
+
+    /// The namespace of `r` when it is a Service that `from` (not a route) may reference.
+    fn permitted_service<'r>(&self, from: From<'r>, r: &BackendRef<'r>) -> Result<&'r str, Problem> {
         if !(r.group.is_empty() || r.group == "core") || r.kind != "Service" {
             return Err(Problem::new(
                 reason::INVALID_KIND,
@@ -337,12 +326,7 @@ impl<'a> Backends<'a> {
                 ),
             ));
         }
-        let local = BackendRef {
-            namespace: None,
-            filters: Vec::new(),
-            ..r.clone()
-        };
-        self.resolve_uncached(RouteKind::Http, ns, &local, true, client_certificate)
+        Ok(ns)
     }
 
     /// The resolution cache; a thread that panicked while holding it left it consistent (entries
