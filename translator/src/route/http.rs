@@ -31,6 +31,22 @@ use super::model::{BackendRef, RouteKind, RouteModel, RuleSpec};
 pub use super::precedence::{PrecedenceKey, inherit_less_specific, original_hostname, precedence, precedence_key};
 use super::value::{self, Regexes};
 
+/// A filter's `backendRef` as a [`BackendRef`] of weight 1: each filter has its own generated
+/// type with the same fields.
+macro_rules! filter_backend_ref {
+    ($b:expr) => {
+        BackendRef {
+            group: $b.group.as_deref().unwrap_or_default(),
+            kind: $b.kind.as_deref().unwrap_or("Service"),
+            namespace: $b.namespace.as_deref(),
+            name: &$b.name,
+            port: $b.port,
+            weight: 1,
+            filters: Vec::new(),
+        }
+    };
+}
+
 /// The compiled entries of one route for one Gateway.
 #[derive(Clone, Debug, Default)]
 pub struct Compiled {
@@ -592,15 +608,7 @@ fn filter(
         FilterType::RequestMirror => {
             let Some(m) = &f.request_mirror else { return Ok(None) };
             let b = &m.backend_ref;
-            let backend_ref = BackendRef {
-                group: b.group.as_deref().unwrap_or_default(),
-                kind: b.kind.as_deref().unwrap_or("Service"),
-                namespace: b.namespace.as_deref(),
-                name: &b.name,
-                port: b.port,
-                weight: 1,
-                filters: Vec::new(),
-            };
+            let backend_ref = filter_backend_ref!(b);
             let backend = resolve(route, &backend_ref, backends, client_certificate, out, outcome);
             let (numerator, denominator) = match (&m.fraction, m.percent) {
                 (Some(fr), _) => (fr.numerator.max(0) as u32, fr.denominator.unwrap_or(100).max(1) as u32),
@@ -670,15 +678,7 @@ pub fn external_auth(
     resolve: impl FnOnce(&BackendRef<'_>) -> Result<Resolved, Problem>,
 ) -> Result<(ExternalAuth, Resolved), Problem> {
     let b = &a.backend_ref;
-    let backend_ref = BackendRef {
-        group: b.group.as_deref().unwrap_or_default(),
-        kind: b.kind.as_deref().unwrap_or("Service"),
-        namespace: b.namespace.as_deref(),
-        name: &b.name,
-        port: b.port,
-        weight: 1,
-        filters: Vec::new(),
-    };
+    let backend_ref = filter_backend_ref!(b);
     let protocol = match a.protocol {
         AuthProtocolSpec::Http => AuthProtocol::Http,
         AuthProtocolSpec::Grpc => AuthProtocol::Grpc,
