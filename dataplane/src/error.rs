@@ -5,8 +5,8 @@ use std::io;
 /// An IR that cannot be served as a whole; the previous table keeps serving.
 #[derive(Debug, thiserror::Error)]
 pub enum ValidationError {
-    #[error("IR schema {found} is not supported (expected {expected})")]
-    Schema { found: u32, expected: u32 },
+    #[error("IR schema {found} is not supported (this proxy serves {oldest} to {newest}): upgrade the proxy")]
+    Schema { found: u32, oldest: u32, newest: u32 },
     #[error("port {port}/{transport} is listed more than once")]
     DuplicatePort { port: u16, transport: &'static str },
     #[error("bind port {bind_port}/{transport} is used by ports {first} and {second}")]

@@ -112,10 +112,11 @@ impl Table {
         metrics: &Metrics,
         passive_health: PassiveHealth,
     ) -> Result<Table, ValidationError> {
-        if proxy.schema != ir::SCHEMA_VERSION {
+        if !(ir::BASE_SCHEMA..=ir::SCHEMA_VERSION).contains(&proxy.schema) {
             return Err(ValidationError::Schema {
                 found: proxy.schema,
-                expected: ir::SCHEMA_VERSION,
+                oldest: ir::BASE_SCHEMA,
+                newest: ir::SCHEMA_VERSION,
             });
         }
         check_ports(&proxy.ports)?;
@@ -489,5 +490,33 @@ mod tests {
         let copy = Arc::new(ir::HttpRule::clone(&kept));
         let third = build(&proxy(&[copy], vec![backend("one", 1)]), &second);
         assert!(!Arc::ptr_eq(&rules(&second, "http")[0], &rules(&third, "http")[0]));
+    }
+
+    /// Every schema from the base to this build's newest is served; a newer one is refused, so
+    /// an IR with fields this proxy would ignore never serves without them.
+    #[test]
+    fn schemas_from_the_base_to_the_newest_are_served() {
+        let built = |schema| {
+            let ir = ir::Proxy {
+                schema,
+                ..proxy(&[], Vec::new())
+            };
+            Table::build(
+                &ir,
+                &Material::default(),
+                &Table::default(),
+                &Metrics::default(),
+                PassiveHealth::default(),
+            )
+        };
+        for schema in ir::BASE_SCHEMA..=ir::SCHEMA_VERSION {
+            assert!(built(schema).is_ok(), "schema {schema}");
+        }
+        for schema in [0, ir::SCHEMA_VERSION + 1] {
+            match built(schema) {
+                Ok(_) => panic!("schema {schema} served"),
+                Err(error) => assert!(error.to_string().contains("upgrade the proxy"), "{error}"),
+            }
+        }
     }
 }

@@ -13,13 +13,25 @@ pub use smol_str::SmolStr;
 
 pub mod delta;
 
-/// Shape version of the IR. Bump on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Newest shape of the IR this build reads. Bump on any incompatible change, and when a field is
+/// added that a proxy of the previous schema would silently ignore to the user's harm (serde
+/// skips unknown fields): the IR then says it needs the new schema ([`Proxy::required_schema`])
+/// and an older proxy refuses it, keeping its last configuration, rather than serving it without
+/// the field (say, a listener without its authorization filters during a rolling upgrade).
+///
+/// - 1: the base shape.
+/// - 2: listener `filters` (GEP-5224).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest shape a proxy of this build still serves, and the schema of an IR that uses
+/// nothing newer.
+pub const BASE_SCHEMA: u32 = 1;
 
 /// Everything one proxy serves.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Proxy {
+    /// The oldest schema a proxy must read to serve this IR as meant ([`SCHEMA_VERSION`]).
     pub schema: u32,
     /// `namespace/name` of the Gateway, or `standalone`.
     pub id: String,
@@ -38,6 +50,19 @@ pub struct Proxy {
     /// HTTP and HTTPS listeners name theirs in [`Listener::tracing`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tracing: BTreeMap<SmolStr, Tracing>,
+}
+
+impl Proxy {
+    /// The oldest schema that serves this IR as meant: [`BASE_SCHEMA`] unless it uses a field a
+    /// proxy of that schema would ignore.
+    pub fn required_schema(&self) -> u32 {
+        let listener_filters = self
+            .ports
+            .iter()
+            .flat_map(|p| &p.listeners)
+            .any(|l| !l.filters.is_empty());
+        if listener_filters { 2 } else { BASE_SCHEMA }
+    }
 }
 
 /// What a Gateway's proxy does with traces: W3C trace context, spans for each request and each

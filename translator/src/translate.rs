@@ -274,7 +274,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             Mode::Standalone => STANDALONE.to_string(),
         };
         let proxy = proxies.entry(id.clone()).or_insert_with(|| Proxy {
-            schema: ir::SCHEMA_VERSION,
+            schema: ir::BASE_SCHEMA,
             id: id.clone(),
             connect_retries: config.backend.retry,
             ..Proxy::default()
@@ -306,6 +306,9 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
                 proxy.backends.insert(id.clone(), ir::Backend::clone(b));
             }
         }
+    }
+    for proxy in proxies.values_mut() {
+        proxy.schema = proxy.required_schema();
     }
     let mut out = Output {
         proxies: proxies.into_values().collect(),

@@ -175,7 +175,7 @@ async fn apply(
 /// The one proxy of a standalone translation; an empty one when no Gateway is accepted.
 pub fn standalone_proxy(proxies: Vec<ir::Proxy>) -> ir::Proxy {
     proxies.into_iter().next().unwrap_or_else(|| ir::Proxy {
-        schema: ir::SCHEMA_VERSION,
+        schema: ir::BASE_SCHEMA,
         id: "standalone".to_string(),
         ..ir::Proxy::default()
     })
