@@ -71,8 +71,17 @@ async fn decide(checks: Arc<AtomicUsize>, req: Request<Incoming>) -> Result<Resp
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
+    let forwarded_for = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(|v| v.to_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("|");
     let body = req.into_body().collect().await.unwrap().to_bytes();
-    let answer = Response::builder().header("x-saw-body", String::from_utf8_lossy(&body).into_owned());
+    let answer = Response::builder()
+        .header("x-saw-body", String::from_utf8_lossy(&body).into_owned())
+        .header("x-saw-forwarded-for", forwarded_for);
     let answer = match authorization.as_str() {
         "Bearer alice" => answer
             .status(StatusCode::OK)
@@ -93,7 +102,12 @@ fn external_auth(backend: Option<&str>) -> ir::ExternalAuth {
         path: "".into(),
         allowed_headers: Vec::new(),
         // Host is listed: the server's Host reaches the request, and must not take effect.
-        allowed_response_headers: vec!["x-user".into(), "x-saw-body".into(), "host".into()],
+        allowed_response_headers: vec![
+            "x-user".into(),
+            "x-saw-body".into(),
+            "x-saw-forwarded-for".into(),
+            "host".into(),
+        ],
         forward_body: 64,
     }
 }
@@ -191,6 +205,39 @@ async fn routing_sees_the_servers_headers_but_never_its_host() {
         .unwrap_or_else(|| panic!("no listener check count in\n{metrics}"));
     assert!(line.ends_with(" 4"), "{line}");
     assert_eq!(auth.checks(), 4);
+}
+
+/// The server sees the forwarding headers a route's server sees (when it asks for them), and
+/// the backend gets X-Forwarded-For once.
+#[tokio::test]
+async fn the_server_sees_the_forwarding_headers() {
+    let alice = EchoBackend::start("alice").await;
+    let everyone = EchoBackend::start("everyone").await;
+    let evil = EchoBackend::start("evil").await;
+    let auth = AuthServer::start().await;
+    let mut filter = external_auth(Some("auth"));
+    filter.allowed_headers = vec!["authorization".into(), "x-forwarded-for".into()];
+    let backends = vec![
+        echo_backend(&alice),
+        echo_backend(&everyone),
+        echo_backend(&evil),
+        auth.backend("auth"),
+    ];
+    let (_dp, addr) = start(guarded_proxy(filter, backends)).await;
+    let client = client();
+    let reply = send(&client, authorized(addr, "app.example.com", "anyone")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.echoed("x-saw-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(reply.echoed("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(reply.echoed("x-forwarded-proto"), ["http"]);
+
+    // A client's own X-Forwarded-For is extended once, for the server and the backend alike.
+    let mut req = authorized(addr, "app.example.com", "anyone");
+    req.headers_mut()
+        .insert("x-forwarded-for", "203.0.113.7".parse().unwrap());
+    let reply = send(&client, req).await;
+    assert_eq!(reply.echoed("x-saw-forwarded-for"), ["203.0.113.7, 127.0.0.1"]);
+    assert_eq!(reply.echoed("x-forwarded-for"), ["203.0.113.7, 127.0.0.1"]);
 }
 
 #[tokio::test]

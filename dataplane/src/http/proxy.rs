@@ -276,7 +276,9 @@ impl Connection {
     /// [`Connection::route`] on a listener with filters (GEP-5224): they run first, in their
     /// order, and route matching then sees the request they leave, once. Its Host and authority
     /// are the client's whatever the filters did: they chose the listener, which is not chosen
-    /// again. A filter's denial answers without any routing.
+    /// again. A filter's denial answers without any routing. The forwarding headers are set
+    /// before the filters, so an authorization server sees X-Forwarded-For and -Proto as a
+    /// route's does.
     #[allow(clippy::too_many_arguments)]
     async fn filtered<'t>(
         &self,
@@ -291,6 +293,7 @@ impl Connection {
     ) -> Response<ProxyBody> {
         let context = &self.context;
         let grpc = is_grpc(&parts.headers);
+        self.forwarding_headers(&mut parts.headers, &parts.uri);
         let (body, clock) = ClientBody::new(body, context.limits.request_body_timeout, trail.cloned());
         let access = access::Context {
             peer: self.peer,
@@ -349,7 +352,10 @@ impl Connection {
         if let Some(span) = &mut span {
             span.routed(&parts.method, &rule.route);
         }
-        self.forwarding_headers(&mut parts.headers, &parts.uri);
+        if let Body::Client(_) = &body {
+            // A checked body comes from `filtered`, which set them before its filters.
+            self.forwarding_headers(&mut parts.headers, &parts.uri);
+        }
         let exchange = Exchange {
             rule,
             scheme: context.scheme,
