@@ -123,6 +123,8 @@ pub struct Metrics {
     pub rejected_connections: Counter,
     pub timeouts: Timeouts,
     pub retries: Counter,
+    /// Route retries not sent because the backend's retry budget was spent.
+    pub retries_refused: Family<BackendLabels, Counter>,
     pub ejections: Family<BackendLabels, Counter>,
     pub config_version: Gauge,
     pub apply_errors: Counter,
@@ -158,6 +160,7 @@ impl Default for Metrics {
             Family::<RouteLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
         let active_connections = Gauge::default();
         let retries = Counter::default();
+        let retries_refused = Family::<BackendLabels, Counter>::default();
         let ejections = Family::<BackendLabels, Counter>::default();
         let config_version = Gauge::default();
         let apply_errors = Counter::default();
@@ -201,6 +204,11 @@ impl Default for Metrics {
             timeout_family,
         );
         registry.register("retries", "Route retries sent", retries.clone());
+        registry.register(
+            "retries_refused",
+            "Route retries not sent because the backend's retry budget was spent",
+            retries_refused.clone(),
+        );
         registry.register(
             "ejections",
             "Endpoints ejected by passive health checks",
@@ -268,6 +276,7 @@ impl Default for Metrics {
             rejected_connections,
             timeouts,
             retries,
+            retries_refused,
             ejections,
             config_version,
             apply_errors,

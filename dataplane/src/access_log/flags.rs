@@ -36,10 +36,12 @@ pub enum Flag {
     AccessDenied = 1 << 14,
     /// An access check could not decide (its server unreachable, slow or confused): denied.
     AccessCheckFailed = 1 << 15,
+    /// A route retry was not sent: the backend's retry budget is spent (503).
+    RetryBudgetExhausted = 1 << 16,
 }
 
 impl Flag {
-    const ALL: [Flag; 16] = [
+    const ALL: [Flag; 17] = [
         Flag::NoRoute,
         Flag::NoHealthyEndpoint,
         Flag::UpstreamConnectFailure,
@@ -56,6 +58,7 @@ impl Flag {
         Flag::TlsHandshakeFailure,
         Flag::AccessDenied,
         Flag::AccessCheckFailed,
+        Flag::RetryBudgetExhausted,
     ];
 
     /// The name in log lines.
@@ -77,6 +80,7 @@ impl Flag {
             Flag::TlsHandshakeFailure => "tls_handshake_failure",
             Flag::AccessDenied => "access_denied",
             Flag::AccessCheckFailed => "access_check_failed",
+            Flag::RetryBudgetExhausted => "retry_budget_exhausted",
         }
     }
 }

@@ -70,6 +70,8 @@ enum Attempt {
     Response(Response<ProxyBody>),
     /// No response; answered with this status unless retried.
     Failed(StatusCode),
+    /// Not sent, and not to be retried either: answered with this status.
+    Refused(StatusCode),
 }
 
 /// Where attempts take their request body from.
@@ -237,6 +239,7 @@ impl<'a> Exchange<'a> {
                             return timed_out;
                         }
                     }
+                    Attempt::Refused(_) => {}
                 }
             }
             let retry = attempt < retries && retryable(rule, &outcome);
@@ -246,7 +249,7 @@ impl<'a> Exchange<'a> {
                 }
                 return match outcome {
                     Attempt::Response(response) => response,
-                    Attempt::Failed(status) => response::local(status, rule.grpc),
+                    Attempt::Failed(status) | Attempt::Refused(status) => response::local(status, rule.grpc),
                 };
             }
             attempt += 1;
@@ -295,6 +298,7 @@ impl<'a> Exchange<'a> {
     ) -> Attempt {
         // Only rules with session persistence read the request's session and the clock.
         let (backend, mut sticky) = match &self.rule.session {
+            None if self.rule.backend_sessions => self.backend_session(&parts.headers),
             None => (self.rule.pick_backend(), None),
             Some(session) => self.sticky_backend(session, &parts.headers),
         };
@@ -317,6 +321,19 @@ impl<'a> Exchange<'a> {
             self.flag(Flag::InvalidBackend);
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
         };
+        if let Some(budget) = upstream.retry_budget() {
+            let now = std::time::Instant::now();
+            if attempt == 0 {
+                budget.sent(now);
+            } else if !budget.try_retry(now) {
+                self.flag(Flag::RetryBudgetExhausted);
+                let labels = crate::metrics::BackendLabels {
+                    backend: upstream.id.clone(),
+                };
+                self.metrics.retries_refused.get_or_create(&labels).inc();
+                return Attempt::Refused(StatusCode::SERVICE_UNAVAILABLE);
+            }
+        }
         if let Some(trail) = self.trail {
             trail.attempt(upstream);
         }
@@ -403,6 +420,40 @@ impl<'a> Exchange<'a> {
         (Some(backend), Some(sticky))
     }
 
+    /// The backend of a rule without a session of its own whose backends have theirs
+    /// (XBackend): the one whose session the request carries, on an endpoint it still serves,
+    /// else one picked by weight. The session names no position in the rule (it is always 0),
+    /// so it holds whichever rule sends the client to the backend.
+    fn backend_session(&self, headers: &http::HeaderMap) -> (Option<&'a RuleBackend>, Option<Sticky<'a>>) {
+        let now = session::now();
+        let rule: &'a Rule = self.rule;
+        let carried = rule.backends.iter().find_map(|b| {
+            let (upstream, session) = (b.upstream.as_ref()?, b.session.as_ref()?);
+            let pinned = session.pinned(headers, now)?;
+            upstream.serving_endpoint(&pinned.endpoint)?;
+            Some((b, session, pinned))
+        });
+        if let Some((backend, session, pinned)) = carried {
+            let sticky = Sticky {
+                session,
+                pinned: Some(pinned),
+                backend: 0,
+                now,
+            };
+            return (Some(backend), Some(sticky));
+        }
+        let Some(backend) = rule.pick_backend() else {
+            return (None, None);
+        };
+        let sticky = backend.session.as_ref().map(|session| Sticky {
+            session,
+            pinned: None,
+            backend: 0,
+            now,
+        });
+        (Some(backend), sticky)
+    }
+
     /// Applies request filters in order; a redirect (or an unusable rewrite) answers at once.
     fn apply(
         &self,
@@ -473,6 +524,7 @@ fn retryable(rule: &Rule, outcome: &Attempt) -> bool {
         Attempt::Response(response) => rule.retry.as_ref().is_some_and(|p| p.retries_status(response.status())),
         // Connection errors and timed out attempts are always retried.
         Attempt::Failed(_) => true,
+        Attempt::Refused(_) => false,
     }
 }
 

@@ -38,6 +38,8 @@ pub struct Rule {
     pub retry: Option<RetryPolicy>,
     /// Keeps clients on the backend and endpoint they first reached.
     pub session: Option<Session>,
+    /// Without a session of the rule, whether a backend has one of its own (XBackend).
+    pub backend_sessions: bool,
     /// Requests served by this rule of its listener, by status.
     pub counters: RequestCounters,
 }
@@ -49,6 +51,9 @@ pub struct RuleBackend {
     pub upstream: Option<Arc<Upstream>>,
     pub weight: u32,
     pub filters: Vec<Filter>,
+    /// The backend's own session persistence (an XBackend's, or its XBackendTrafficPolicy's),
+    /// which keeps a client on one of its endpoints whichever rule sends it there.
+    pub session: Option<Session>,
 }
 
 /// How a rule names itself in errors and logs.
@@ -101,18 +106,29 @@ impl Rule {
             ir::PathMatch::Prefix(p) => Some(p.as_str()),
             _ => None,
         };
-        let backends = rule
+        let backends: Vec<RuleBackend> = rule
             .backends
             .iter()
             .map(|b| {
                 let upstream = upstream::find(upstreams, b.backend.as_deref(), &context)?;
+                let session = match upstream.as_ref().and_then(|u| u.traffic().session_persistence.as_ref()) {
+                    Some(s) => Some(Session::compile(s, &context)?),
+                    None => None,
+                };
                 Ok(RuleBackend {
                     upstream,
+                    session,
                     weight: b.weight,
                     filters: filters::compile(&b.filters, Placement::Backend, prefix, &context, upstreams)?,
                 })
             })
             .collect::<Result<_, ValidationError>>()?;
+        let session = rule
+            .session_persistence
+            .as_ref()
+            .map(|s| Session::compile(s, &context))
+            .transpose()?;
+        let backend_sessions = session.is_none() && backends.iter().any(|b| b.session.is_some());
         Ok(Rule {
             source: rule.clone(),
             name: context.clone(),
@@ -125,11 +141,8 @@ impl Rule {
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
             backend_timeout: rule.timeouts.backend_request_ms.map(Duration::from_millis),
             retry: rule.retry.as_ref().map(RetryPolicy::compile),
-            session: rule
-                .session_persistence
-                .as_ref()
-                .map(|s| Session::compile(s, &context))
-                .transpose()?,
+            session,
+            backend_sessions,
             counters: RequestCounters::new(listener, &context),
         })
     }

@@ -9,12 +9,14 @@ mod connector;
 mod direct;
 mod health;
 mod pool;
+mod retry_budget;
 mod tls;
 
 pub use balancer::pick_weighted;
 pub use body::{BodyClock, BodyTimeout, BoxError, BufferedBody, ClientBody, RequestBody, ResponseBody};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
 pub use health::PassiveHealth;
+pub use retry_budget::RetryBudget;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,6 +72,8 @@ pub struct Upstream {
     ejections: Counter,
     /// When its endpoints are ejected.
     passive_health: PassiveHealth,
+    /// Bounds the route retries sent to it (XBackendTrafficPolicy), kept across swaps.
+    retry_budget: Option<Arc<RetryBudget>>,
 }
 
 impl Upstream {
@@ -151,6 +155,13 @@ impl Upstream {
         let labels = BackendLabels {
             backend: spec.id.to_string(),
         };
+        // The retries counted so far still count when only other settings changed.
+        let retry_budget = spec.traffic.retry_budget.as_ref().map(|settings| {
+            previous
+                .and_then(|p| p.retry_budget.clone())
+                .filter(|b| b.is_for(settings))
+                .unwrap_or_else(|| Arc::new(RetryBudget::new(settings, std::time::Instant::now())))
+        });
         Ok(Arc::new(Upstream {
             id: spec.id.to_string(),
             spec: spec.clone(),
@@ -162,6 +173,17 @@ impl Upstream {
             latency: metrics.upstream_latency.get_or_create(&labels).clone(),
             ejections: metrics.ejections.get_or_create(&labels).clone(),
             passive_health,
+            retry_budget,
         }))
+    }
+
+    /// The backend's retry budget, when an XBackendTrafficPolicy sets one.
+    pub fn retry_budget(&self) -> Option<&RetryBudget> {
+        self.retry_budget.as_deref()
+    }
+
+    /// What the backend itself says about its traffic (XBackend, XBackendTrafficPolicy).
+    pub fn traffic(&self) -> &ir::BackendTraffic {
+        &self.spec.traffic
     }
 }
