@@ -33,7 +33,8 @@ pub struct Backends<'a> {
     slices: foldhash::HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     xbackends: foldhash::HashMap<(&'a str, &'a str), &'a XBackend>,
     /// The operator's Service of each `EndpointSelector` XBackend, by namespace and XBackend.
-    xbackend_services: foldhash::HashMap<(&'a str, &'a str), &'a str>,
+    /// The Services kept for EndpointSelector XBackends: by XBackend, its owner uid and name.
+    xbackend_services: foldhash::HashMap<(&'a str, &'a str), Vec<(&'a str, &'a str)>>,
     pub policies: Policies<'a>,
     pub traffic: TrafficPolicies<'a>,
     /// Resolutions already made in this translation: routes share few distinct backendRefs.
@@ -195,14 +196,13 @@ impl<'a> Backends<'a> {
                 slices.entry((slice.namespace(), svc.as_str())).or_default().push(slice);
             }
         }
-        let mut xbackend_services = foldhash::HashMap::default();
+        let mut xbackend_services: foldhash::HashMap<_, Vec<_>> = foldhash::HashMap::default();
         for s in &snapshot.services {
-            if let Some(x) = s.metadata.labels.as_ref().and_then(|l| l.get(xbackend::XBACKEND_LABEL)) {
-                // Several only while the operator replaces one: the first name is as good.
-                let entry = xbackend_services.entry((s.namespace(), x.as_str())).or_insert(s.name());
-                if s.name() < *entry {
-                    *entry = s.name();
-                }
+            if let Some(owner) = xbackend::owner(s) {
+                xbackend_services
+                    .entry((s.namespace(), owner.name.as_str()))
+                    .or_default()
+                    .push((owner.uid.as_str(), s.name()));
             }
         }
         let xbackends = if snapshot.facts.installed("XBackend") {
@@ -575,7 +575,17 @@ impl<'a> Backends<'a> {
     }
 
     fn xbackend_settings(&self, x: &XBackend) -> xbackend::Settings {
-        let service = self.xbackend_services.get(&(x.namespace(), x.name())).copied();
+        // The Service owned by this very XBackend (not by an earlier one of the same name); the
+        // lowest name should there be two.
+        let uid = x.metadata.uid.as_deref();
+        let service = self
+            .xbackend_services
+            .get(&(x.namespace(), x.name()))
+            .into_iter()
+            .flatten()
+            .filter(|(owner, _)| uid.is_none_or(|uid| uid == *owner))
+            .map(|(_, name)| *name)
+            .min();
         xbackend::settings(x, self.snapshot, service, |name, port| {
             self.endpoints(x.namespace(), name, port)
         })

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ServicePort;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::XBackend;
 use crate::config::Config;
@@ -36,6 +37,16 @@ pub struct Settings {
     pub traffic: BackendTraffic,
     /// Why the XBackend is not accepted (it then serves nothing, or fails its TLS).
     pub problem: Option<Problem>,
+}
+
+/// The XBackend that owns `s`, when `s` is the Service the operator keeps for one: labelled
+/// [`XBACKEND_LABEL`] and controlled by an XBackend. The label alone is not enough: anyone who
+/// may create Services could label one.
+pub fn owner(s: &k8s_openapi::api::core::v1::Service) -> Option<&OwnerReference> {
+    s.metadata.labels.as_ref()?.get(XBACKEND_LABEL)?;
+    s.metadata.owner_references.iter().flatten().find(|o| {
+        o.kind == "XBackend" && o.controller == Some(true) && o.api_version.split('/').next() == Some(X_GROUP)
+    })
 }
 
 /// The key an XBackend's users record, so its status knows which Gateways use it.
