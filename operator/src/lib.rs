@@ -18,3 +18,4 @@ pub mod reconcile;
 pub mod settings;
 pub mod status;
 pub mod watch;
+pub mod xbackend;

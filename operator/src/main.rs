@@ -234,10 +234,16 @@ fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, g
         policy.ancestors.retain(|a| ours(&a.ancestor_ref));
     }
     statuses.backend_tls_policies.retain(|p| !p.ancestors.is_empty());
-    for policy in &mut statuses.telemetry_policies {
-        policy.ancestors.retain(|a| ours(&a.ancestor_ref));
+    for policies in [
+        &mut statuses.telemetry_policies,
+        &mut statuses.xbackends,
+        &mut statuses.xbackend_traffic_policies,
+    ] {
+        for policy in policies.iter_mut() {
+            policy.ancestors.retain(|a| ours(&a.ancestor_ref));
+        }
+        policies.retain(|p| !p.ancestors.is_empty());
     }
-    statuses.telemetry_policies.retain(|p| !p.ancestors.is_empty());
     statuses.gateway_classes.clear();
     Ok(())
 }

@@ -27,6 +27,7 @@ use crate::status::writer;
 use crate::watch::discovery::{self, Discovery};
 use crate::watch::snapshot::Changed;
 use crate::watch::{Changes, Scope, Snapshots, Stores};
+use crate::xbackend::XBackendServices;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -181,6 +182,7 @@ async fn reconcile(
     });
     // The statuses of the last leader pass, checked again when only statuses changed since.
     let mut last_statuses: Option<Arc<Statuses>> = None;
+    let xbackend_services = XBackendServices::start(client.clone(), leadership.clone(), changes.clone());
     loop {
         changes.settled(settings.debounce).await;
         let started = Instant::now();
@@ -200,10 +202,15 @@ async fn reconcile(
                 _ => {}
             }
         }
+        let leader = leadership.is_leader();
         let output = off_the_workers(|| {
             let snapshot = snapshots.refresh();
             provisioning.observe(&mut snapshot.facts);
             tracing::debug!(took = ?started.elapsed(), "snapshot taken");
+            // Only once XBackends are listed: before, every Service kept for one looks unwanted.
+            if leader && snapshot.facts.installed("XBackend") {
+                xbackend_services.sync(&snapshot.xbackends, snapshot.services.iter());
+            }
             translator::translate_reusing(snapshot, &config, &mut compiled)
         });
         metrics.translated(started.elapsed());

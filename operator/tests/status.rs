@@ -419,3 +419,132 @@ spec:
     assert_eq!(resolved["reason"], "BackendNotFound");
     controller.abort();
 }
+
+/// An EndpointSelector XBackend gets the headless Service Turna keeps for it (owned by it,
+/// labelled, selecting its pods), which goes when the XBackend stops selecting pods; the
+/// XBackend and an XBackendTrafficPolicy targeting it list the Gateway using them, Accepted.
+#[tokio::test]
+async fn xbackends_get_their_service_and_ancestor_status() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let cp = plane();
+    let ns = cp.fresh_namespace("xbackend");
+    let class = format!("turna-{ns}");
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
+    );
+    let xbackend = |spec: &str| {
+        format!(
+            "apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {{name: echo, namespace: {ns}}}
+spec:
+{spec}"
+        )
+    };
+    cp.apply_yaml(&format!(
+        "{gateway}{}---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackendTrafficPolicy
+metadata: {{name: budget, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: echo}}]
+  retryConstraint:
+    budget: {{percent: 20, interval: 10s}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: shop, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules:
+    - backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: echo}}]
+",
+        xbackend(
+            "  type: EndpointSelector
+  endpointSelector: {matchLabels: {app: echo, tier: web}}
+  port: {number: 3000}
+"
+        )
+    ))
+    .expect("apply");
+
+    let client = client().await;
+    let controller = tokio::spawn(operator::reconcile::run(client.clone(), settings(&class)));
+    let x_resource = |kind: &str, plural: &str| ApiResource {
+        group: translator::X_GROUP.into(),
+        version: "v1alpha1".into(),
+        api_version: format!("{}/v1alpha1", translator::X_GROUP),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let xbackends: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &x_resource("XBackend", "xbackends"));
+    let policies: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &x_resource("XBackendTrafficPolicy", "xbackendtrafficpolicies"),
+    );
+    let accepted_for_web = |o: &Value| {
+        o["status"]["ancestors"].as_array().is_some_and(|a| {
+            a.iter().any(|a| {
+                a["ancestorRef"]["name"] == "web"
+                    && condition(&a["conditions"], "Accepted").is_some_and(|c| c["status"] == "True")
+            })
+        })
+    };
+    let x = eventually(&xbackends, "echo", accepted_for_web).await;
+    eventually(&policies, "budget", accepted_for_web).await;
+
+    // The Service: owned by the XBackend, labelled, headless, its selector and port.
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns);
+    let labelled = kube::api::ListParams::default().labels("gateway.turna.rakunlabs.com/xbackend=echo");
+    let service = common::eventually("the XBackend's Service", || async {
+        services.list(&labelled).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    let name = service.metadata.name.clone().unwrap_or_default();
+    assert!(name.starts_with("turna-xb-echo-"), "{name}");
+    let owner = &service.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("XBackend", "echo"));
+    assert_eq!(Some(owner.uid.as_str()), x["metadata"]["uid"].as_str());
+    assert_eq!(owner.controller, Some(true));
+    let spec = service.spec.as_ref().expect("spec");
+    assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+    let selector = spec.selector.as_ref().expect("selector");
+    assert_eq!((selector["app"].as_str(), selector["tier"].as_str()), ("echo", "web"));
+    assert_eq!(spec.ports.as_ref().expect("ports")[0].port, 3000);
+
+    // Another selector is applied to the same Service.
+    cp.apply_yaml(&xbackend(
+        "  type: EndpointSelector
+  endpointSelector: {matchLabels: {app: echo2}}
+  port: {number: 3000}
+",
+    ))
+    .expect("apply");
+    common::eventually("the new selector", || async {
+        let s = services.get(&name).await.ok()?;
+        let selector = s.spec?.selector?;
+        (selector.get("app").map(String::as_str) == Some("echo2") && !selector.contains_key("tier")).then_some(())
+    })
+    .await;
+
+    // An ExternalHostname XBackend needs no Service: it goes.
+    cp.apply_yaml(&xbackend(
+        "  type: ExternalHostname
+  externalHostname: {hostname: api.example.com}
+  port: {number: 443}
+",
+    ))
+    .expect("apply");
+    common::eventually("the Service removed", || async {
+        match services.get(&name).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    controller.abort();
+}

@@ -29,14 +29,23 @@ deploy tests check both directions). "read" is get, list and watch.
   verbs: ["get", "list", "watch"]
 {{- end -}}
 
-{{/* Experimental Gateway API policies Turna implements (XTelemetryPolicy): read, and status. */}}
+{{/* Experimental Gateway API kinds Turna implements (XTelemetryPolicy, XBackend,
+XBackendTrafficPolicy): read, and status. */}}
 {{- define "turna.rules.experimentalPolicies" -}}
 - apiGroups: ["gateway.networking.x-k8s.io"]
-  resources: ["xtelemetrypolicies"]
+  resources: ["xtelemetrypolicies", "xbackends", "xbackendtrafficpolicies"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["gateway.networking.x-k8s.io"]
-  resources: ["xtelemetrypolicies/status"]
+  resources: ["xtelemetrypolicies/status", "xbackends/status", "xbackendtrafficpolicies/status"]
   verbs: ["patch"]
+{{- end -}}
+
+{{/* The headless Service of each EndpointSelector XBackend, in its namespace
+(operator/src/xbackend.rs); read by coreRead. */}}
+{{- define "turna.rules.xbackendServices" -}}
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch", "delete"]
 {{- end -}}
 
 {{/* ClusterTrustBundles CA certificate references may name (cluster-scoped, so only where the

@@ -175,6 +175,8 @@ status_json!(
     api::UdpRoute,
     api::BackendTlsPolicy,
     api::XTelemetryPolicy,
+    api::XBackend,
+    api::XBackendTrafficPolicy,
 );
 
 /// A status write a pass found needed.
@@ -397,6 +399,27 @@ pub async fn write(
     for p in &s.telemetry_policies {
         plan.add(
             &stores.telemetry_policies,
+            Some(&p.namespace),
+            &p.name,
+            &Arc::new(p.clone()),
+            |cur| merge::policy(cur, p, controller, &now),
+        );
+        breathe(&mut planned).await;
+    }
+    // XBackends carry their ancestors as policies do.
+    for p in &s.xbackends {
+        plan.add(
+            &stores.xbackends,
+            Some(&p.namespace),
+            &p.name,
+            &Arc::new(p.clone()),
+            |cur| merge::policy(cur, p, controller, &now),
+        );
+        breathe(&mut planned).await;
+    }
+    for p in &s.xbackend_traffic_policies {
+        plan.add(
+            &stores.xbackend_traffic_policies,
             Some(&p.namespace),
             &p.name,
             &Arc::new(p.clone()),

@@ -5,8 +5,8 @@
 //! A kind is watched at the version of its typed struct when the API server serves it, else at a
 //! served version through [`DynamicObject`](kube::api::DynamicObject)s converted into the typed
 //! struct (ReferenceGrant at v1beta1 on clusters with older CRDs; ClusterTrustBundle at v1, the
-//! typed struct being v1beta1). ListenerSet, BackendTLSPolicy, XTelemetryPolicy, TurnaProxy and
-//! ClusterTrustBundle are watched only when a SelfSubjectAccessReview grants list, watch and
+//! typed struct being v1beta1). ListenerSet, BackendTLSPolicy, XTelemetryPolicy, XBackend,
+//! XBackendTrafficPolicy, TurnaProxy and ClusterTrustBundle are watched only when a SelfSubjectAccessReview grants list, watch and
 //! (where Turna writes it) status patch; a review that fails (rather than denies) keeps the
 //! previous answer and is retried at the next pass, never taken as a yes.
 
@@ -45,7 +45,7 @@ struct Reviewed {
     cluster: bool,
 }
 
-const REVIEWED: [Reviewed; 5] = [
+const REVIEWED: [Reviewed; 7] = [
     Reviewed {
         group: translator::GROUP,
         kind: "ListenerSet",
@@ -64,6 +64,20 @@ const REVIEWED: [Reviewed; 5] = [
         group: translator::X_GROUP,
         kind: "XTelemetryPolicy",
         plural: "xtelemetrypolicies",
+        status: true,
+        cluster: false,
+    },
+    Reviewed {
+        group: translator::X_GROUP,
+        kind: "XBackend",
+        plural: "xbackends",
+        status: true,
+        cluster: false,
+    },
+    Reviewed {
+        group: translator::X_GROUP,
+        kind: "XBackendTrafficPolicy",
+        plural: "xbackendtrafficpolicies",
         status: true,
         cluster: false,
     },

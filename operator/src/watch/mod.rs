@@ -34,7 +34,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
-    UdpRoute, XTelemetryPolicy,
+    UdpRoute, XBackend, XBackendTrafficPolicy, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
@@ -176,6 +176,8 @@ pub struct Stores {
     pub reference_grants: Watched<ReferenceGrant>,
     pub backend_tls_policies: Watched<BackendTlsPolicy>,
     pub telemetry_policies: Watched<XTelemetryPolicy>,
+    pub xbackends: Watched<XBackend>,
+    pub xbackend_traffic_policies: Watched<XBackendTrafficPolicy>,
     pub turna_proxies: Watched<TurnaProxy>,
     /// ClusterTrustBundles, which CA certificate references may name: fed like the Gateway API
     /// kinds, so they are watched only where the API server serves them (at any version) and
@@ -524,6 +526,8 @@ impl Stores {
             reference_grants: crd!("ReferenceGrant", &namespaced, ReferenceGrant),
             backend_tls_policies: crd!("BackendTLSPolicy", &namespaced, BackendTlsPolicy),
             telemetry_policies: crd!("XTelemetryPolicy", &namespaced, XTelemetryPolicy),
+            xbackends: crd!("XBackend", &namespaced, XBackend),
+            xbackend_traffic_policies: crd!("XBackendTrafficPolicy", &namespaced, XBackendTrafficPolicy),
             turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
             cluster_trust_bundles: crd!("ClusterTrustBundle", &cluster, ClusterTrustBundle),
             services: reflect::<Service>(with_default(scope.apis(client)), changes, metrics, "Service"),

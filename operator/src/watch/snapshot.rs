@@ -144,7 +144,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use translator::api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
-    UdpRoute, XTelemetryPolicy,
+    UdpRoute, XBackend, XBackendTrafficPolicy, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
 use translator::snapshot::ClusterTrustBundleFacts;
@@ -161,6 +161,8 @@ mirrors! {
     reference_grants: ReferenceGrant,
     backend_tls_policies: BackendTlsPolicy,
     telemetry_policies: XTelemetryPolicy,
+    xbackends: XBackend,
+    xbackend_traffic_policies: XBackendTrafficPolicy,
     turna_proxies: TurnaProxy,
     services: Service,
     endpoint_slices: EndpointSlice,
