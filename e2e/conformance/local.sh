@@ -2,7 +2,7 @@
 # `make conformance-local`: the conformance suite against Turna on the local cluster.
 #
 #   e2e/conformance/local.sh [--smoke] [--modes default,gateway-namespace] [--keep]
-#       [--observability]
+#       [--observability] [--xbackend]
 #
 # 1. builds what is missing (all cached): the turna binary (the ghcr.io/rakunlabs/turna image;
 #    the run uses a copy, so later builds in the same tree do not change it mid-run),
@@ -18,19 +18,22 @@
 # 4. `make cluster-down` (unless --keep).
 # --smoke runs the smoke subset in the default mode only. --observability runs
 # e2e/observability/check.sh after the suite of each mode (Prometheus finds the controller and a
-# proxy by their pod annotations and scrapes them). Exits non-zero when a test failed.
+# proxy by their pod annotations and scrapes them). --xbackend runs e2e/xbackend/check.sh after
+# the suite of each mode (an EndpointSelector XBackend with session persistence and an
+# XBackendTrafficPolicy, end to end). Exits non-zero when a test failed.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=e2e/scripts/lib.sh
 source "$ROOT/e2e/scripts/lib.sh"
 
-smoke=0 keep=0 observability=0 modes=default,gateway-namespace
+smoke=0 keep=0 observability=0 xbackend=0 modes=default,gateway-namespace
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--smoke) smoke=1; shift ;;
 	--keep) keep=1; shift ;;
 	--observability) observability=1; shift ;;
+	--xbackend) xbackend=1; shift ;;
 	--modes) modes="${2:?--modes needs a list}"; shift 2 ;;
 	-h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
 	*) die "unknown argument: $1" ;;
@@ -132,6 +135,10 @@ for mode in "${mode_list[@]}"; do
 	if [[ $observability == 1 ]]; then
 		step "observability check ($mode)"
 		"$ROOT/e2e/observability/check.sh" || rc=$?
+	fi
+	if [[ $xbackend == 1 ]]; then
+		step "xbackend check ($mode)"
+		"$ROOT/e2e/xbackend/check.sh" || rc=$?
 	fi
 	kubectl -n turna-system logs deploy/turna --tail=-1 > "$ROOT/e2e/.cache/conformance/turna-$mode-controller.log" 2>&1 || true
 	step "uninstall Turna ($mode)"
