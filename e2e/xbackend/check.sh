@@ -94,7 +94,13 @@ address="$(kubectl -n "$NS" get gateway web -o jsonpath='{.status.addresses[0].v
 [[ -n $address ]] || die "Gateway $NS/web has no address"
 
 # The controller's Service for the XBackend: its name, owner reference, the label.
-service="$(kubectl -n "$NS" get services -l gateway.turna.rakunlabs.com/xbackend=echo -o jsonpath='{.items[0].metadata.name}')"
+service=""
+deadline=$((SECONDS + 30))
+until [[ -n $service ]]; do
+	((SECONDS < deadline)) || die "no Service labelled for XBackend echo"
+	service="$(kubectl -n "$NS" get services -l gateway.turna.rakunlabs.com/xbackend=echo -o jsonpath='{.items[0].metadata.name}' 2> /dev/null || true)"
+	[[ -n $service ]] || sleep 0.5
+done
 [[ $service == turna-xb-echo-* ]] || die "no Service labelled for XBackend echo (got '${service}')"
 owner="$(kubectl -n "$NS" get service "$service" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')"
 [[ $owner == XBackend/echo ]] || die "Service $service is owned by '$owner', not XBackend/echo"
