@@ -291,3 +291,186 @@ fn the_example_routes_to_the_quick_start_backends() {
     endpoints.sort();
     assert_eq!(endpoints, [9081, 9082]);
 }
+
+/// A TLS backend on loopback for `localhost`, whose certificate `server_ca` signed, that asks for
+/// a client certificate signed by `client_ca` and answers `tls <path>` to clients that show one.
+async fn mtls_backend(server_ca: &Issuer, client_ca: &Issuer) -> SocketAddr {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .signed_by(&key, &server_ca.issuer)
+        .expect("certificate");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(client_ca.issuer.der().clone()).expect("client CA");
+    let verifier = rustls::server::WebPkiClientVerifier::builder(std::sync::Arc::new(roots))
+        .build()
+        .expect("verifier");
+    let config = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key der"),
+        )
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                    let body = format!("tls {}", req.uri().path());
+                    Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                        bytes::Bytes::from(body),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A CA for the TLS tests.
+struct Issuer {
+    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Issuer {
+    fn new() -> Issuer {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        Issuer {
+            issuer: rcgen::CertifiedIssuer::self_signed(params, key).expect("CA"),
+        }
+    }
+
+    /// A certificate and key it signed, as PEM.
+    fn leaf(&self, name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .expect("params")
+            .signed_by(&key, &self.issuer)
+            .expect("certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// `text` as a YAML block scalar indented by `indent` spaces.
+fn block(text: &str, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    format!("|\n{}", text.lines().map(|l| format!("{pad}{l}\n")).collect::<String>())
+}
+
+/// An ExternalHostname XBackend with `tls` originates TLS itself (GEP-4894): verified against
+/// its CA ConfigMap and hostname, with its client certificate Secret for ClientAndServer. A
+/// wrong CA or a missing client certificate fails the connection instead of sending in the
+/// clear or unverified.
+#[tokio::test]
+async fn an_xbackend_originates_tls_with_its_own_validation_and_client_certificate() {
+    let server_ca = Issuer::new();
+    let client_ca = Issuer::new();
+    let other_ca = Issuer::new();
+    let upstream = mtls_backend(&server_ca, &client_ca).await;
+    let (client_cert, client_key) = client_ca.leaf("turna-client");
+    let port = free_port().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "gateway.yaml", &common::local_gateway(port));
+    let xbackend = |name: &str, tls: &str| {
+        format!(
+            "apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {{name: {name}}}
+spec:
+  type: ExternalHostname
+  externalHostname: {{hostname: localhost}}
+  port: {{number: {port}}}
+  tls:
+{tls}---
+",
+            port = upstream.port()
+        )
+    };
+    let validation = |ca: &str| {
+        format!(
+            "    validation: {{caCertificateRefs: [{{group: '', kind: ConfigMap, name: {ca}}}], hostname: localhost}}\n"
+        )
+    };
+    let files = format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: server-ca}}
+data:
+  ca.crt: {server}---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: other-ca}}
+data:
+  ca.crt: {other}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: client}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: {cert}  tls.key: {key}---
+{mtls}{wrong_ca}{no_client}apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: egress}}
+spec:
+  parentRefs: [{{name: local}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: /mtls}}}}]
+      backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: mtls}}]
+    - matches: [{{path: {{type: PathPrefix, value: /wrong-ca}}}}]
+      backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: wrong-ca}}]
+    - matches: [{{path: {{type: PathPrefix, value: /no-client}}}}]
+      backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: no-client}}]
+",
+        server = block(&server_ca.issuer.pem(), 4),
+        other = block(&other_ca.issuer.pem(), 4),
+        cert = block(&client_cert, 4),
+        key = block(&client_key, 4),
+        mtls = xbackend(
+            "mtls",
+            &format!(
+                "    mode: ClientAndServer\n    clientCertificateRef: {{name: client}}\n{}",
+                validation("server-ca")
+            )
+        ),
+        wrong_ca = xbackend("wrong-ca", &format!("    mode: ServerOnly\n{}", validation("other-ca"))),
+        no_client = xbackend(
+            "no-client",
+            &format!("    mode: ServerOnly\n{}", validation("server-ca"))
+        ),
+    );
+    write(dir.path(), "xbackends.yaml", &files);
+    let running = local::start(local::Options {
+        files: vec![dir.path().into()],
+        settings: Kubernetes {
+            port_offset: 0,
+            health_address: "127.0.0.1:0".into(),
+            ..Kubernetes::default()
+        },
+        address: LOOPBACK,
+        poll: local::POLL,
+    })
+    .await
+    .expect("local mode starts");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    assert_eq!(get(gateway, "/mtls/x").await, Some((200, "tls /mtls/x".into())));
+    for path in ["/wrong-ca/x", "/no-client/x"] {
+        let code = get(gateway, path).await.map(|(code, _)| code);
+        assert!(matches!(code, Some(502 | 503)), "{path}: {code:?}");
+    }
+    running.serve(async {}).await;
+}
