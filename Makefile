@@ -196,13 +196,14 @@ conformance-local:
 ## conformance-smoke: core tests of each of the five profiles (e2e/conformance/run.sh's smoke
 ## subset), then Prometheus discovering and scraping the controller and a proxy by their pod
 ## annotations (e2e/observability/check.sh) and an EndpointSelector XBackend with session
-## persistence and an XBackendTrafficPolicy (e2e/xbackend/check.sh), default placement, no report, on a cluster of its own (bridge turnasmk0,
+## persistence and an XBackendTrafficPolicy (e2e/xbackend/check.sh) and ExternalAuth on routes
+## and a listener against an ext_authz server pod (e2e/external-auth/check.sh), default placement, no report, on a cluster of its own (bridge turnasmk0,
 ## 10.245.0.0/16) so it runs beside a development cluster; part of `make test` (root; says it
 ## skipped otherwise). About 2 minutes with cached tools.
 conformance-smoke:
 	@if [ "$$(id -u)" != 0 ]; then echo "conformance-smoke: SKIPPED, needs root (a bridge and network namespaces)"; exit 0; fi; \
 	E2E_CLUSTER_DIR=$(CURDIR)/e2e/.cache/smoke TURNA_CLUSTER_BRIDGE=turnasmk0 TURNA_POD_CIDR=10.245.0.0/16 \
-		TURNA_NODE_NAME=turna-smoke e2e/conformance/local.sh --smoke --observability --xbackend
+		TURNA_NODE_NAME=turna-smoke e2e/conformance/local.sh --smoke --observability --xbackend --external-auth
 
 ## deploy: a kind cluster with LoadBalancer support, the Gateway API CRDs and Turna built from
 ## ./Dockerfile and installed with the Kustomize base, for machines with Docker (deploy/conformance).

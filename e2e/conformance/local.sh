@@ -2,7 +2,7 @@
 # `make conformance-local`: the conformance suite against Turna on the local cluster.
 #
 #   e2e/conformance/local.sh [--smoke] [--modes default,gateway-namespace] [--keep]
-#       [--observability] [--xbackend]
+#       [--observability] [--xbackend] [--external-auth]
 #
 # 1. builds what is missing (all cached): the turna binary (the ghcr.io/rakunlabs/turna image;
 #    the run uses a copy, so later builds in the same tree do not change it mid-run),
@@ -20,20 +20,24 @@
 # e2e/observability/check.sh after the suite of each mode (Prometheus finds the controller and a
 # proxy by their pod annotations and scrapes them). --xbackend runs e2e/xbackend/check.sh after
 # the suite of each mode (an EndpointSelector XBackend with session persistence and an
-# XBackendTrafficPolicy, end to end). Exits non-zero when a test failed.
+# XBackendTrafficPolicy, end to end). --external-auth runs e2e/external-auth/check.sh after the
+# suite of each mode (ExternalAuth on routes and listeners against an ext_authz server pod, the
+# cases the upstream conformance tests propose; it builds that server first). Exits non-zero
+# when a test failed.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=e2e/scripts/lib.sh
 source "$ROOT/e2e/scripts/lib.sh"
 
-smoke=0 keep=0 observability=0 xbackend=0 modes=default,gateway-namespace
+smoke=0 keep=0 observability=0 xbackend=0 external_auth=0 modes=default,gateway-namespace
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--smoke) smoke=1; shift ;;
 	--keep) keep=1; shift ;;
 	--observability) observability=1; shift ;;
 	--xbackend) xbackend=1; shift ;;
+	--external-auth) external_auth=1; shift ;;
 	--modes) modes="${2:?--modes needs a list}"; shift 2 ;;
 	-h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
 	*) die "unknown argument: $1" ;;
@@ -65,6 +69,12 @@ step "build"
 "$ROOT/e2e/scripts/build-images.sh"
 "$ROOT/e2e/scripts/lb-controller.sh" build
 "$HERE/run.sh" build
+if [[ $external_auth == 1 ]]; then
+	# The ext_authz server pod's image (turna.local/e2e/ext-authz in e2e/cluster/images.yaml).
+	auth_bin="$("$ROOT/e2e/scripts/build-observability.sh" extauthz | tail -1)"
+	mkdir -p "$HOME/.cache/turna/images"
+	ln -sfn "$auth_bin/extauthz" "$HOME/.cache/turna/images/ext-authz"
+fi
 
 # Every run starts from an empty cluster: a directory left by an interrupted run still has its
 # etcd data (Gateways, pods bound to an old node), which apiserver.sh would reuse.
@@ -139,6 +149,10 @@ for mode in "${mode_list[@]}"; do
 	if [[ $xbackend == 1 ]]; then
 		step "xbackend check ($mode)"
 		"$ROOT/e2e/xbackend/check.sh" || rc=$?
+	fi
+	if [[ $external_auth == 1 ]]; then
+		step "external-auth check ($mode)"
+		"$ROOT/e2e/external-auth/check.sh" || rc=$?
 	fi
 	kubectl -n turna-system logs deploy/turna --tail=-1 > "$ROOT/e2e/.cache/conformance/turna-$mode-controller.log" 2>&1 || true
 	step "uninstall Turna ($mode)"
