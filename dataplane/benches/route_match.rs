@@ -38,6 +38,7 @@ fn rule(name: &str, path: ir::PathMatch, headers: Vec<ir::ValueMatch>) -> ir::Ht
         timeouts: ir::Timeouts::default(),
         retry: None,
         session_persistence: None,
+        security: None,
     }
 }
 
@@ -72,6 +73,7 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
                 stream_routes: vec![],
                 tracing: None,
                 filters: Vec::new(),
+                security: None,
             }],
             frontend_validation: None,
         }],
@@ -79,6 +81,7 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
         connect_retries: 2,
         infrastructure: None,
         tracing: Default::default(),
+        security: Default::default(),
     };
     Table::build(
         &proxy,

@@ -43,6 +43,8 @@ pub enum ValidationError {
     FilterPlacement { context: String, filter: &'static str },
     #[error("{context}: backend {backend:?} is not in the IR's backends")]
     UnknownBackend { context: String, backend: String },
+    #[error("{context}: security policy {policy:?} is not in the IR's security policies")]
+    UnknownSecurityPolicy { context: String, policy: String },
     #[error("listener {listener}: certificate {secret:?}: {reason}")]
     Certificate {
         listener: String,

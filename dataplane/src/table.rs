@@ -10,6 +10,7 @@ use translator::ir;
 
 use crate::error::ValidationError;
 use crate::http::PortRoutes;
+use crate::http::access::security::{SecurityPolicies, SecurityPolicy};
 use crate::metrics::Metrics;
 use crate::stream::StreamPort;
 use crate::telemetry::{Exporting, Tracer};
@@ -36,6 +37,9 @@ pub struct Table {
     pub connect_retries: u32,
     /// The tracing of each traced Gateway ([`Table::trace`]).
     tracers: HashMap<ir::SmolStr, Arc<Tracer>>,
+    /// The security policies the listeners and rules name, kept by the next table when
+    /// unchanged.
+    security: SecurityPolicies,
 }
 
 /// A socket of the IR: the Gateway listener port, the local port bound for it, and what it serves.
@@ -138,6 +142,7 @@ impl Table {
             )?;
             upstreams.insert(key.to_string(), upstream);
         }
+        let security = SecurityPolicy::compile_all(proxy, material, &upstreams, &previous.security);
         let mut http_ports = HashMap::new();
         let mut stream_ports = HashMap::new();
         let mut tls_configs = HashMap::new();
@@ -170,7 +175,7 @@ impl Table {
             if !https.listeners.is_empty() {
                 https_configs.insert(port.port, tls::server_config(&https, material, tls::Alpn::Http)?);
                 let before = previous.http_ports.get(&port.port);
-                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams, before)?);
+                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams, &security, before)?);
                 validation = validation_fingerprint(port, material);
             }
             let terminates = |l: &ir::Listener| {
@@ -183,7 +188,7 @@ impl Table {
             match kind {
                 SocketKind::Http => {
                     let before = previous.http_ports.get(&port.port);
-                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams, before)?);
+                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams, &security, before)?);
                 }
                 SocketKind::Https => {}
                 _ => {
@@ -208,6 +213,7 @@ impl Table {
             upstreams,
             connect_retries: proxy.connect_retries,
             tracers: HashMap::new(),
+            security,
         })
     }
 
@@ -391,6 +397,7 @@ mod tests {
             timeouts: ir::Timeouts::default(),
             retry: None,
             session_persistence: None,
+            security: None,
         })
     }
 
@@ -408,6 +415,7 @@ mod tests {
             stream_routes: Vec::new(),
             tracing: None,
             filters: Vec::new(),
+            security: None,
         };
         ir::Proxy {
             schema: ir::SCHEMA_VERSION,
@@ -427,6 +435,7 @@ mod tests {
             connect_retries: 2,
             infrastructure: None,
             tracing: Default::default(),
+            security: Default::default(),
         }
     }
 

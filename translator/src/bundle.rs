@@ -2,13 +2,16 @@
 //!
 //! Only material a proxy serves: listener certificates and CA bundles that passed the
 //! ReferenceGrant checks, the Gateway's backend client certificate, and the CA bundles of the
-//! BackendTLSPolicies its backends use. The operator copies exactly this, nothing more. CA
-//! bundles come from ConfigMaps or ClusterTrustBundles ([`crate::trust_bundle`]).
+//! BackendTLSPolicies its backends use, and the credentials of the security policies that
+//! protect its listeners and rules (htpasswd files, API keys, local JWKS). The operator copies
+//! exactly this, nothing more. CA bundles come from ConfigMaps or ClusterTrustBundles
+//! ([`crate::trust_bundle`]).
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ir::security::{Credential, Jwks};
 use crate::ir::{Filter, Proxy};
 
 /// Secrets and ConfigMaps (`namespace/name`) and ClusterTrustBundles (`name`) one proxy needs.
@@ -23,6 +26,10 @@ pub struct Bundle {
     /// Left out when empty, as older bundles (and the golden files) have no such field.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub cluster_trust_bundles: BTreeSet<String>,
+    /// Keys of Secrets and ConfigMaps the security policies read (a key, or every key of a
+    /// Secret of API keys).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub credentials: BTreeSet<Credential>,
 }
 
 impl Bundle {
@@ -43,6 +50,19 @@ impl Bundle {
             if let Some(tls) = &backend.tls {
                 bundle.add_ca_bundles(&tls.ca_certificates);
                 bundle.secrets.extend(tls.client_certificate.iter().cloned());
+            }
+        }
+        for security in proxy.security.values() {
+            if let Some(b) = &security.basic_auth {
+                bundle.credentials.insert(b.users.clone());
+            }
+            if let Some(a) = &security.api_key {
+                bundle.credentials.extend(a.credentials.iter().cloned());
+            }
+            for p in security.jwt.iter().flat_map(|j| &j.providers) {
+                if let Jwks::Local { credential } = &p.jwks {
+                    bundle.credentials.insert(credential.clone());
+                }
             }
         }
         bundle

@@ -5,10 +5,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::parameters::TurnaProxy;
+use crate::policy::security::TurnaSecurityPolicy;
 
 /// Every CRD of Turna's own API group.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![TurnaProxy::crd()]
+    vec![TurnaProxy::crd(), TurnaSecurityPolicy::crd()]
 }
 
 /// [`all`] as multi-document YAML, as committed in the chart and the Kustomize base.

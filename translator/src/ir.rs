@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 pub use smol_str::SmolStr;
 
 pub mod delta;
+pub mod security;
+
+pub use security::Security;
 
 /// Newest shape of the IR this build reads. Bump on any incompatible change, and when a field is
 /// added that a proxy of the previous schema would silently ignore to the user's harm (serde
@@ -21,7 +24,8 @@ pub mod delta;
 ///
 /// - 1: the base shape.
 /// - 2: listener `filters` (GEP-5224).
-pub const SCHEMA_VERSION: u32 = 2;
+/// - 3: `security` of listeners and rules (TurnaSecurityPolicy).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest shape a proxy of this build still serves, and the schema of an IR that uses
 /// nothing newer.
@@ -50,6 +54,10 @@ pub struct Proxy {
     /// HTTP and HTTPS listeners name theirs in [`Listener::tracing`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tracing: BTreeMap<SmolStr, Tracing>,
+    /// The security policies the listeners and rules name ([`Listener::security`],
+    /// [`HttpRule::security`]), by policy `namespace/name`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub security: BTreeMap<SmolStr, Security>,
 }
 
 impl Proxy {
@@ -61,7 +69,13 @@ impl Proxy {
             .iter()
             .flat_map(|p| &p.listeners)
             .any(|l| !l.filters.is_empty());
-        if listener_filters { 2 } else { BASE_SCHEMA }
+        if !self.security.is_empty() {
+            3
+        } else if listener_filters {
+            2
+        } else {
+            BASE_SCHEMA
+        }
     }
 }
 
@@ -239,6 +253,10 @@ pub struct Listener {
     /// they set (never a changed Host).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filters: Vec<Filter>,
+    /// HTTP and HTTPS: the policy of [`Proxy::security`] protecting its rules that have none of
+    /// their own (a Gateway's or the listener's TurnaSecurityPolicy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<SmolStr>,
 }
 
 /// TLS handling of a listener.
@@ -325,6 +343,10 @@ pub struct HttpRule {
     /// Keeps a client on the backend and endpoint it first reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_persistence: Option<SessionPersistence>,
+    /// The policy of [`Proxy::security`] protecting this rule (the route's or the rule's
+    /// TurnaSecurityPolicy); it wins over its listener's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<SmolStr>,
 }
 
 /// Session persistence (GEP-1619): the proxy gives a client a cookie or header naming the

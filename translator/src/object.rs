@@ -64,6 +64,7 @@ meta!(
     k8s_openapi::api::discovery::v1::EndpointSlice,
     crate::snapshot::UnreadableRoute,
     crate::parameters::TurnaProxy,
+    crate::policy::security::TurnaSecurityPolicy,
 );
 
 impl<T: Meta> Meta for &T {

@@ -24,6 +24,7 @@ use crate::api::{
 };
 use crate::certificate;
 use crate::parameters::{self, TurnaProxy};
+use crate::policy::security::TurnaSecurityPolicy;
 use crate::route::RouteKind;
 
 /// The inputs of one translation. Objects are shared (`Arc`): the operator's snapshot holds the
@@ -48,6 +49,8 @@ pub struct Snapshot {
     pub xbackend_traffic_policies: Vec<Arc<XBackendTrafficPolicy>>,
     /// Proxy parameters GatewayClasses and Gateways may name.
     pub turna_proxies: Vec<Arc<TurnaProxy>>,
+    /// Turna's security policies (authentication and client address rules).
+    pub security_policies: Vec<Arc<TurnaSecurityPolicy>>,
     pub services: Vec<Arc<Service>>,
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     pub namespaces: Vec<Arc<Namespace>>,
@@ -172,7 +175,7 @@ pub struct TlsFacts {
     pub dns_names: Vec<String>,
 }
 
-/// The `ca.crt` key of a ConfigMap: the only key Turna caches.
+/// What Turna keeps of a ConfigMap: its `ca.crt` (counted) and its key names.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapFacts {
@@ -180,6 +183,9 @@ pub struct ConfigMapFacts {
     pub name: String,
     /// Number of parseable certificates in `ca.crt`; `None` when the key is missing.
     pub ca_certificates: Option<usize>,
+    /// The names of its data keys (a security policy's JWKS key, say), never their values.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub keys: BTreeSet<String>,
 }
 
 impl SecretFacts {
@@ -243,6 +249,7 @@ impl ConfigMapFacts {
             namespace: cm.metadata.namespace.clone().unwrap_or_default(),
             name: cm.metadata.name.clone().unwrap_or_default(),
             ca_certificates: ca.map(|pem| certificate::count_certificates(pem.as_bytes())),
+            keys: cm.data.iter().flat_map(|d| d.keys().cloned()).collect(),
         }
     }
 }
@@ -289,6 +296,7 @@ impl Snapshot {
         self.xbackend_traffic_policies
             .extend_from_slice(&other.xbackend_traffic_policies);
         self.turna_proxies.extend_from_slice(&other.turna_proxies);
+        self.security_policies.extend_from_slice(&other.security_policies);
         self.services.extend_from_slice(&other.services);
         self.endpoint_slices.extend_from_slice(&other.endpoint_slices);
         self.namespaces.extend_from_slice(&other.namespaces);
@@ -426,6 +434,9 @@ impl Snapshot {
                 .add_route(RouteKind::Udp, value, |s| &mut s.udp_routes)
                 .map_err(err)?,
             (parameters::GROUP, parameters::KIND) => self.turna_proxies.push(Arc::new(from(value).map_err(err)?)),
+            (parameters::GROUP, crate::policy::security::KIND) => {
+                self.security_policies.push(Arc::new(from(value).map_err(err)?))
+            }
             (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(Arc::new(from(value).map_err(err)?)),
             (crate::X_GROUP, "XTelemetryPolicy") => self.telemetry_policies.push(Arc::new(from(value).map_err(err)?)),

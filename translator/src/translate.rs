@@ -74,6 +74,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     let backends = Backends::new(snapshot, config);
     let listener_servers = gateway::listener_filters::resolve(&mut gateways, &backends, config);
     let telemetry = policy::telemetry::apply(snapshot, config, &gateways, &backends);
+    let security = policy::security::SecurityPolicies::build(snapshot, config, &backends);
     let regexes = route::value::Regexes::default();
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
@@ -104,6 +105,8 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             gateway_backends[gi].insert(b.id.clone(), b);
         }
     }
+    // The Gateways each route a security policy names is served on, by `Kind/namespace/name`.
+    let mut route_gateways: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     // Each route's outcome, for its status after the loop.
     let mut outcomes: Vec<Option<RouteOutcome>> = (0..routes.len()).map(|_| None).collect();
     let controller_name = ir::SmolStr::new(&config.controller_name);
@@ -118,6 +121,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         &all_attachments,
         &gateways,
         &backends,
+        &security,
         &regexes,
         config,
         threads,
@@ -231,6 +235,13 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             for (p, gw) in used_policies.drain(..) {
                 policy_usage.entry(p).or_default().insert(gw);
             }
+            if !security.is_empty() && security.targets_route(route.kind.name(), route.namespace, route.name) {
+                let key = format!("{}/{}/{}", route.kind.name(), route.namespace, route.name);
+                route_gateways
+                    .entry(key)
+                    .or_default()
+                    .extend(attached.iter().map(|(gi, _)| gateways[*gi].key()));
+            }
         }
         outcomes[ri] = Some(outcome);
         all_attachments[ri] = attachments;
@@ -245,6 +256,10 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         (cache.statuses).keep(&routes, &all_attachments, &outcomes, &route_statuses, &controller_name);
     }
 
+    let accepted_gateways: BTreeSet<String> = gateways.iter().filter(|g| g.is_accepted()).map(|g| g.key()).collect();
+    for (key, gw) in security.backend_usage(&accepted_gateways, &route_gateways) {
+        policy_usage.entry(key).or_default().insert(gw);
+    }
     let mut statuses = Statuses {
         gateway_classes: gateway::class::statuses(&classes, config),
         gateways: gateways.iter().map(gateway::status).collect(),
@@ -257,6 +272,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         telemetry_policies: telemetry.statuses,
         xbackends: backends.xbackend_statuses(&policy_usage),
         xbackend_traffic_policies: backends.traffic.statuses(&policy_usage, config),
+        security_policies: security.statuses(&accepted_gateways, &route_gateways, config),
     };
     statuses
         .listener_sets
@@ -300,7 +316,16 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             }
             key
         });
-        add_listeners(proxy, gw, &mut contributions[gi], &routes, &age_rank, config, tracing);
+        add_listeners(
+            proxy,
+            gw,
+            &mut contributions[gi],
+            &routes,
+            &age_rank,
+            config,
+            tracing,
+            &security,
+        );
         for (id, b) in &gateway_backends[gi] {
             if !proxy.backends.contains_key(id) {
                 proxy.backends.insert(id.clone(), ir::Backend::clone(b));
@@ -308,6 +333,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         }
     }
     for proxy in proxies.values_mut() {
+        policy::security::add_to_proxy(proxy, &security);
         proxy.schema = proxy.required_schema();
     }
     let mut out = Output {
@@ -438,6 +464,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
 }
 
 /// Adds the ready listeners of `gw` to `proxy`, with their route tables.
+#[allow(clippy::too_many_arguments)]
 fn add_listeners(
     proxy: &mut Proxy,
     gw: &GatewayModel<'_>,
@@ -446,6 +473,7 @@ fn add_listeners(
     age_rank: &[usize],
     config: &Config,
     tracing: Option<ir::SmolStr>,
+    security: &policy::security::SecurityPolicies<'_>,
 ) {
     for (li, l) in gw.listeners.iter().enumerate() {
         if !l.is_ready() {
@@ -478,12 +506,16 @@ fn add_listeners(
             stream_routes: Vec::new(),
             tracing: None,
             filters: Vec::new(),
+            security: None,
         };
         let list = contributions.remove(&li).unwrap_or_default();
         match protocol {
             Protocol::Http | Protocol::Https => {
                 listener.tracing = tracing.clone();
                 listener.filters = l.filters.clone();
+                // A Gateway's sectionName names its own listeners only.
+                let own = matches!(l.owner, gateway::Owner::Gateway).then_some(l.spec.name.as_str());
+                listener.security = security.for_listener(&gw.namespace, &gw.name, own);
                 listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank);
             }
             Protocol::Tls | Protocol::Tcp | Protocol::Udp => {

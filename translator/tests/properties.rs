@@ -50,6 +50,7 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
     rng.shuffle(&mut s.reference_grants);
     rng.shuffle(&mut s.backend_tls_policies);
     rng.shuffle(&mut s.turna_proxies);
+    rng.shuffle(&mut s.security_policies);
     rng.shuffle(&mut s.services);
     rng.shuffle(&mut s.endpoint_slices);
     rng.shuffle(&mut s.namespaces);
@@ -202,6 +203,58 @@ proptest! {
                         && spec.is_some_and(|s| s["type"] == "ExternalName" && s["externalName"] == e.address.as_str());
                     prop_assert!(from_slice || cluster_ip || external,
                         "endpoint {}:{} of backend {} is not in the snapshot", e.address, e.port, b.id);
+                }
+            }
+        }
+    }
+
+    /// A security policy never leaves what it names open: every rule of a route it names (or of
+    /// the rule it names), and every listener of a Gateway it names, carries a policy, valid or
+    /// not (an unusable one answers 500), and every policy a listener or rule names is in the
+    /// proxy with the credentials it reads in the bundle. The oldest policy naming a target is
+    /// the one applied there.
+    #[test]
+    fn security_policies_leave_nothing_they_name_open(scenario in scenario()) {
+        let (_, output) = run(&scenario);
+        let policies: Vec<&serde_json::Value> = scenario.of_kind("TurnaSecurityPolicy").collect();
+        let names = |kind: &str, ns: &str, name: &str, section: Option<&str>| -> bool {
+            policies.iter().any(|p| {
+                namespace_of(p) == ns
+                    && p["spec"]["targetRefs"].as_array().into_iter().flatten().any(|t| {
+                        t["kind"] == kind
+                            && t["name"] == name
+                            && (t["sectionName"].is_null() || t["sectionName"].as_str() == section)
+                    })
+            })
+        };
+        for proxy in &output.proxies {
+            let bundle = &output.bundles[&proxy.id];
+            for (id, security) in &proxy.security {
+                prop_assert_eq!(id.as_str(), security.policy.as_str());
+                for c in security.basic_auth.iter().map(|b| &b.users)
+                    .chain(security.api_key.iter().flat_map(|a| &a.credentials))
+                {
+                    prop_assert!(bundle.credentials.contains(c), "{id}: {c:?} is not in the bundle");
+                }
+            }
+            for l in proxy.ports.iter().flat_map(|p| &p.listeners) {
+                if let Some(id) = &l.security {
+                    prop_assert!(proxy.security.contains_key(id), "listener {} names missing {id}", l.name);
+                }
+                let mut parts = l.name.splitn(3, '/');
+                let (ns, owner, listener) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let http = matches!(l.protocol, translator::ir::Protocol::Http | translator::ir::Protocol::Https);
+                if http && names("Gateway", ns, owner, Some(listener)) {
+                    prop_assert!(l.security.is_some(), "listener {} of a named Gateway is open", l.name);
+                }
+                for rule in l.virtual_hosts.iter().flat_map(|v| &v.rules) {
+                    if let Some(id) = &rule.security {
+                        prop_assert!(proxy.security.contains_key(id), "a rule names missing {id}");
+                    }
+                    let r = &rule.route;
+                    if names(&r.kind, &r.namespace, &r.name, r.rule_name.as_deref()) {
+                        prop_assert!(rule.security.is_some(), "rule {} of {}/{} is open", r.rule, r.namespace, r.name);
+                    }
                 }
             }
         }

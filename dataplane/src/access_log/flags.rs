@@ -38,10 +38,18 @@ pub enum Flag {
     AccessCheckFailed = 1 << 15,
     /// A route retry was not sent: the backend's retry budget is spent (503).
     RetryBudgetExhausted = 1 << 16,
+    /// A security policy's address lists refused the client (403).
+    ClientAddressDenied = 1 << 17,
+    /// A security policy found no valid credentials: basic auth, API key or token (401).
+    Unauthenticated = 1 << 18,
+    /// A valid token's claims are not ones the security policy allows (403).
+    Unauthorized = 1 << 19,
+    /// The security policy protecting the rule cannot be enforced (500).
+    SecurityPolicyInvalid = 1 << 20,
 }
 
 impl Flag {
-    const ALL: [Flag; 17] = [
+    const ALL: [Flag; 21] = [
         Flag::NoRoute,
         Flag::NoHealthyEndpoint,
         Flag::UpstreamConnectFailure,
@@ -59,6 +67,10 @@ impl Flag {
         Flag::AccessDenied,
         Flag::AccessCheckFailed,
         Flag::RetryBudgetExhausted,
+        Flag::ClientAddressDenied,
+        Flag::Unauthenticated,
+        Flag::Unauthorized,
+        Flag::SecurityPolicyInvalid,
     ];
 
     /// The name in log lines.
@@ -81,6 +93,10 @@ impl Flag {
             Flag::AccessDenied => "access_denied",
             Flag::AccessCheckFailed => "access_check_failed",
             Flag::RetryBudgetExhausted => "retry_budget_exhausted",
+            Flag::ClientAddressDenied => "client_address_denied",
+            Flag::Unauthenticated => "unauthenticated",
+            Flag::Unauthorized => "unauthorized",
+            Flag::SecurityPolicyInvalid => "security_policy_invalid",
         }
     }
 }

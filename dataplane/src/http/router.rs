@@ -8,6 +8,7 @@ use http::{HeaderMap, Method};
 use translator::ir;
 
 use super::access::Access;
+use super::access::security::{SecurityPolicies, SecurityPolicy};
 use super::host::HostPattern;
 use super::rule::Rule;
 use super::rules::Rules;
@@ -65,6 +66,7 @@ impl PortRoutes {
     pub fn compile(
         port: &ir::Port,
         upstreams: &HashMap<String, Arc<Upstream>>,
+        security: &SecurityPolicies,
         previous: Option<&PortRoutes>,
     ) -> Result<Self, ValidationError> {
         let mut listeners = port
@@ -72,7 +74,7 @@ impl PortRoutes {
             .iter()
             .map(|l| {
                 let previous = previous.and_then(|p| p.listeners.iter().find(|p| p.name == l.name));
-                ListenerRoutes::compile(l, upstreams, previous)
+                ListenerRoutes::compile(l, upstreams, security, previous)
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Stable: listeners of equal specificity keep the IR's order.
@@ -121,8 +123,20 @@ impl ListenerRoutes {
     fn compile(
         listener: &ir::Listener,
         upstreams: &HashMap<String, Arc<Upstream>>,
+        security: &SecurityPolicies,
         previous: Option<&ListenerRoutes>,
     ) -> Result<Self, ValidationError> {
+        let policy =
+            |id: Option<&ir::SmolStr>, context: &str| -> Result<Option<&Arc<SecurityPolicy>>, ValidationError> {
+                id.map(|id| {
+                    security.get(id).ok_or_else(|| ValidationError::UnknownSecurityPolicy {
+                        context: context.to_string(),
+                        policy: id.to_string(),
+                    })
+                })
+                .transpose()
+            };
+        let listener_policy = policy(listener.security.as_ref(), &listener.name)?;
         let invalid = |hostname: &str| ValidationError::Hostname {
             listener: listener.name.clone(),
             hostname: hostname.to_string(),
@@ -135,7 +149,7 @@ impl ListenerRoutes {
             name: listener.name.clone(),
             tracing: listener.tracing.clone(),
             tracer: None,
-            access: Access::compile(&listener.filters, &listener.name, upstreams)?,
+            access: Access::compile(&listener.filters, None, &listener.name, upstreams)?,
             hostname,
             exact: HashMap::new(),
             wildcards: HashMap::new(),
@@ -154,9 +168,16 @@ impl ListenerRoutes {
             let rules = vhost
                 .rules
                 .iter()
-                .map(|r| match compiled.get(&Arc::as_ptr(r)) {
-                    Some(previous) if Rule::reuse(r, previous, upstreams) => Ok(Arc::clone(previous)),
-                    _ => Rule::compile(r, &listener.name, upstreams).map(Arc::new),
+                .map(|r| {
+                    // The rule's own policy wins over its listener's.
+                    let security = match &r.security {
+                        Some(_) => policy(r.security.as_ref(), &listener.name)?,
+                        None => listener_policy,
+                    };
+                    match compiled.get(&Arc::as_ptr(r)) {
+                        Some(previous) if Rule::reuse(r, previous, upstreams, security) => Ok(Arc::clone(previous)),
+                        _ => Rule::compile(r, &listener.name, upstreams, security).map(Arc::new),
+                    }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             routes.virtual_hosts.push(Rules::new(rules));

@@ -7,6 +7,7 @@ use std::time::Duration;
 use translator::ir;
 
 use super::access::Access;
+use super::access::security::SecurityPolicy;
 use super::filters::{self, Filter, Placement};
 use super::matcher::Matcher;
 use super::retry::RetryPolicy;
@@ -65,8 +66,18 @@ impl Rule {
     /// `previous`, the compilation of the same IR rule for the same listener in the table
     /// before, when every upstream it uses is still the same one in `upstreams`: rebuilding a
     /// table of thousands of rules after one changed then compiles one.
-    pub fn reuse(rule: &Arc<ir::HttpRule>, previous: &Arc<Rule>, upstreams: &HashMap<String, Arc<Upstream>>) -> bool {
+    pub fn reuse(
+        rule: &Arc<ir::HttpRule>,
+        previous: &Arc<Rule>,
+        upstreams: &HashMap<String, Arc<Upstream>>,
+        security: Option<&Arc<SecurityPolicy>>,
+    ) -> bool {
         Arc::ptr_eq(&previous.source, rule)
+            && match (previous.access.security(), security) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
             && previous
                 .upstreams()
                 .all(|u| upstreams.get(u.id.as_str()).is_some_and(|next| Arc::ptr_eq(next, u)))
@@ -95,11 +106,13 @@ impl Rule {
             .chain(self.access.upstreams())
     }
 
-    /// Compiles `rule` of the listener named `listener`.
+    /// Compiles `rule` of the listener named `listener`, protected by `security` (its own
+    /// policy, else its listener's).
     pub fn compile(
         rule: &Arc<ir::HttpRule>,
         listener: &str,
         upstreams: &HashMap<String, Arc<Upstream>>,
+        security: Option<&Arc<SecurityPolicy>>,
     ) -> Result<Self, ValidationError> {
         let context = describe(&rule.route);
         let prefix = match &rule.matcher.path {
@@ -135,7 +148,7 @@ impl Rule {
             route: rule.route.clone(),
             grpc: rule.grpc,
             matcher: Matcher::compile(&rule.matcher, &context)?,
-            access: Access::compile(&rule.filters, &context, upstreams)?,
+            access: Access::compile(&rule.filters, security, &context, upstreams)?,
             filters: filters::compile(&rule.filters, Placement::Rule, prefix, &context, upstreams)?,
             backends,
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),

@@ -112,8 +112,9 @@ mod tests {
             timeouts: ir::Timeouts::default(),
             retry: None,
             session_persistence: None,
+            security: None,
         };
-        Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new()).unwrap())
+        Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new(), None).unwrap())
     }
 
     /// The index finds the same first match as a scan, for every path and method tried.

@@ -1,6 +1,7 @@
-//! The PEM material the IR names: listener certificates and CA bundles from the bundle Secret.
+//! The material the IR names: listener certificates and CA bundles, and the credentials of
+//! security policies (htpasswd files, API keys, JWK Sets), from the bundle Secret.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -22,6 +23,9 @@ pub struct Material {
     pub certificates: HashMap<String, TlsCertificate>,
     /// `ca.crt` of ConfigMaps and `spec.trustBundle` of ClusterTrustBundles, PEM.
     pub ca_bundles: HashMap<String, String>,
+    /// Keys of Secrets and ConfigMaps security policies read, by `Kind/namespace/name`
+    /// ([`Material::credential`]): only the keys the policies name.
+    pub credentials: HashMap<String, BTreeMap<String, Vec<u8>>>,
 }
 
 impl Material {
@@ -31,6 +35,22 @@ impl Material {
             .extend(other.certificates.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.ca_bundles
             .extend(other.ca_bundles.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.credentials
+            .extend(other.credentials.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+
+    /// The keys of `credential` present in the material: the one it names, or every key.
+    pub fn credential(&self, credential: &translator::ir::security::Credential) -> Vec<(&str, &[u8])> {
+        let Some(keys) = self
+            .credentials
+            .get(&format!("{}/{}", credential.kind, credential.object))
+        else {
+            return Vec::new();
+        };
+        keys.iter()
+            .filter(|(k, _)| credential.key.as_ref().is_none_or(|wanted| wanted == *k))
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect()
     }
 
     /// The signing key and chain of certificate Secret `name`.

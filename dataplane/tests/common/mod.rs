@@ -282,6 +282,7 @@ pub fn proxy(ports: Vec<ir::Port>, backends: Vec<ir::Backend>) -> ir::Proxy {
         connect_retries: 2,
         infrastructure: None,
         tracing: Default::default(),
+        security: Default::default(),
     }
 }
 
@@ -306,6 +307,7 @@ pub fn listener(name: &str, hostname: Option<&str>, virtual_hosts: Vec<ir::Virtu
         stream_routes: Vec::new(),
         tracing: None,
         filters: Vec::new(),
+        security: None,
     }
 }
 
@@ -336,6 +338,7 @@ pub fn rule(name: &str, path: ir::PathMatch, backend: &str) -> ir::HttpRule {
         timeouts: ir::Timeouts::default(),
         retry: None,
         session_persistence: None,
+        security: None,
     }
 }
 

@@ -153,6 +153,7 @@ pub fn from_bundle(secret: &Secret) -> Material {
             .into_iter()
             .map(|(name, pem)| (name, String::from_utf8_lossy(&pem).into_owned()))
             .collect(),
+        credentials: Default::default(),
     }
 }
 

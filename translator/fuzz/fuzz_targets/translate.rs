@@ -830,6 +830,7 @@ fn snapshot(input: &Input) -> (Snapshot, Vec<Value>) {
             namespace,
             name: "ca".into(),
             ca_certificates: count.map(usize::from),
+            ..ConfigMapFacts::default()
         });
     }
     (snapshot, loaded)
@@ -953,6 +954,7 @@ fn material(output: &Output, proxy: &str) -> Material {
             .iter()
             .map(|c| (c.clone(), chain_pem.clone()))
             .collect(),
+        credentials: Default::default(),
     }
 }
 

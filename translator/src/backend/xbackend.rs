@@ -143,7 +143,7 @@ pub fn settings(
 
 /// Why `host` may not be an external hostname: not a hostname, an IP address, or a name of the
 /// cluster's own Services (which must be reached as Services, under their ReferenceGrants).
-fn external_hostname_problem(host: &str) -> Option<String> {
+pub(crate) fn external_hostname_problem(host: &str) -> Option<String> {
     let lower = host.to_ascii_lowercase();
     if host.parse::<IpAddr>().is_ok() {
         Some(format!("externalHostname {host:?} is an IP address, not a hostname"))

@@ -257,8 +257,10 @@ fn same_frame(a: &Proxy, b: &Proxy) -> bool {
         connect_retries,
         infrastructure,
         tracing,
+        security,
     } = a;
     *schema == b.schema
+        && *security == b.security
         && *id == b.id
         && *gateways == b.gateways
         && *connect_retries == b.connect_retries
@@ -294,8 +296,10 @@ fn same_listener(a: &Listener, b: &Listener) -> bool {
         stream_routes,
         tracing,
         filters,
+        security,
     } = a;
     *name == b.name
+        && *security == b.security
         && *tracing == b.tracing
         && *filters == b.filters
         && *protocol == b.protocol
@@ -333,6 +337,7 @@ mod tests {
                 timeouts: ir::Timeouts::default(),
                 retry: None,
                 session_persistence: None,
+                security: None,
             })],
         }
     }
@@ -373,6 +378,7 @@ mod tests {
                     stream_routes: vec![],
                     tracing: None,
                     filters: vec![],
+                    security: None,
                 }],
                 frontend_validation: None,
             }],
@@ -383,6 +389,7 @@ mod tests {
             connect_retries: 2,
             infrastructure: None,
             tracing: Default::default(),
+            security: Default::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 
 pub mod backend_tls;
 pub mod backend_traffic;
+pub mod security;
 pub mod telemetry;
 
 use std::sync::Arc;

@@ -15,6 +15,7 @@ use crate::backend::Backends;
 use crate::config::Config;
 use crate::gateway::GatewayModel;
 use crate::policy::backend_tls;
+use crate::policy::security::{SecurityPolicies, TurnaSecurityPolicy};
 use crate::snapshot::{ClusterTrustBundleFacts, ConfigMapFacts, SecretFacts, Snapshot};
 
 use super::by_object::ByObject;
@@ -46,6 +47,7 @@ impl CompiledRoutes {
         attachments: &[Vec<Attachment>],
         gateways: &[GatewayModel<'_>],
         backends: &Backends<'_>,
+        security: &SecurityPolicies<'_>,
         regexes: &Regexes,
         config: &Config,
         threads: usize,
@@ -54,7 +56,16 @@ impl CompiledRoutes {
         CompiledRoutes(crate::parallel::map(routes.len(), threads, |ri| {
             let route = &routes[ri];
             let cached = cache.and_then(|c| c.routes.get(route.object?)).map(Vec::as_slice);
-            compile_one(route, &attachments[ri], gateways, backends, regexes, config, cached)
+            compile_one(
+                route,
+                &attachments[ri],
+                gateways,
+                backends,
+                security,
+                regexes,
+                config,
+                cached,
+            )
         }))
     }
 
@@ -80,11 +91,13 @@ impl CompiledRoutes {
 
 /// The entries of one route: one per distinct client certificate of the Gateways it attached
 /// to without a problem, in the order translation visits those Gateways.
+#[allow(clippy::too_many_arguments)]
 fn compile_one(
     route: &RouteModel<'_>,
     attachments: &[Attachment],
     gateways: &[GatewayModel<'_>],
     backends: &Backends<'_>,
+    security: &SecurityPolicies<'_>,
     regexes: &Regexes,
     config: &Config,
     cached: Option<&[Entry]>,
@@ -118,7 +131,7 @@ fn compile_one(
             Some(e) => Entry { uses: 1, ..e.clone() },
             None => {
                 let mut outcome = RouteOutcome::default();
-                let compiled = http::compile(route, backends, regexes, client_certificate, &mut outcome);
+                let compiled = http::compile(route, backends, security, regexes, client_certificate, &mut outcome);
                 Entry {
                     client_certificate: client_certificate.map(str::to_string),
                     compiled: Arc::new(compiled),
@@ -135,7 +148,7 @@ fn compile_one(
 /// snapshot faster (statuses: [`super::settled`]). Rules:
 /// a route whose object is the same (the snapshot shares unchanged objects) keeps its rules
 /// while nothing else that compiling reads has changed. Any change to Services,
-/// EndpointSlices, ReferenceGrants, BackendTLSPolicies, ConfigMaps, ClusterTrustBundles or the
+/// EndpointSlices, ReferenceGrants, BackendTLSPolicies, security policies, ConfigMaps, ClusterTrustBundles or the
 /// configuration compiles every route again. The output is the same as without the cache (a
 /// property test holds it to that).
 #[derive(Default)]
@@ -158,6 +171,8 @@ struct Inputs {
     backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
     xbackends: Vec<Arc<XBackend>>,
     xbackend_traffic_policies: Vec<Arc<XBackendTrafficPolicy>>,
+    /// Which policy protects which rule.
+    security_policies: Vec<Arc<TurnaSecurityPolicy>>,
     /// Only while XBackends exist: their client certificates are checked against them.
     secrets: Vec<SecretFacts>,
     config_maps: Vec<ConfigMapFacts>,
@@ -192,6 +207,7 @@ impl Inputs {
             backend_tls_policies: snapshot.backend_tls_policies.clone(),
             xbackends: snapshot.xbackends.clone(),
             xbackend_traffic_policies: snapshot.xbackend_traffic_policies.clone(),
+            security_policies: snapshot.security_policies.clone(),
             secrets: xbackend_secrets(snapshot),
             config_maps: snapshot.config_maps.clone(),
             cluster_trust_bundles: snapshot.cluster_trust_bundles.clone(),
@@ -214,6 +230,7 @@ impl Inputs {
             && shared(&self.backend_tls_policies, &snapshot.backend_tls_policies)
             && shared(&self.xbackends, &snapshot.xbackends)
             && shared(&self.xbackend_traffic_policies, &snapshot.xbackend_traffic_policies)
+            && shared(&self.security_policies, &snapshot.security_policies)
             && (snapshot.xbackends.is_empty() || self.secrets == snapshot.secrets)
             && self.config_maps == snapshot.config_maps
             && self.cluster_trust_bundles == snapshot.cluster_trust_bundles

@@ -24,6 +24,7 @@ use crate::ir::{
     PathMatch, PathModifier, Redirect, Retry, RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind,
     WeightedBackend,
 };
+use crate::policy::security::SecurityPolicies;
 use crate::status::condition::reason;
 
 use super::RouteOutcome;
@@ -61,6 +62,7 @@ pub struct Compiled {
 pub fn compile(
     route: &RouteModel<'_>,
     backends: &Backends<'_>,
+    security: &SecurityPolicies<'_>,
     regexes: &Regexes,
     client_certificate: Option<&str>,
     outcome: &mut RouteOutcome,
@@ -177,6 +179,7 @@ pub fn compile(
         }
         // One entry per match: copies for all but the last, which takes the rule's parts.
         let grpc = route.kind == RouteKind::Grpc;
+        let protected = security.for_rule(route.kind.name(), route.namespace, route.name, rule.name);
         let mut matches = parts.matches;
         let Some(last) = matches.pop() else { continue };
         out.rules.reserve(matches.len() + 1);
@@ -190,6 +193,7 @@ pub fn compile(
                 timeouts: parts.timeouts.clone(),
                 retry: parts.retry.clone(),
                 session_persistence: session_persistence.clone(),
+                security: protected.clone(),
             }));
         }
         out.rules.push(Arc::new(HttpRule {
@@ -201,6 +205,7 @@ pub fn compile(
             timeouts: parts.timeouts,
             retry: parts.retry,
             session_persistence,
+            security: protected,
         }));
     }
     if let Some((_, first)) = dropped.first() {

@@ -142,6 +142,7 @@ mod tests {
             timeouts: Default::default(),
             retry: None,
             session_persistence: None,
+            security: None,
         }
     }
 

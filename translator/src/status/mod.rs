@@ -37,6 +37,9 @@ pub struct Statuses {
     /// XBackendTrafficPolicy statuses: one ancestor per Gateway whose routes use a target.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub xbackend_traffic_policies: Vec<PolicyStatus>,
+    /// TurnaSecurityPolicy statuses: one ancestor per Gateway a target reaches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_policies: Vec<PolicyStatus>,
 }
 
 /// GatewayClass status.

@@ -47,7 +47,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
         indexed(6, service),
         indexed(2, endpoint_slice),
         indexed(4, reference_grant),
-        indexed(2, backend_tls_policy),
+        (indexed(2, backend_tls_policy), indexed(3, security_policy)),
         prop::collection::vec(secret(), 2..8),
         prop::collection::vec(config_map(), 0..2),
         prop::collection::vec(prop::bool::weighted(0.8), 7),
@@ -62,7 +62,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                 services,
                 slices,
                 grants,
-                policies,
+                (policies, security_policies),
                 secrets,
                 config_maps,
                 addressed,
@@ -83,10 +83,17 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                                         "metadata": {"name": ns, "labels": {"env": env}}}));
                 }
                 let mut seen = BTreeSet::new();
-                for o in [gateways, sets, routes, services.concat(), slices, grants, policies]
-                    .into_iter()
-                    .flatten()
-                {
+                let all = [
+                    gateways,
+                    sets,
+                    routes,
+                    services.concat(),
+                    slices,
+                    grants,
+                    policies,
+                    security_policies,
+                ];
+                for o in all.into_iter().flatten() {
                     if seen.insert((o["kind"].clone().to_string(), namespace_of(&o), name_of(&o))) {
                         objects.push(o);
                     }

@@ -617,19 +617,29 @@ pub fn backend_tls_policy(index: usize) -> impl Strategy<Value = Value> {
 pub fn secret() -> impl Strategy<Value = SecretFacts> {
     (
         select(NAMESPACES),
-        select(&["cert-a", "cert-b"][..]),
+        select(&["cert-a", "cert-b", "users"][..]),
         prop::option::weighted(0.9, mostly(&[(true, true)], &[(true, false), (false, true)])),
     )
         .prop_map(|(ns, name, tls)| SecretFacts {
             namespace: ns.into(),
             name: name.into(),
             kind: "kubernetes.io/tls".into(),
-            keys: ["tls.crt", "tls.key"].iter().map(|k| k.to_string()).collect(),
-            tls: tls.map(|(certificate_valid, private_key_valid)| TlsFacts {
-                certificate_valid,
-                private_key_valid,
-                dns_names: Vec::new(),
-            }),
+            // `users` holds an htpasswd file (and is no certificate): security policies name it.
+            keys: if name == "users" {
+                &[".htpasswd"][..]
+            } else {
+                &["tls.crt", "tls.key"][..]
+            }
+            .iter()
+            .map(|k| k.to_string())
+            .collect(),
+            tls: tls
+                .filter(|_| name != "users")
+                .map(|(certificate_valid, private_key_valid)| TlsFacts {
+                    certificate_valid,
+                    private_key_valid,
+                    dns_names: Vec::new(),
+                }),
         })
 }
 
@@ -638,6 +648,7 @@ pub fn config_map() -> impl Strategy<Value = ConfigMapFacts> {
         namespace: ns.into(),
         name: "ca-a".into(),
         ca_certificates: count,
+        ..ConfigMapFacts::default()
     })
 }
 
@@ -654,4 +665,54 @@ pub fn config() -> impl Strategy<Value = Config> {
             ..defaults
         }
     })
+}
+
+/// A TurnaSecurityPolicy naming Gateways, listeners, routes and rules of the pools (and kinds
+/// it cannot protect), with one mechanism: valid or invalid address lists, basic auth or API
+/// keys from a Secret that may lack the key or be missing, or a JWT provider.
+pub fn security_policy(index: usize) -> impl Strategy<Value = Value> {
+    let gateway_target = (name(GATEWAYS), maybe(select(&["l0", "l1"][..]).prop_map(|s| json!(s))))
+        .prop_map(|(name, section)| (json!("Gateway"), name, section));
+    let route_target = (
+        mostly(&["HTTPRoute", "GRPCRoute"], &["TCPRoute"]).prop_map(|k| json!(k)),
+        name(ROUTES),
+        maybe(select(&["one", "two"][..]).prop_map(|s| json!(s))),
+    );
+    let target = prop_oneof![gateway_target, route_target].prop_map(|(kind, name, section)| {
+        obj(vec![
+            ("group", Some(json!(GROUP))),
+            ("kind", Some(kind)),
+            ("name", Some(name)),
+            ("sectionName", section),
+        ])
+    });
+    let secret = select(&["users", "cert-a", "missing"][..]);
+    let mechanism = prop_oneof![
+        select(&["10.0.0.0/8", "2001:db8::/32", "10.0.0.0/33"][..])
+            .prop_map(|cidr| ("clientAddress", json!({"allow": [cidr], "deny": ["10.9.0.0/16"]}))),
+        secret
+            .clone()
+            .prop_map(|s| ("basicAuth", json!({"users": {"name": s}}))),
+        secret
+            .clone()
+            .prop_map(|s| ("apiKeyAuth", json!({"credentialRefs": [{"name": s}]}))),
+        secret.prop_map(|s| (
+            "jwt",
+            json!({"providers": [{"name": "idp", "localJWKS": {"name": s, "key": ".htpasswd"}}]})
+        )),
+    ];
+    (
+        prop::collection::vec(target, 1..3),
+        prop_oneof![2 => Just(json!("apps")), 1 => name(NAMESPACES)],
+        any::<u8>(),
+        mechanism,
+    )
+        .prop_map(move |(targets, ns, age, (field, value))| {
+            json!({
+                "apiVersion": "gateway.turna.rakunlabs.com/v1alpha1",
+                "kind": "TurnaSecurityPolicy",
+                "metadata": meta(json!(format!("security-{index}")), ns, age),
+                "spec": {"targetRefs": targets, field: value},
+            })
+        })
 }

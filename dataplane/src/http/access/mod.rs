@@ -1,9 +1,11 @@
 //! The access phase of a rule: checks that decide, before any filter changes the request,
-//! whether it may proceed. Each mechanism (external authorization today; token validation,
-//! API keys, address lists and rate limits as they come) is a [`Check`] in its own module,
-//! compiled into the rule's [`Access`] once per table; the exchange only runs the phase.
+//! whether it may proceed. Each mechanism (the security policy's address lists, basic auth,
+//! API keys and tokens, then external authorization; rate limits as they come) is a [`Check`]
+//! in its own module, compiled into the rule's [`Access`] once per table; the exchange only
+//! runs the phase.
 
 pub mod external_auth;
+pub mod security;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,6 +21,7 @@ use http::{HeaderMap, Response, StatusCode};
 use translator::ir;
 
 use self::external_auth::ExternalAuth;
+use self::security::SecurityPolicy;
 use super::response::{self, ProxyBody};
 use crate::access_log::{Flag, Trail};
 use crate::error::ValidationError;
@@ -80,6 +83,8 @@ pub trait Check: fmt::Debug + Send + Sync {
 #[derive(Debug, Default)]
 pub struct Access {
     checks: Vec<Arc<dyn Check>>,
+    /// The security policy whose checks come first, shared with the table.
+    security: Option<Arc<SecurityPolicy>>,
 }
 
 /// The phase's outcome.
@@ -90,13 +95,15 @@ pub enum Outcome {
 }
 
 impl Access {
-    /// The checks of a rule's filters (its `ExternalAuth` filters, in their order).
+    /// The checks of a rule: its security policy's, then its `ExternalAuth` filters', in their
+    /// order.
     pub fn compile(
         filters: &[ir::Filter],
+        security: Option<&Arc<SecurityPolicy>>,
         context: &str,
         upstreams: &HashMap<String, Arc<Upstream>>,
     ) -> Result<Self, ValidationError> {
-        let mut checks: Vec<Arc<dyn Check>> = Vec::new();
+        let mut checks: Vec<Arc<dyn Check>> = security.map(|s| s.checks.clone()).unwrap_or_default();
         for filter in filters {
             if let ir::Filter::ExternalAuth(a) = filter {
                 match ExternalAuth::compile(a, context, upstreams)? {
@@ -106,7 +113,15 @@ impl Access {
                 }
             }
         }
-        Ok(Access { checks })
+        Ok(Access {
+            checks,
+            security: security.cloned(),
+        })
+    }
+
+    /// The security policy the checks start with.
+    pub fn security(&self) -> Option<&Arc<SecurityPolicy>> {
+        self.security.as_ref()
     }
 
     pub fn is_empty(&self) -> bool {
