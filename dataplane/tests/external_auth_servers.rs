@@ -151,6 +151,70 @@ async fn istios_ext_authz_server_decides_over_grpc_and_http() {
     }
 }
 
+/// The same server over gRPC as a listener filter (GEP-5224): it decides before routing, so a
+/// route can match the header it sets, and a denial reaches no route.
+#[tokio::test]
+async fn istios_ext_authz_server_guards_a_listener_over_grpc() {
+    let bin = auth_bin();
+    let server = ExtAuthz::start(&bin).await;
+    let echo = EchoBackend::start("echo").await;
+    let other = EchoBackend::start("other").await;
+    let mut grpc_server = backend("authz-grpc", vec![endpoint(server.grpc)]);
+    grpc_server.protocol = ir::AppProtocol::H2c;
+    // Requests the server allowed carry its result header: only they match `checked`.
+    let mut checked = rule("checked", prefix("/"), "echo");
+    checked.matcher.headers = vec![ir::ValueMatch {
+        name: "x-ext-authz-check-result".into(),
+        kind: ir::ValueMatchKind::Exact,
+        value: "allowed".into(),
+    }];
+    let unchecked = rule("unchecked", prefix("/"), "other");
+    let mut l = listener(
+        "guarded",
+        None,
+        vec![vhost("app.example.com", vec![checked, unchecked])],
+    );
+    l.filters = vec![ir::Filter::ExternalAuth(ir::ExternalAuth {
+        protocol: ir::AuthProtocol::Grpc,
+        backend: Some("authz-grpc".into()),
+        path: "".into(),
+        allowed_headers: Vec::new(),
+        allowed_response_headers: Vec::new(),
+        forward_body: 0,
+    })];
+    let (_dp, addr) = start(proxy(
+        vec![http_port(80, vec![l])],
+        vec![echo_backend(&echo), echo_backend(&other), grpc_server],
+    ))
+    .await;
+    let client = client();
+    let mut req = request(addr, "app.example.com", "GET", "/items");
+    req.headers_mut().insert("x-ext-authz", "allow".parse().unwrap());
+    let reply = send(&client, req).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.backend(), "echo", "the route matched the server's header");
+    assert_eq!(reply.echoed("x-ext-authz-check-result"), ["allowed"]);
+
+    let mut req = request(addr, "app.example.com", "GET", "/items");
+    req.headers_mut().insert("x-ext-authz", "deny".parse().unwrap());
+    let reply = send(&client, req).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(reply.body.contains("denied by ext_authz"), "{}", reply.body);
+    assert_eq!(
+        (echo.requests(), other.requests()),
+        (1, 0),
+        "a denied request reaches no route"
+    );
+
+    // A client claiming the result itself still has to pass the server first.
+    let mut req = request(addr, "app.example.com", "GET", "/items");
+    req.headers_mut()
+        .insert("x-ext-authz-check-result", "allowed".parse().unwrap());
+    let reply = send(&client, req).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert_eq!((echo.requests(), other.requests()), (1, 0));
+}
+
 /// The mock OIDC provider (e2e/auth/cmd/mockoidc) and oauth2-proxy logging in with it, its
 /// `static://200` upstream answering 200 with the user's `X-Auth-Request-*` headers once the
 /// session cookie is valid, and redirecting to the provider otherwise.
