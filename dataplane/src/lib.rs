@@ -51,6 +51,21 @@ pub struct Settings {
     pub passive_health: PassiveHealth,
     /// What clients may ask of the HTTP, HTTPS, TCP and TLS listeners.
     pub limits: Limits,
+    /// Where the client's address comes from when proxies stand in front.
+    pub client_address: ClientAddress,
+}
+
+/// Where the client's address comes from, for security policies' address lists: the
+/// connection's, the PROXY protocol header's on the ports that require one, or the
+/// X-Forwarded-For entry the trusted hops name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientAddress {
+    /// Gateway listener ports (TCP) whose connections must start with a PROXY protocol v1 or
+    /// v2 header: its source address is the client's. A connection without one is closed.
+    pub proxy_protocol_ports: std::collections::BTreeSet<u16>,
+    /// Proxies in front that append to X-Forwarded-For: the client is the entry this many
+    /// places before the one Turna appends. 0 ignores the header.
+    pub trusted_hops: u32,
 }
 
 impl Settings {
@@ -72,6 +87,7 @@ impl Default for Settings {
             access_log: None,
             passive_health: PassiveHealth::default(),
             limits: Limits::default(),
+            client_address: ClientAddress::default(),
         }
     }
 }
@@ -137,6 +153,7 @@ impl Dataplane {
                     passive_health: settings.passive_health,
                     limits: settings.limits,
                     deadlines: listener::Deadlines::start(),
+                    client_address: Arc::new(settings.client_address.clone()),
                 },
                 shutdown_delay: settings.shutdown_delay,
                 ready: Arc::new(AtomicBool::new(false)),

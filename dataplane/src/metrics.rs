@@ -132,6 +132,8 @@ pub struct Metrics {
     pub access_log_dropped: Counter,
     /// TLS handshakes with clients that failed (not those that timed out: `timeouts`).
     pub tls_handshake_errors: Counter,
+    /// Connections closed on ports requiring the PROXY protocol for a missing or invalid header.
+    pub proxy_protocol_errors: Counter,
     /// Bytes read from and written to clients, by listener port.
     pub received_bytes: Family<PortLabels, Counter>,
     pub sent_bytes: Family<PortLabels, Counter>,
@@ -228,6 +230,12 @@ impl Default for Metrics {
             "TLS handshakes with clients that failed (bad certificates, protocol errors)",
             tls_handshake_errors.clone(),
         );
+        let proxy_protocol_errors = Counter::default();
+        registry.register(
+            "proxy_protocol_errors",
+            "Connections closed on ports requiring the PROXY protocol for a missing or invalid header",
+            proxy_protocol_errors.clone(),
+        );
         let received_bytes = Family::<PortLabels, Counter>::default();
         registry.register(
             "received_bytes",
@@ -282,6 +290,7 @@ impl Default for Metrics {
             apply_errors,
             access_log_dropped,
             tls_handshake_errors,
+            proxy_protocol_errors,
             received_bytes,
             sent_bytes,
             spans_exported,

@@ -34,6 +34,8 @@ pub struct Exchange<'a> {
     pub host: String,
     /// The client's address.
     pub peer: SocketAddr,
+    /// X-Forwarded-For entries of trusted proxies.
+    pub trusted_hops: u32,
     /// Retries on another endpoint when one is unreachable (rules without retry).
     pub connect_retries: u32,
     /// Mirror copies that may still be sent.
@@ -129,6 +131,7 @@ impl<'a> Exchange<'a> {
         }
         let context = access::Context {
             peer: self.peer,
+            trusted_hops: self.trusted_hops,
             scheme: self.scheme,
             connect_retries: self.connect_retries,
             metrics: self.metrics,

@@ -52,6 +52,10 @@ pub struct ListenerContext {
     pub deadlines: Arc<Deadlines>,
     /// Bytes from and to the port's clients.
     pub bytes: crate::metrics::PortBytes,
+    /// Connections start with a PROXY protocol header naming the client.
+    pub proxy_protocol: bool,
+    /// X-Forwarded-For entries of trusted proxies ([`crate::ClientAddress::trusted_hops`]).
+    pub trusted_hops: u32,
 }
 
 /// The hyper service of one connection. Cloned per request: one reference count.
@@ -297,6 +301,7 @@ impl Connection {
         let (body, clock) = ClientBody::new(body, context.limits.request_body_timeout, trail.cloned());
         let access = access::Context {
             peer: self.peer,
+            trusted_hops: context.trusted_hops,
             scheme: context.scheme,
             connect_retries: table.connect_retries,
             metrics: &context.metrics,
@@ -362,6 +367,7 @@ impl Connection {
             listener_port: context.port,
             host,
             peer: self.peer,
+            trusted_hops: context.trusted_hops,
             connect_retries: table.connect_retries,
             mirror_slots: &context.mirror_slots,
             metrics: &context.metrics,

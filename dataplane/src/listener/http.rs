@@ -49,6 +49,8 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
         limits: shared.limits,
         deadlines: shared.deadlines.clone(),
         bytes: shared.metrics.port_bytes("tcp", socket.port),
+        proxy_protocol: shared.client_address.proxy_protocol_ports.contains(&socket.port),
+        trusted_hops: shared.client_address.trusted_hops,
     });
     Ok((
         local_addr,
@@ -175,11 +177,20 @@ async fn connection(
     stopped: watch::Receiver<bool>,
 ) {
     let Accepted {
-        stream,
+        mut stream,
         peer,
         open: _open,
         at,
     } = accepted;
+    let peer = if context.proxy_protocol {
+        let deadline = at + context.limits.header_timeout;
+        match super::proxy_protocol::client(&mut stream, peer, deadline, &context.metrics).await {
+            Some(client) => client,
+            None => return,
+        }
+    } else {
+        peer
+    };
     if context.scheme == "http" {
         // A client that sends nothing is closed after the header timeout, or when the listener
         // stops.

@@ -4,6 +4,7 @@ mod deadline;
 mod drain;
 mod http;
 mod limits;
+pub mod proxy_protocol;
 mod tcp;
 mod udp;
 
@@ -47,6 +48,8 @@ pub struct Shared {
     pub limits: Limits,
     /// The header and idle deadlines of the HTTP connections.
     pub deadlines: Arc<Deadlines>,
+    /// PROXY protocol ports and trusted hops.
+    pub client_address: Arc<crate::ClientAddress>,
 }
 
 impl Shared {

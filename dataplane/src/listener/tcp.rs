@@ -63,6 +63,8 @@ pub fn bind(shared: &Shared, socket: Socket) -> Result<(SocketAddr, Running), Po
             limits: shared.limits,
             deadlines: shared.deadlines.clone(),
             bytes: shared.metrics.port_bytes("tcp", socket.port),
+            proxy_protocol: shared.client_address.proxy_protocol_ports.contains(&socket.port),
+            trusted_hops: shared.client_address.trusted_hops,
         }),
         builders: Arc::new(Builders::new(&shared.limits)),
     };
@@ -144,6 +146,15 @@ async fn forward(
 ) {
     let Some(port) = table.stream_port(Transport::Tcp, socket.port) else {
         return;
+    };
+    let peer = if https.context.proxy_protocol {
+        let deadline = accepted + https.context.limits.header_timeout;
+        match super::proxy_protocol::client(&mut client, peer, deadline, &https.context.metrics).await {
+            Some(client) => client,
+            None => return,
+        }
+    } else {
+        peer
     };
     // Written when this returns; HTTPS connections are logged per request instead.
     let mut pending =

@@ -39,8 +39,11 @@ pub struct Request<'a> {
 
 /// Where the request is served, for the checks.
 pub struct Context<'a> {
-    /// The client's address.
+    /// The client's address: the connection's, or its PROXY protocol header's.
     pub peer: SocketAddr,
+    /// X-Forwarded-For entries appended by trusted proxies in front (the address lists take
+    /// the client from there).
+    pub trusted_hops: u32,
     /// `http` or `https`.
     pub scheme: &'static str,
     /// Other endpoints tried when a check's server is unreachable.
@@ -72,10 +75,10 @@ pub trait Check: fmt::Debug + Send + Sync {
 
     fn check<'a>(&'a self, request: &'a mut Request<'_>) -> Checking<'a>;
 
-    /// The upstream the check asks, if any (a table reuses a compiled rule only while the
-    /// upstreams it uses are the same).
-    fn upstream(&self) -> Option<&Arc<Upstream>> {
-        None
+    /// The upstreams the check asks (a table reuses a compiled rule only while the upstreams it
+    /// uses are the same).
+    fn upstreams(&self) -> Vec<&Arc<Upstream>> {
+        Vec::new()
     }
 }
 
@@ -130,7 +133,7 @@ impl Access {
 
     /// Every upstream a check asks.
     pub fn upstreams(&self) -> impl Iterator<Item = &Arc<Upstream>> {
-        self.checks.iter().filter_map(|c| c.upstream())
+        self.checks.iter().flat_map(|c| c.upstreams())
     }
 
     /// Runs every check in order; the first denial answers. The body is read first when a

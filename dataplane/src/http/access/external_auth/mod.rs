@@ -152,8 +152,8 @@ impl Check for ExternalAuth {
         Box::pin(self.decide(request))
     }
 
-    fn upstream(&self) -> Option<&Arc<Upstream>> {
-        Some(&self.upstream)
+    fn upstreams(&self) -> Vec<&Arc<Upstream>> {
+        vec![&self.upstream]
     }
 }
 

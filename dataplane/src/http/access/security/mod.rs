@@ -8,6 +8,12 @@
 //! the bundle do not read) answers every request it protects 500: it never lets one through
 //! unchecked.
 
+mod address;
+mod api_key;
+mod basic_auth;
+mod credential;
+pub mod jwt;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -61,8 +67,8 @@ impl SecurityPolicy {
     fn compile(
         security: &ir::Security,
         read: Vec<(String, Vec<u8>)>,
-        _material: &Material,
-        _upstreams: &HashMap<String, Arc<Upstream>>,
+        material: &Material,
+        upstreams: &HashMap<String, Arc<Upstream>>,
     ) -> SecurityPolicy {
         let fail = |reason: String| {
             tracing::warn!(policy = %security.policy, %reason, "security policy cannot be enforced; its requests are answered 500");
@@ -73,7 +79,7 @@ impl SecurityPolicy {
         };
         let checks = match &security.invalid {
             Some(reason) => fail(reason.clone()),
-            None => fail("this proxy does not enforce these mechanisms yet".into()),
+            None => mechanisms(security, material, upstreams).unwrap_or_else(fail),
         };
         SecurityPolicy {
             source: security.clone(),
@@ -86,9 +92,34 @@ impl SecurityPolicy {
     fn upstreams_unchanged(&self, upstreams: &HashMap<String, Arc<Upstream>>) -> bool {
         self.checks
             .iter()
-            .filter_map(|c| c.upstream())
+            .flat_map(|c| c.upstreams())
             .all(|u| upstreams.get(u.id.as_str()).is_some_and(|next| Arc::ptr_eq(next, u)))
     }
+}
+
+/// The checks of a valid policy, in order; an error when its credentials do not read.
+fn mechanisms(
+    security: &ir::Security,
+    material: &Material,
+    upstreams: &HashMap<String, Arc<Upstream>>,
+) -> Result<Vec<Arc<dyn Check>>, String> {
+    let mut checks: Vec<Arc<dyn Check>> = Vec::new();
+    if let Some(a) = &security.client_address {
+        checks.push(Arc::new(address::AddressFilter::compile(a)?));
+    }
+    if let Some(b) = &security.basic_auth {
+        checks.push(Arc::new(basic_auth::BasicAuth::compile(b, material)?));
+    }
+    if let Some(a) = &security.api_key {
+        checks.push(Arc::new(api_key::ApiKey::compile(a, material)?));
+    }
+    if let Some(j) = &security.jwt {
+        checks.push(Arc::new(jwt::Jwt::compile(j, material, upstreams)?));
+    }
+    if checks.is_empty() {
+        return Err("the policy sets no mechanism".into());
+    }
+    Ok(checks)
 }
 
 /// The credential keys `security` reads from `material`, in a stable order.
