@@ -64,6 +64,31 @@ pub struct Kubernetes {
     /// controller mode always write to standard output.
     pub access_log_path: String,
     pub passive_health: PassiveHealth,
+    pub client_address: ClientAddress,
+}
+
+/// `client_address.*`: where the client's address comes from when load balancers stand in front
+/// (every mode that serves traffic): what the security policies' address lists see.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientAddress {
+    /// Gateway listener ports whose connections must start with a PROXY protocol header.
+    pub proxy_protocol_ports: Vec<u16>,
+    /// X-Forwarded-For entries appended by trusted proxies in front.
+    pub trusted_hops: u32,
+}
+
+impl ClientAddress {
+    /// These settings with the fields a TurnaProxy sets.
+    pub fn with_parameters(&self, p: &translator::parameters::api::ClientAddress) -> ClientAddress {
+        ClientAddress {
+            proxy_protocol_ports: p
+                .proxy_protocol_ports
+                .clone()
+                .unwrap_or_else(|| self.proxy_protocol_ports.clone()),
+            trusted_hops: p.trusted_hops.unwrap_or(self.trusted_hops),
+        }
+    }
 }
 
 /// `passive_health.*`: endpoints that fail new connections are left out of balancing for a
@@ -322,6 +347,7 @@ impl Default for Kubernetes {
             access_log_format: AccessLogFormat::Json,
             access_log_path: String::new(),
             passive_health: PassiveHealth::default(),
+            client_address: ClientAddress::default(),
         }
     }
 }
@@ -467,6 +493,10 @@ impl Kubernetes {
             passive_health: dataplane::PassiveHealth {
                 eject_after: self.passive_health.eject_after,
                 cool_down: self.passive_health.cool_down,
+            },
+            client_address: dataplane::ClientAddress {
+                proxy_protocol_ports: self.client_address.proxy_protocol_ports.iter().copied().collect(),
+                trusted_hops: self.client_address.trusted_hops,
             },
             ..dataplane::Settings::on(address)
         }

@@ -658,6 +658,10 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
         Some(p) => s.passive_health.with_parameters(p),
         None => s.passive_health.clone(),
     };
+    let client_address = match parameters.and_then(|p| p.client_address.as_ref()) {
+        Some(c) => s.client_address.with_parameters(c),
+        None => s.client_address.clone(),
+    };
     let access_log = parameters.and_then(|p| p.access_log).unwrap_or(s.access_log);
     let access_log_format = parameters
         .and_then(|p| p.access_log_format)
@@ -681,6 +685,7 @@ fn proxy_config(input: &ProxyInput<'_>) -> String {
             "access_log": access_log,
             "access_log_format": access_log_format,
             "passive_health": passive_health,
+            "client_address": client_address,
         }}
     });
     serde_yaml::to_string(&config).unwrap_or_default()
@@ -1176,5 +1181,21 @@ mod tests {
         assert_eq!(log.format, dataplane::access_log::Format::Text);
         assert_eq!(log.path, None, "proxies write to standard output");
         assert_eq!(dataplane.passive_health.cool_down, Duration::from_secs(2));
+
+        // Where clients' addresses come from: the installation's trusted hops, the Gateway's
+        // PROXY protocol ports.
+        settings.client_address.trusted_hops = 2;
+        let mut proxy = ir_proxy();
+        proxy.infrastructure.as_mut().expect("infrastructure").parameters =
+            Some(translator::parameters::TurnaProxySpec {
+                client_address: Some(translator::parameters::api::ClientAddress {
+                    proxy_protocol_ports: Some(vec![443, 80]),
+                    trusted_hops: None,
+                }),
+                ..Default::default()
+            });
+        let behind = read(&objects_of(&settings, &proxy)).dataplane_settings([0, 0, 0, 0].into());
+        assert_eq!(behind.client_address.proxy_protocol_ports, [80, 443].into());
+        assert_eq!(behind.client_address.trusted_hops, 2, "unset: the installation's");
     }
 }

@@ -83,6 +83,26 @@ pub struct TurnaProxySpec {
     /// What clients may ask of the proxies; unset fields keep the installation's `limits`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+    /// Where the client's address comes from when load balancers stand in front: what the
+    /// security policies' address lists see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_address: Option<ClientAddress>,
+}
+
+/// The client's address behind load balancers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientAddress {
+    /// Gateway listener ports whose connections must start with a PROXY protocol (v1 or v2)
+    /// header naming the client; a connection without one is closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub proxy_protocol_ports: Option<Vec<u16>>,
+    /// Proxies in front that append the address they saw to X-Forwarded-For: the client is the
+    /// entry this many places before the one Turna appends (0 ignores the header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 16))]
+    pub trusted_hops: Option<u32>,
 }
 
 /// Passive health: endpoints that fail new connections are ejected for a while.

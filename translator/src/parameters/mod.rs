@@ -133,6 +133,14 @@ fn check(spec: &TurnaProxySpec) -> Result<(), String> {
     {
         return Err("limits: connection, header, URI and stream counts must be at least 1".into());
     }
+    if let Some(c) = &spec.client_address {
+        if c.proxy_protocol_ports.iter().flatten().any(|p| *p == 0) {
+            return Err("clientAddress.proxyProtocolPorts holds port 0".into());
+        }
+        if c.trusted_hops.is_some_and(|h| h > 16) {
+            return Err("clientAddress.trustedHops must be at most 16".into());
+        }
+    }
     if let Some(a) = &spec.autoscaling {
         if a.max_replicas < 1 || a.min_replicas.is_some_and(|m| m < 1 || m > a.max_replicas) {
             return Err(format!(
@@ -204,6 +212,13 @@ pub fn merge(class: Option<&TurnaProxySpec>, gateway: Option<&TurnaProxySpec>) -
         },
         limits: match (&class.limits, &gateway.limits) {
             (Some(c), Some(g)) => Some(g.over(c)),
+            (c, g) => pick(c, g),
+        },
+        client_address: match (&class.client_address, &gateway.client_address) {
+            (Some(c), Some(g)) => Some(api::ClientAddress {
+                proxy_protocol_ports: pick(&c.proxy_protocol_ports, &g.proxy_protocol_ports),
+                trusted_hops: g.trusted_hops.or(c.trusted_hops),
+            }),
             (c, g) => pick(c, g),
         },
     })
