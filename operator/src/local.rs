@@ -76,7 +76,9 @@ pub fn snapshot(paths: &[PathBuf]) -> Result<Snapshot, LocalError> {
 #[derive(Debug, Default)]
 pub struct Input {
     pub snapshot: Snapshot,
-    /// `tls.crt`/`tls.key` of every Secret and `ca.crt` of every ConfigMap, by `namespace/name`.
+    /// `tls.crt`/`tls.key` of every Secret and `ca.crt` of every ConfigMap, by `namespace/name`,
+    /// and every key of both as credentials of security policies, by `Kind/namespace/name` (the
+    /// files are the user's own: the translator decides which keys a policy may use).
     pub material: Material,
 }
 
@@ -195,8 +197,8 @@ fn parse(path: &Path, text: String) -> Result<Parsed, LocalError> {
     })
 }
 
-/// Adds the certificate of a `Secret` or the CA bundle of a `ConfigMap` or `ClusterTrustBundle`
-/// (`List`s are expanded).
+/// Adds the certificate of a `Secret` or the CA bundle of a `ConfigMap` or `ClusterTrustBundle`,
+/// and the keys of Secrets and ConfigMaps as credentials (`List`s are expanded).
 fn add_material(material: &mut Material, value: &serde_json::Value) -> Result<(), serde_json::Error> {
     let kind = value
         .get("kind")
@@ -228,11 +230,23 @@ fn add_material(material: &mut Material, value: &serde_json::Value) -> Result<()
             if let Some(certificate) = material::tls_certificate(&secret) {
                 material.certificates.insert(key(&secret.metadata), certificate);
             }
+            let keys = material::secret_credentials(&secret, &None);
+            if !keys.is_empty() {
+                material
+                    .credentials
+                    .insert(format!("Secret/{}", key(&secret.metadata)), keys);
+            }
         }
         (true, "ConfigMap") => {
             let config_map = ConfigMap::deserialize(value)?;
             if let Some(ca) = material::ca_bundle(&config_map) {
                 material.ca_bundles.insert(key(&config_map.metadata), ca);
+            }
+            let keys = material::config_map_credentials(&config_map, &None);
+            if !keys.is_empty() {
+                material
+                    .credentials
+                    .insert(format!("ConfigMap/{}", key(&config_map.metadata)), keys);
             }
         }
         (false, translator::trust_bundle::KIND)
@@ -297,6 +311,10 @@ mod tests {
         assert_eq!(input.material.certificates["default/plain"].key_pem, "key");
         assert_eq!(input.material.ca_bundles["default/ca"], "PEM");
         assert_eq!(input.material.ca_bundles["ClusterTrustBundle/roots"], "ROOTS");
+        // Every key of both, as credentials of security policies.
+        assert_eq!(input.material.credentials["Secret/web/cert"]["tls.key"], b"KEY");
+        assert_eq!(input.material.credentials["Secret/default/plain"]["tls.crt"], b"crt");
+        assert_eq!(input.material.credentials["ConfigMap/default/ca"]["ca.crt"], b"PEM");
         assert_eq!(input.snapshot.cluster_trust_bundles[0].name, "roots");
     }
 

@@ -474,3 +474,78 @@ spec:
     }
     running.serve(async {}).await;
 }
+
+/// A TurnaSecurityPolicy and its Secret in the files: the policy reaches the translation, the
+/// protected route carries it, the Secret's key is in the material the dataplane gets, and the
+/// route is not served to a request without credentials.
+#[tokio::test]
+async fn a_security_policy_and_its_secret_load_from_files() {
+    let one = backend("one").await;
+    let port = free_port().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "gateway.yaml", &common::local_gateway(port));
+    write(dir.path(), "backends.yaml", &backends(one, one));
+    write(dir.path(), "route.yaml", &route(&[("/", "one")]));
+    let htpasswd = "ops:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=";
+    write(
+        dir.path(),
+        "security.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Secret
+metadata: {{name: users}}
+stringData:
+  .htpasswd: '{htpasswd}'
+  other: not named
+---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {{name: users-only}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: split}}]
+  basicAuth: {{users: {{name: users}}}}
+"
+        ),
+    );
+
+    let input = operator::local::read(&[dir.path().into()]).expect("files read");
+    assert_eq!(input.snapshot.security_policies.len(), 1);
+    let mut settings = Kubernetes {
+        port_offset: 0,
+        ..Kubernetes::default()
+    };
+    settings.mode = operator::settings::Mode::Standalone;
+    let out = translator::translate(&input.snapshot, &settings.translator_config());
+    let status = &out.statuses.security_policies;
+    assert_eq!(status.len(), 1, "{status:?}");
+    let accepted = status[0].ancestors[0]
+        .conditions
+        .iter()
+        .map(|c| (c.kind.as_str(), c.status.as_str()))
+        .collect::<Vec<_>>();
+    assert!(accepted.contains(&("Accepted", "True")), "{accepted:?}");
+    assert!(accepted.contains(&("ResolvedRefs", "True")), "{accepted:?}");
+    let proxy = local::standalone_proxy(out.proxies);
+    let policy = proxy.security.values().next().expect("the policy in the IR");
+    assert_eq!(policy.policy, "default/users-only");
+    assert_eq!(policy.invalid, None);
+    let users = policy.basic_auth.as_ref().expect("basic auth").users.clone();
+    assert_eq!(translator::Bundle::of(&proxy).credentials, [users.clone()].into());
+    assert_eq!(input.material.credential(&users), [(".htpasswd", htpasswd.as_bytes())]);
+
+    let running = local::start(local::Options {
+        files: vec![dir.path().into()],
+        settings: Kubernetes {
+            port_offset: 0,
+            health_address: "127.0.0.1:0".into(),
+            ..Kubernetes::default()
+        },
+        address: LOOPBACK,
+        poll: local::POLL,
+    })
+    .await
+    .expect("local mode starts");
+    let (code, body) = get(SocketAddr::new(LOOPBACK, port), "/hello").await.expect("an answer");
+    assert_ne!(code, 200, "a protected route is never passed through: {body}");
+    running.serve(async {}).await;
+}

@@ -1416,3 +1416,198 @@ spec:
     );
     controller.abort();
 }
+
+/// A Secret `name` in `ns` holding `data` (created, or replaced when it exists).
+async fn opaque_secret(client: &kube::Client, ns: &str, name: &str, data: &[(&str, &[u8])]) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let params = PatchParams::apply("turna-test").force();
+    api.patch(name, &params, &Patch::Apply(&secret))
+        .await
+        .expect("apply Secret");
+}
+
+/// Least privilege for security policies: the proxy's bundle Secret gets, as its one
+/// `credentials.json` entry, exactly the keys the policies name (the `.htpasswd` of a Secret
+/// whose other key stays out, the `jwks` key of a ConfigMap, every key of an API key Secret),
+/// follows an edited htpasswd file, and the proxy reads them back as its material.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bundle_holds_exactly_the_credential_keys_security_policies_name() {
+    let cp = plane();
+    let ns = cp.fresh_namespace("sec");
+    let home = cp.fresh_namespace("sec-home");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    cp.apply_yaml(&translator::crds::yaml())
+        .expect("install the generated CRDs");
+    let policies: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource {
+            group: translator::parameters::GROUP.into(),
+            version: "v1alpha1".into(),
+            api_version: format!("{}/v1alpha1", translator::parameters::GROUP),
+            kind: "TurnaSecurityPolicy".into(),
+            plural: "turnasecuritypolicies".into(),
+        },
+    );
+    eventually("the TurnaSecurityPolicy API served", || async {
+        policies.list(&ListParams::default()).await.ok()
+    })
+    .await;
+    let htpasswd: &[u8] = b"ops:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=";
+    opaque_secret(
+        &client,
+        &ns,
+        "users",
+        &[(".htpasswd", htpasswd), ("admin-password", b"never copied")],
+    )
+    .await;
+    opaque_secret(
+        &client,
+        &ns,
+        "api-keys",
+        &[("client-a", b"key-a"), ("client-b", b"key-b")],
+    )
+    .await;
+    let route = |name: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  hostnames: [{name}.example.com]
+  rules:
+    - backendRefs: [{{name: app, port: 8080}}]
+---
+"
+        )
+    };
+    let policy = |name: &str, auth: &str| {
+        format!(
+            "apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {name}}}]
+  {auth}
+---
+"
+        )
+    };
+    cp.apply_yaml(&format!(
+        r#"{class_yaml}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: 80, protocol: HTTP}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  ports: [{{port: 8080}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: idp, namespace: {ns}}}
+data:
+  jwks: '{{"keys":[]}}'
+  notes: not a key
+---
+{}{}{}{}{}{}"#,
+        route("basic"),
+        route("keys"),
+        route("jwt"),
+        policy("basic", "basicAuth: {users: {name: users}}"),
+        policy("keys", "apiKeyAuth: {credentialRefs: [{name: api-keys}]}"),
+        policy(
+            "jwt",
+            "jwt: {providers: [{name: idp, issuer: 'https://idp.example.com', localJWKS: {kind: ConfigMap, name: idp}}]}"
+        ),
+        class_yaml = class_yaml(&class)
+    ))
+    .expect("apply");
+    let settings = settings(&class, &home);
+    let names = Names::new(&ns, "web", &controller_id(&settings));
+    let controller = start(&client, settings);
+
+    let secrets = Api::<Secret>::namespaced(client.clone(), &home);
+    let expected = |htpasswd: &[u8]| {
+        BTreeMap::from([
+            (
+                format!("ConfigMap/{ns}/idp"),
+                BTreeMap::from([("jwks".to_string(), br#"{"keys":[]}"#.to_vec())]),
+            ),
+            (
+                format!("Secret/{ns}/api-keys"),
+                BTreeMap::from([
+                    ("client-a".to_string(), b"key-a".to_vec()),
+                    ("client-b".to_string(), b"key-b".to_vec()),
+                ]),
+            ),
+            (
+                format!("Secret/{ns}/users"),
+                BTreeMap::from([(".htpasswd".to_string(), htpasswd.to_vec())]),
+            ),
+        ])
+    };
+    let credentials_are = |want: BTreeMap<String, BTreeMap<String, Vec<u8>>>| {
+        let (secrets, names) = (secrets.clone(), names.clone());
+        async move {
+            let secret = secrets.get_opt(&names.bundle).await.ok()??;
+            (bundle::read(&secret).credentials == want).then_some(secret)
+        }
+    };
+    let secret = eventually("the three policies' credentials in the bundle Secret", || {
+        credentials_are(expected(htpasswd))
+    })
+    .await;
+    let data = secret.data.clone().unwrap_or_default();
+    assert_eq!(data.keys().collect::<Vec<_>>(), [bundle::CREDENTIALS], "nothing else");
+    let text = String::from_utf8_lossy(&data[bundle::CREDENTIALS].0).into_owned();
+    assert!(
+        !text.contains("admin-password") && !text.contains("notes"),
+        "keys the policies do not name stay out: {text}"
+    );
+
+    // What the proxy makes of it.
+    let material = operator::modes::proxy::from_bundle(&secret);
+    let users = translator::ir::security::Credential {
+        kind: "Secret".into(),
+        object: format!("{ns}/users"),
+        key: Some(".htpasswd".into()),
+    };
+    assert_eq!(material.credential(&users), [(".htpasswd", htpasswd)]);
+
+    // An edited htpasswd file reaches the proxy under the same name.
+    let edited: &[u8] = b"ops:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\ndev:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=";
+    opaque_secret(
+        &client,
+        &ns,
+        "users",
+        &[(".htpasswd", edited), ("admin-password", b"never copied")],
+    )
+    .await;
+    eventually("the edited htpasswd file in the bundle Secret", || {
+        credentials_are(expected(edited))
+    })
+    .await;
+    controller.abort();
+}

@@ -548,3 +548,171 @@ spec:
     .await;
     controller.abort();
 }
+
+/// The API of Turna's TurnaSecurityPolicies in `ns`, once the generated CRDs are installed and
+/// served (so the controller's first discovery finds it).
+async fn security_policies_served(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    plane()
+        .apply_yaml(&translator::crds::yaml())
+        .expect("install the generated CRDs");
+    let policies: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource {
+            group: translator::parameters::GROUP.into(),
+            version: "v1alpha1".into(),
+            api_version: format!("{}/v1alpha1", translator::parameters::GROUP),
+            kind: "TurnaSecurityPolicy".into(),
+            plural: "turnasecuritypolicies".into(),
+        },
+    );
+    common::eventually("the TurnaSecurityPolicy API served", || async {
+        policies.list(&Default::default()).await.ok()
+    })
+    .await;
+    policies
+}
+
+/// TurnaSecurityPolicy (Turna's own CRD, its status typed): each policy gets an ancestor status
+/// for the Gateway its route is attached to; of two policies on one route the older is Accepted
+/// and the younger Conflicted; a Secret that does not exist is ResolvedRefs=False
+/// InvalidCredentialsRef. Once written, the statuses stay as they are (the typed status reads
+/// back as the merge wrote it, so nothing is written again and again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_policies_get_ancestor_status_with_conflicts_and_missing_credentials() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let cp = plane();
+    let ns = cp.fresh_namespace("security");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    let policies = security_policies_served(&client, &ns).await;
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
+    );
+    let route = |name: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  hostnames: [{name}.example.com]
+  rules:
+    - backendRefs: [{{name: app, port: 8080}}]
+---
+"
+        )
+    };
+    let policy = |name: &str, route: &str, auth: &str| {
+        format!(
+            "apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {route}}}]
+  {auth}
+"
+        )
+    };
+    cp.apply_yaml(&format!(
+        "{gateway}{}{}apiVersion: v1
+kind: Service
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  ports: [{{port: 8080}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: users, namespace: {ns}}}
+stringData: {{.htpasswd: 'ops:{{SHA}}qUqP5cyxm6YcTAhz05Hph5gvu9M='}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: api-keys, namespace: {ns}}}
+stringData: {{client-a: key-a}}
+---
+{}---
+{}",
+        route("shop"),
+        route("admin"),
+        policy("a-older", "shop", "basicAuth: {users: {name: users}}"),
+        policy("c-missing", "admin", "basicAuth: {users: {name: nobody}}"),
+    ))
+    .expect("apply");
+    // Created later (or in the same second: then the name decides), so it loses.
+    cp.apply_yaml(&policy(
+        "b-younger",
+        "shop",
+        "apiKeyAuth: {credentialRefs: [{name: api-keys}]}",
+    ))
+    .expect("apply");
+
+    let controller = tokio::spawn(operator::reconcile::run(client.clone(), settings(&class)));
+    let has_ancestor = |p: &Value| p["status"]["ancestors"].as_array().is_some_and(|a| !a.is_empty());
+    let reason = |ancestor: &Value, kind: &str| {
+        let c = condition(&ancestor["conditions"], kind).unwrap_or_else(|| panic!("{kind} in {ancestor:#}"));
+        (
+            c["status"].as_str().unwrap_or_default().to_string(),
+            c["reason"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let pair = |status: &str, reason: &str| (status.to_string(), reason.to_string());
+
+    let older = eventually(&policies, "a-older", has_ancestor).await;
+    let ancestor = &older["status"]["ancestors"][0];
+    assert_eq!(
+        ancestor["ancestorRef"],
+        json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": ns, "name": "web"}),
+        "{older:#}"
+    );
+    assert_eq!(ancestor["controllerName"], "rakunlabs.com/turna");
+    assert_eq!(reason(ancestor, "Accepted"), pair("True", "Accepted"));
+    assert_eq!(reason(ancestor, "ResolvedRefs"), pair("True", "ResolvedRefs"));
+
+    let younger = eventually(&policies, "b-younger", has_ancestor).await;
+    let ancestor = &younger["status"]["ancestors"][0];
+    assert_eq!(reason(ancestor, "Accepted"), pair("False", "Conflicted"), "{younger:#}");
+
+    let missing = eventually(&policies, "c-missing", has_ancestor).await;
+    let ancestor = &missing["status"]["ancestors"][0];
+    assert_eq!(
+        reason(ancestor, "ResolvedRefs"),
+        pair("False", "InvalidCredentialsRef"),
+        "{missing:#}"
+    );
+    let message = condition(&ancestor["conditions"], "ResolvedRefs").expect("ResolvedRefs")["message"].clone();
+    assert!(message.as_str().is_some_and(|m| m.contains("nobody")), "{message}");
+
+    // Settled: the statuses are not written again.
+    let version = |o: &Value| o["metadata"]["resourceVersion"].clone();
+    let before = [
+        version(&eventually(&policies, "a-older", has_ancestor).await),
+        version(&eventually(&policies, "b-younger", has_ancestor).await),
+        version(&eventually(&policies, "c-missing", has_ancestor).await),
+    ];
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = [
+        version(&eventually(&policies, "a-older", has_ancestor).await),
+        version(&eventually(&policies, "b-younger", has_ancestor).await),
+        version(&eventually(&policies, "c-missing", has_ancestor).await),
+    ];
+    assert_eq!(before, after, "statuses written again without a change");
+
+    // The Secret appears: the policy resolves.
+    cp.apply_yaml(&format!(
+        "apiVersion: v1
+kind: Secret
+metadata: {{name: nobody, namespace: {ns}}}
+stringData: {{.htpasswd: 'ops:{{SHA}}qUqP5cyxm6YcTAhz05Hph5gvu9M='}}
+"
+    ))
+    .expect("apply");
+    eventually(&policies, "c-missing", |p| {
+        condition(&p["status"]["ancestors"][0]["conditions"], "ResolvedRefs").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    controller.abort();
+}

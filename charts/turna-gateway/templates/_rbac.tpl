@@ -22,11 +22,15 @@ deploy tests check both directions). "read" is get, list and watch.
   verbs: ["get", "list", "watch"]
 {{- end -}}
 
-{{/* Read Turna's own kinds: the proxy parameters GatewayClasses and Gateways name. */}}
+{{/* Turna's own kinds: the proxy parameters GatewayClasses and Gateways name (read), and
+security policies (read, and status). */}}
 {{- define "turna.rules.turnaRead" -}}
 - apiGroups: ["gateway.turna.rakunlabs.com"]
-  resources: ["turnaproxies"]
+  resources: ["turnaproxies", "turnasecuritypolicies"]
   verbs: ["get", "list", "watch"]
+- apiGroups: ["gateway.turna.rakunlabs.com"]
+  resources: ["turnasecuritypolicies/status"]
+  verbs: ["patch"]
 {{- end -}}
 
 {{/* Experimental Gateway API kinds Turna implements (XTelemetryPolicy, XBackend,

@@ -1,5 +1,6 @@
-//! `turna proxy`: serves one Gateway with the IR the operator pushes, TLS material from the
-//! proxy's bundle Secret (the only Secret it reads, watched through the API).
+//! `turna proxy`: serves one Gateway with the IR the operator pushes, TLS material and the
+//! credentials of its security policies from the proxy's bundle Secret (the only Secret it
+//! reads, watched through the API).
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -153,7 +154,7 @@ pub fn from_bundle(secret: &Secret) -> Material {
             .into_iter()
             .map(|(name, pem)| (name, String::from_utf8_lossy(&pem).into_owned()))
             .collect(),
-        credentials: Default::default(),
+        credentials: contents.credentials.into_iter().collect(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! `turna standalone`: the controller's watches and status, with one in-process [`Dataplane`]
 //! serving every Gateway (listeners of different Gateways on one port share a socket). TLS
-//! material is read by the operator itself from the Secrets and ConfigMaps the IR names.
+//! material and the credentials of security policies are read by the operator itself from the
+//! Secrets and ConfigMaps the IR names (only the keys it names).
 
 use std::future::Future;
 
@@ -61,8 +62,9 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane) {
     }
 }
 
-/// The certificates and CA bundles `proxy` names, read from the API; unreadable ones are left
-/// out (the dataplane then refuses the listener that needs them).
+/// The certificates, CA bundles and credentials `proxy` names, read from the API; unreadable
+/// ones are left out (the dataplane then refuses the listener that needs them, or answers the
+/// requests a policy without its credentials protects with an error).
 async fn material(client: &Client, proxy: &ir::Proxy) -> Material {
     let bundle = Bundle::of(proxy);
     let mut material = Material::default();
@@ -106,6 +108,15 @@ async fn material(client: &Client, proxy: &ir::Proxy) -> Material {
             }
             Ok(None) => tracing::warn!(cluster_trust_bundle = %name, "ClusterTrustBundle not found"),
             Err(error) => tracing::warn!(cluster_trust_bundle = %name, %error, "cannot read ClusterTrustBundle"),
+        }
+    }
+    for (object, wanted) in crate::material::wanted_credentials(&bundle.credentials) {
+        match crate::material::fetch_credential(client, &object, &wanted).await {
+            Ok(Some(keys)) => {
+                material.credentials.insert(object, keys);
+            }
+            Ok(None) => tracing::warn!(credential = %object, "credential Secret or ConfigMap not found"),
+            Err(error) => tracing::warn!(credential = %object, %error, "cannot read credential Secret or ConfigMap"),
         }
     }
     material

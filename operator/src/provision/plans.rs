@@ -58,6 +58,7 @@ impl Plan {
         self.bundle.secrets.hash(&mut hasher);
         self.bundle.config_maps.hash(&mut hasher);
         self.bundle.cluster_trust_bundles.hash(&mut hasher);
+        self.bundle.credentials.hash(&mut hasher);
         self.bundle_key.hash(&mut hasher);
         hasher.finish()
     }
@@ -110,7 +111,8 @@ impl Plans {
 
     /// Replaces the plans with `plans`, except those of `held` Gateways, whose last plan stays;
     /// returns the Gateways to reconcile: a new or changed plan, one not applied in full yet,
-    /// or one with certificates (their contents may have changed under the same names).
+    /// or one with certificates or credentials (their contents may have changed under the same
+    /// names).
     pub fn publish(&self, plans: Vec<Plan>, held: &BTreeSet<String>) -> Published {
         let mut state = self.lock();
         let mut next: HashMap<String, (Arc<Plan>, u64)> = HashMap::new();
@@ -134,7 +136,8 @@ impl Plans {
             let plan = current.unwrap_or_else(|| Arc::new(plan));
             let certificates = !plan.bundle.secrets.is_empty()
                 || !plan.bundle.config_maps.is_empty()
-                || !plan.bundle.cluster_trust_bundles.is_empty();
+                || !plan.bundle.cluster_trust_bundles.is_empty()
+                || !plan.bundle.credentials.is_empty();
             if changed || certificates || !state.settled(&plan) {
                 reconcile.push(plan.gateway.clone());
             }
@@ -300,6 +303,31 @@ mod tests {
         let again = plans.publish(vec![same], &BTreeSet::new());
         assert_eq!(again.reconcile, ["apps/a"]);
         assert!(plans.is_current(&a), "the plan itself is unchanged");
+    }
+
+    #[test]
+    fn credentials_change_the_plan_and_their_contents_are_read_every_pass() {
+        let credential = |key: &str| translator::ir::security::Credential {
+            kind: "Secret".into(),
+            object: "apps/users".into(),
+            key: Some(key.into()),
+        };
+        let with = |key: &str| {
+            let mut p = plan("a", "1");
+            p.bundle.credentials.insert(credential(key));
+            p
+        };
+        let plans = Plans::default();
+        plans.publish(vec![with(".htpasswd")], &BTreeSet::new());
+        let a = plans.get("apps/a").unwrap();
+        plans.applied(&a.objects[0], true);
+        // An htpasswd file may be edited under the same name: read again.
+        let again = plans.publish(vec![with(".htpasswd")], &BTreeSet::new());
+        assert_eq!(again.reconcile, ["apps/a"]);
+        assert!(plans.is_current(&a));
+        // Another key named is another plan.
+        plans.publish(vec![with("other")], &BTreeSet::new());
+        assert!(!plans.is_current(&a));
     }
 
     #[test]

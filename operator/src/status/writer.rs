@@ -177,6 +177,7 @@ status_json!(
     api::XTelemetryPolicy,
     api::XBackend,
     api::XBackendTrafficPolicy,
+    translator::policy::security::TurnaSecurityPolicy,
 );
 
 /// A status write a pass found needed.
@@ -420,6 +421,16 @@ pub async fn write(
     for p in &s.xbackend_traffic_policies {
         plan.add(
             &stores.xbackend_traffic_policies,
+            Some(&p.namespace),
+            &p.name,
+            &Arc::new(p.clone()),
+            |cur| merge::policy(cur, p, controller, &now),
+        );
+        breathe(&mut planned).await;
+    }
+    for p in &s.security_policies {
+        plan.add(
+            &stores.security_policies,
             Some(&p.namespace),
             &p.name,
             &Arc::new(p.clone()),

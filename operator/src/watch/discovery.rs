@@ -6,8 +6,8 @@
 //! served version through [`DynamicObject`](kube::api::DynamicObject)s converted into the typed
 //! struct (ReferenceGrant at v1beta1 on clusters with older CRDs; ClusterTrustBundle at v1, the
 //! typed struct being v1beta1). ListenerSet, BackendTLSPolicy, XTelemetryPolicy, XBackend,
-//! XBackendTrafficPolicy, TurnaProxy and ClusterTrustBundle are watched only when a SelfSubjectAccessReview grants list, watch and
-//! (where Turna writes it) status patch; a review that fails (rather than denies) keeps the
+//! XBackendTrafficPolicy, TurnaProxy, TurnaSecurityPolicy and ClusterTrustBundle are watched only
+//! when a SelfSubjectAccessReview grants list, watch and (where Turna writes it) status patch; a review that fails (rather than denies) keeps the
 //! previous answer and is retried at the next pass, never taken as a yes.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,7 +45,7 @@ struct Reviewed {
     cluster: bool,
 }
 
-const REVIEWED: [Reviewed; 7] = [
+const REVIEWED: [Reviewed; 8] = [
     Reviewed {
         group: translator::GROUP,
         kind: "ListenerSet",
@@ -86,6 +86,13 @@ const REVIEWED: [Reviewed; 7] = [
         kind: "TurnaProxy",
         plural: "turnaproxies",
         status: false,
+        cluster: false,
+    },
+    Reviewed {
+        group: translator::parameters::GROUP,
+        kind: translator::policy::security::KIND,
+        plural: "turnasecuritypolicies",
+        status: true,
         cluster: false,
     },
     Reviewed {

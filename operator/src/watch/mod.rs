@@ -37,6 +37,7 @@ use translator::api::{
     UdpRoute, XBackend, XBackendTrafficPolicy, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
+use translator::policy::security::TurnaSecurityPolicy;
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
 
 use crate::metrics::Metrics;
@@ -179,6 +180,7 @@ pub struct Stores {
     pub xbackends: Watched<XBackend>,
     pub xbackend_traffic_policies: Watched<XBackendTrafficPolicy>,
     pub turna_proxies: Watched<TurnaProxy>,
+    pub security_policies: Watched<TurnaSecurityPolicy>,
     /// ClusterTrustBundles, which CA certificate references may name: fed like the Gateway API
     /// kinds, so they are watched only where the API server serves them (at any version) and
     /// Turna may list them.
@@ -529,6 +531,7 @@ impl Stores {
             xbackends: crd!("XBackend", &namespaced, XBackend),
             xbackend_traffic_policies: crd!("XBackendTrafficPolicy", &namespaced, XBackendTrafficPolicy),
             turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
+            security_policies: crd!("TurnaSecurityPolicy", &namespaced, TurnaSecurityPolicy),
             cluster_trust_bundles: crd!("ClusterTrustBundle", &cluster, ClusterTrustBundle),
             services: reflect::<Service>(with_default(scope.apis(client)), changes, metrics, "Service"),
             endpoint_slices: reflect::<EndpointSlice>(

@@ -147,6 +147,7 @@ use translator::api::{
     UdpRoute, XBackend, XBackendTrafficPolicy, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
+use translator::policy::security::TurnaSecurityPolicy;
 use translator::snapshot::ClusterTrustBundleFacts;
 
 mirrors! {
@@ -164,6 +165,7 @@ mirrors! {
     xbackends: XBackend,
     xbackend_traffic_policies: XBackendTrafficPolicy,
     turna_proxies: TurnaProxy,
+    security_policies: TurnaSecurityPolicy,
     services: Service,
     endpoint_slices: EndpointSlice,
     namespaces: Namespace,
