@@ -249,7 +249,10 @@ impl ConfigMapFacts {
             namespace: cm.metadata.namespace.clone().unwrap_or_default(),
             name: cm.metadata.name.clone().unwrap_or_default(),
             ca_certificates: ca.map(|pem| certificate::count_certificates(pem.as_bytes())),
-            keys: cm.data.iter().flat_map(|d| d.keys().cloned()).collect(),
+            keys: (cm.data.iter().flat_map(|d| d.keys()))
+                .chain(cm.binary_data.iter().flat_map(|d| d.keys()))
+                .cloned()
+                .collect(),
         }
     }
 }
