@@ -486,7 +486,8 @@ async fn a_security_policy_and_its_secret_load_from_files() {
     write(dir.path(), "gateway.yaml", &common::local_gateway(port));
     write(dir.path(), "backends.yaml", &backends(one, one));
     write(dir.path(), "route.yaml", &route(&[("/", "one")]));
-    let htpasswd = "ops:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=";
+    // The password is ops-password.
+    let htpasswd = "ops:{SHA}4vHJdZcJdgy3t7p9KUp+u19jBE0=";
     write(
         dir.path(),
         "security.yaml",
@@ -545,7 +546,18 @@ spec:
     })
     .await
     .expect("local mode starts");
-    let (code, body) = get(SocketAddr::new(LOOPBACK, port), "/hello").await.expect("an answer");
-    assert_ne!(code, 200, "a protected route is never passed through: {body}");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    let (code, body) = get(gateway, "/hello").await.expect("an answer");
+    assert_eq!(code, 401, "a protected route is never passed through: {body}");
+    // The user of the Secret in the files gets through (credentials from the local material).
+    let mut stream = tokio::net::TcpStream::connect(gateway).await.expect("connect");
+    let login = "b3BzOm9wcy1wYXNzd29yZA=="; // ops:ops-password
+    let request =
+        format!("GET /hello HTTP/1.1\r\nHost: local.test\r\nAuthorization: Basic {login}\r\nConnection: close\r\n\r\n");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     running.serve(async {}).await;
 }
