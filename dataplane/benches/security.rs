@@ -65,7 +65,11 @@ impl Signer {
             "iss": "https://issuer.example.com", "aud": "api", "sub": format!("user-{n}"),
             "scope": "items.read items.write", "exp": 4_000_000_000u64, "iat": 1_700_000_000u64, "jti": n,
         });
-        let message = format!("{}.{}", b64(header.to_string().as_bytes()), b64(claims.to_string().as_bytes()));
+        let message = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
         let rng = SystemRandom::new();
         let sig = match self {
             Signer::Rsa(k) => {

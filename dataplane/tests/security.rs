@@ -703,3 +703,83 @@ async fn a_rule_naming_an_unknown_policy_is_refused_whole() {
         .expect_err("an IR naming a policy it lacks");
     assert!(error.to_string().contains("apps/missing"), "{error}");
 }
+
+#[tokio::test]
+async fn each_refusal_is_flagged_in_the_access_log() {
+    let echo = EchoBackend::start("echo").await;
+    let path = std::env::temp_dir().join(format!("turna-security-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let settings = Settings {
+        access_log: Some(dataplane::access_log::Settings {
+            format: dataplane::access_log::Format::Json,
+            path: Some(path.clone()),
+        }),
+        ..Settings::on([127, 0, 0, 1].into())
+    };
+    let keys = ir::Security {
+        policy: "apps/keys".into(),
+        api_key: Some(ApiKey {
+            credentials: vec![secret("apps/keys", None)],
+            sources: vec![TokenSource::Header {
+                name: "x-api-key".into(),
+                prefix: "".into(),
+            }],
+            forward_client_id_header: None,
+        }),
+        ..Default::default()
+    };
+    let closed = addresses(&[], &["127.0.0.0/8"]);
+    let broken = ir::Security {
+        policy: "apps/broken".into(),
+        invalid: Some("test".into()),
+        ..Default::default()
+    };
+    let mut rules = Vec::new();
+    let mut proxy = simple(Vec::new(), vec![echo_backend(&echo)]);
+    for (path, security) in [("/keys", keys), ("/closed", closed), ("/broken", broken)] {
+        let mut r = rule(path, prefix(path), &echo.name);
+        r.security = Some(security.policy.clone().into());
+        rules.push(r);
+        proxy.security.insert(security.policy.clone().into(), security);
+    }
+    proxy.ports[0].listeners[0].virtual_hosts[0].rules = rules.into_iter().map(Arc::new).collect();
+    let m = material(&[("apps/keys", &[("team", "k1")])]);
+    let (_dp, addr) = start_with(settings, proxy, &m).await;
+    let client = client();
+    for (path, status) in [
+        ("/keys", StatusCode::UNAUTHORIZED),
+        ("/closed", StatusCode::FORBIDDEN),
+        ("/broken", StatusCode::INTERNAL_SERVER_ERROR),
+    ] {
+        assert_eq!(get(&client, addr, "h", path).await.status, status, "{path}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let lines = loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.lines().count() >= 3 || std::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let _ = std::fs::remove_file(&path);
+    let flagged: Vec<(String, String)> = lines
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["url.path"].as_str().unwrap_or_default().to_string(),
+                v["response_flags"].to_string(),
+            )
+        })
+        .collect();
+    for (path, flag) in [
+        ("/keys", "unauthenticated"),
+        ("/closed", "client_address_denied"),
+        ("/broken", "security_policy_invalid"),
+    ] {
+        assert!(
+            flagged.iter().any(|(p, f)| p == path && f.contains(flag)),
+            "{path}: {flag} not in {flagged:?}"
+        );
+    }
+}
