@@ -286,4 +286,18 @@ mod tests {
         wrong_version[12] = 0x11;
         assert!(parse(&wrong_version).is_err());
     }
+
+    proptest::proptest! {
+        /// Whatever a client sends, parsing never panics and never claims more than it read;
+        /// a header cut short is incomplete, never a different header.
+        #[test]
+        fn any_bytes_parse_or_are_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200), cut in 0usize..200) {
+            if let Ok(Parsed::Done(_, len)) = parse(&bytes) {
+                proptest::prop_assert!(len <= bytes.len());
+                let cut = cut.min(len);
+                let partial = parse(&bytes[..cut]);
+                proptest::prop_assert!(cut == len || matches!(partial, Ok(Parsed::Incomplete)) || partial.is_err());
+            }
+        }
+    }
 }

@@ -497,4 +497,16 @@ mod tests {
         assert!(split("a.b.c.d").is_none());
         assert!(split("!!.eyJzdWIiOiJhIn0.AQID").is_none());
     }
+
+    proptest::proptest! {
+        /// Any token and any JWK Set text are read or refused, never a panic.
+        #[test]
+        fn any_token_or_key_set_reads_or_is_refused(token in ".{0,300}", set in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let _ = split(&token);
+            let _ = KeySet::parse(&set);
+            if let Ok(keys) = KeySet::parse(&set) {
+                proptest::prop_assert!(!keys.keys.is_empty());
+            }
+        }
+    }
 }
