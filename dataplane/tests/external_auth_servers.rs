@@ -33,14 +33,6 @@ fn auth_bin() -> PathBuf {
     PathBuf::from(stdout.lines().last().expect("a bin folder").trim())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A child process killed when dropped.
 struct Process(Child);
 

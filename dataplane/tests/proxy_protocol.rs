@@ -32,14 +32,6 @@ impl Drop for Haproxy {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// HAProxy in TCP mode with two frontends to `turna`: one sending PROXY v2, one v1.
 async fn haproxy(turna: SocketAddr) -> (Haproxy, SocketAddr, SocketAddr) {
     let binary = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]

@@ -174,6 +174,22 @@ fn with_header(mut req: Request<Full<Bytes>>, name: &'static str, value: &str) -
     req
 }
 
+/// API keys of Secret `apps/keys` in the `x-api-key` header.
+fn api_keys() -> ir::Security {
+    ir::Security {
+        policy: "apps/keys".into(),
+        api_key: Some(ApiKey {
+            credentials: vec![secret("apps/keys", None)],
+            sources: vec![TokenSource::Header {
+                name: "x-api-key".into(),
+                prefix: "".into(),
+            }],
+            forward_client_id_header: None,
+        }),
+        ..Default::default()
+    }
+}
+
 fn addresses(allow: &[&str], deny: &[&str]) -> ir::Security {
     ir::Security {
         policy: "apps/addresses".into(),
@@ -616,18 +632,7 @@ async fn a_remote_jwks_is_fetched_through_the_proxy_cached_and_rotated() {
 async fn a_rules_policy_replaces_its_listeners() {
     let echo = EchoBackend::start("echo").await;
     let m = material(&[("apps/keys", &[("team", "k1")])]);
-    let keys = ir::Security {
-        policy: "apps/keys".into(),
-        api_key: Some(ApiKey {
-            credentials: vec![secret("apps/keys", None)],
-            sources: vec![TokenSource::Header {
-                name: "x-api-key".into(),
-                prefix: "".into(),
-            }],
-            forward_client_id_header: None,
-        }),
-        ..Default::default()
-    };
+    let keys = api_keys();
     let closed = addresses(&["192.0.2.0/24"], &[]);
     let mut open = rule("open", prefix("/open"), &echo.name);
     open.security = Some("apps/keys".into());
@@ -716,18 +721,7 @@ async fn each_refusal_is_flagged_in_the_access_log() {
         }),
         ..Settings::on([127, 0, 0, 1].into())
     };
-    let keys = ir::Security {
-        policy: "apps/keys".into(),
-        api_key: Some(ApiKey {
-            credentials: vec![secret("apps/keys", None)],
-            sources: vec![TokenSource::Header {
-                name: "x-api-key".into(),
-                prefix: "".into(),
-            }],
-            forward_client_id_header: None,
-        }),
-        ..Default::default()
-    };
+    let keys = api_keys();
     let closed = addresses(&[], &["127.0.0.0/8"]);
     let broken = ir::Security {
         policy: "apps/broken".into(),

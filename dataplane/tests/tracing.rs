@@ -30,14 +30,6 @@ fn jaeger_binary() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("jaeger")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A Jaeger process with in-memory storage, killed when dropped.
 struct Jaeger {
     child: Child,

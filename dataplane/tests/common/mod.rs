@@ -372,6 +372,15 @@ pub fn echo_backend(echo: &EchoBackend) -> ir::Backend {
     backend(&echo.name, vec![echo.endpoint()])
 }
 
+/// A loopback port free when asked (for servers started as processes).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("address")
+        .port()
+}
+
 /// Applies `proxy` to a new dataplane on 127.0.0.1 and returns it with the address of port 80.
 pub async fn start(proxy: ir::Proxy) -> (Dataplane, SocketAddr) {
     let dataplane = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
