@@ -45,6 +45,8 @@ fn now() -> u64 {
 /// A signing key of a test issuer, and its public JWK.
 enum Signer {
     Rsa(RsaKeyPair),
+    /// The same RSA key, signing RSASSA-PSS (PS256).
+    RsaPss(RsaKeyPair),
     Ec(EcdsaKeyPair),
     Ed(Ed25519KeyPair),
 }
@@ -61,6 +63,15 @@ impl Issuer {
         Issuer {
             kid: "rsa-1".into(),
             signer: Signer::Rsa(key),
+        }
+    }
+
+    fn rsa_pss() -> Issuer {
+        let der = PrivateKeyDer::from_pem_slice(RSA_PEM.as_bytes()).expect("RSA key");
+        let key = RsaKeyPair::from_pkcs8(der.secret_der()).expect("PKCS#8 RSA key");
+        Issuer {
+            kid: "rsa-1".into(),
+            signer: Signer::RsaPss(key),
         }
     }
 
@@ -84,7 +95,7 @@ impl Issuer {
 
     fn jwk(&self) -> serde_json::Value {
         match &self.signer {
-            Signer::Rsa(_) => serde_json::from_str(RSA_JWK).unwrap(),
+            Signer::Rsa(_) | Signer::RsaPss(_) => serde_json::from_str(RSA_JWK).unwrap(),
             Signer::Ec(k) => {
                 let point = k.public_key().as_ref();
                 serde_json::json!({"kty": "EC", "crv": "P-256", "kid": self.kid,
@@ -100,6 +111,7 @@ impl Issuer {
     fn token(&self, claims: serde_json::Value) -> String {
         let alg = match self.signer {
             Signer::Rsa(_) => "RS256",
+            Signer::RsaPss(_) => "PS256",
             Signer::Ec(_) => "ES256",
             Signer::Ed(_) => "EdDSA",
         };
@@ -114,6 +126,12 @@ impl Issuer {
             Signer::Rsa(k) => {
                 let mut sig = vec![0; k.public().modulus_len()];
                 k.sign(&signature::RSA_PKCS1_SHA256, &rng, message.as_bytes(), &mut sig)
+                    .unwrap();
+                sig
+            }
+            Signer::RsaPss(k) => {
+                let mut sig = vec![0; k.public().modulus_len()];
+                k.sign(&signature::RSA_PSS_SHA256, &rng, message.as_bytes(), &mut sig)
                     .unwrap();
                 sig
             }
@@ -466,7 +484,8 @@ async fn jwts_are_verified_their_claims_forwarded_and_rules_enforced() {
     };
     let (_dp, addr) = start_secured(protected(&echo, security), &m).await;
     let client = client();
-    for issuer in [&rsa, &ec, &ed] {
+    let pss = Issuer::rsa_pss();
+    for issuer in [&rsa, &pss, &ec, &ed] {
         let token = issuer.token(claims(serde_json::json!({})));
         for _ in 0..2 {
             // The second time from the verified tokens.
