@@ -2,7 +2,7 @@
 CARGO ?= cargo
 
 .PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator bench-local bench-standalone bench-fleet \
-	bench-dataplane bench-dataplane-instructions bench-protocols fuzz deploy-tools deploy-check
+	bench-dataplane bench-dataplane-instructions bench-protocols bench-security fuzz deploy-tools deploy-check
 
 all: build
 
@@ -71,6 +71,11 @@ bench-dataplane:
 bench-protocols:
 	dataplane/bench/protocols.sh
 
+## bench-security: what a security policy's JWT check costs a request (RS256, ES256): the
+## signature, a token seen for the first time, a token verified before (criterion).
+bench-security:
+	$(CARGO) bench -p turna-dataplane --bench security
+
 ## bench-dataplane-instructions: instructions per proxied request (callgrind), Turna and nginx.
 bench-dataplane-instructions:
 	dataplane/bench/callgrind.sh
@@ -109,7 +114,7 @@ bench-local:
 ## 55 minutes on 2 cores; the first run also builds the control plane): translation, the proxy
 ## against nginx and HAProxy (HTTP/1.1 and h2c, then the other protocols), turna local, turna
 ## standalone, controller convergence and the push fleet. Each has its own target to run it alone.
-bench: bench-translator bench-dataplane bench-protocols bench-local bench-standalone bench-operator bench-fleet
+bench: bench-translator bench-dataplane bench-protocols bench-security bench-local bench-standalone bench-operator bench-fleet
 
 # ---- e2e: a real control plane built from Go modules (e2e/README.md) ----
 E2E_CLUSTER_DIR ?= $(CURDIR)/e2e/.cache/controlplane
