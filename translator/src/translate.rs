@@ -74,7 +74,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     let backends = Backends::new(snapshot, config);
     let listener_servers = gateway::listener_filters::resolve(&mut gateways, &backends, config);
     let telemetry = policy::telemetry::apply(snapshot, config, &gateways, &backends);
-    let security = policy::security::SecurityPolicies::build(snapshot, config, &backends);
+    let security = policy::security::build(snapshot, config, &backends);
     let regexes = route::value::Regexes::default();
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so

@@ -1,5 +1,6 @@
 //! Policies attached to Gateway API objects.
 
+pub mod attachment;
 pub mod backend_tls;
 pub mod backend_traffic;
 pub mod security;

@@ -5,10 +5,11 @@
 //!
 //! The CRD's YAML is generated from these types (`turna crds`), never written by hand.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use crate::policy::attachment::{PolicyStatusObject as PolicyStatus, PolicyTargetReference};
 
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -41,20 +42,6 @@ pub struct TurnaSecurityPolicySpec {
     /// JSON Web Tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwt: Option<Jwt>,
-}
-
-/// A target in the policy's namespace.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PolicyTargetReference {
-    /// `gateway.networking.k8s.io`.
-    pub group: String,
-    /// `Gateway`, `HTTPRoute` or `GRPCRoute`.
-    pub kind: String,
-    pub name: String,
-    /// A listener of a Gateway, or a named rule of a route.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub section_name: Option<String>,
 }
 
 /// Client address lists, on the address Turna takes as the client's: the connection's, the
@@ -251,38 +238,4 @@ pub struct ClaimMatch {
     pub name: String,
     #[schemars(length(min = 1))]
     pub values: Vec<String>,
-}
-
-/// GEP-713 policy status: the policy's conditions for each ancestor (Gateway) it affects.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PolicyStatus {
-    #[serde(default)]
-    #[schemars(length(max = 16))]
-    pub ancestors: Vec<PolicyAncestorStatus>,
-}
-
-/// The policy's conditions for one ancestor.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PolicyAncestorStatus {
-    pub ancestor_ref: AncestorRef,
-    pub controller_name: String,
-    #[serde(default)]
-    pub conditions: Vec<Condition>,
-}
-
-/// A Gateway (or one of its listeners).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AncestorRef {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub section_name: Option<String>,
 }

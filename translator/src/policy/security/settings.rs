@@ -120,7 +120,7 @@ pub(super) fn model<'a>(
     Model {
         policy,
         id,
-        security,
+        settings: security,
         backends: backends_used,
         uses,
         not_accepted,
