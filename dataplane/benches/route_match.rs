@@ -39,6 +39,7 @@ fn rule(name: &str, path: ir::PathMatch, headers: Vec<ir::ValueMatch>) -> ir::Ht
         retry: None,
         session_persistence: None,
         security: None,
+        traffic: None,
     }
 }
 
@@ -74,6 +75,7 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
                 tracing: None,
                 filters: Vec::new(),
                 security: None,
+                traffic: None,
             }],
             frontend_validation: None,
         }],
@@ -82,6 +84,7 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
         infrastructure: None,
         tracing: Default::default(),
         security: Default::default(),
+        traffic: Default::default(),
     };
     Table::build(
         &proxy,

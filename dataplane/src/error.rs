@@ -45,6 +45,8 @@ pub enum ValidationError {
     UnknownBackend { context: String, backend: String },
     #[error("{context}: security policy {policy:?} is not in the IR's security policies")]
     UnknownSecurityPolicy { context: String, policy: String },
+    #[error("{context}: traffic policy {policy:?} is not in the IR's traffic policies")]
+    UnknownTrafficPolicy { context: String, policy: String },
     #[error("listener {listener}: certificate {secret:?}: {reason}")]
     Certificate {
         listener: String,

@@ -11,6 +11,8 @@ use translator::ir;
 use crate::error::ValidationError;
 use crate::http::PortRoutes;
 use crate::http::access::security::{SecurityPolicies, SecurityPolicy};
+use crate::http::router::Policies;
+use crate::http::traffic::{TrafficPolicies, TrafficPolicy};
 use crate::metrics::Metrics;
 use crate::stream::StreamPort;
 use crate::telemetry::{Exporting, Tracer};
@@ -40,6 +42,7 @@ pub struct Table {
     /// The security policies the listeners and rules name, kept by the next table when
     /// unchanged.
     security: SecurityPolicies,
+    traffic: TrafficPolicies,
 }
 
 /// A socket of the IR: the Gateway listener port, the local port bound for it, and what it serves.
@@ -143,6 +146,11 @@ impl Table {
             upstreams.insert(key.to_string(), upstream);
         }
         let security = SecurityPolicy::compile_all(proxy, material, &upstreams, &previous.security);
+        let traffic = TrafficPolicy::compile_all(proxy, &upstreams, &previous.traffic);
+        let policies = Policies {
+            security: &security,
+            traffic: &traffic,
+        };
         let mut http_ports = HashMap::new();
         let mut stream_ports = HashMap::new();
         let mut tls_configs = HashMap::new();
@@ -175,7 +183,7 @@ impl Table {
             if !https.listeners.is_empty() {
                 https_configs.insert(port.port, tls::server_config(&https, material, tls::Alpn::Http)?);
                 let before = previous.http_ports.get(&port.port);
-                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams, &security, before)?);
+                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams, policies, before)?);
                 validation = validation_fingerprint(port, material);
             }
             let terminates = |l: &ir::Listener| {
@@ -188,7 +196,7 @@ impl Table {
             match kind {
                 SocketKind::Http => {
                     let before = previous.http_ports.get(&port.port);
-                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams, &security, before)?);
+                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams, policies, before)?);
                 }
                 SocketKind::Https => {}
                 _ => {
@@ -214,6 +222,7 @@ impl Table {
             connect_retries: proxy.connect_retries,
             tracers: HashMap::new(),
             security,
+            traffic,
         })
     }
 
@@ -398,6 +407,7 @@ mod tests {
             retry: None,
             session_persistence: None,
             security: None,
+            traffic: None,
         })
     }
 
@@ -416,6 +426,7 @@ mod tests {
             tracing: None,
             filters: Vec::new(),
             security: None,
+            traffic: None,
         };
         ir::Proxy {
             schema: ir::SCHEMA_VERSION,
@@ -436,6 +447,7 @@ mod tests {
             infrastructure: None,
             tracing: Default::default(),
             security: Default::default(),
+            traffic: Default::default(),
         }
     }
 

@@ -8,10 +8,12 @@
 #   mockoidc      e2e/auth/go.mod           (e2e/auth/cmd/mockoidc: an OIDC provider for oauth2-proxy)
 #   extauthz      e2e/auth/go.mod           (Istio's ext_authz sample server: the gRPC ExternalAuth
 #                                            filter's auth server, Envoy ext_authz v3; also HTTP)
+#   ratelimit     e2e/ratelimit/go.mod      (Envoy's rate limit service, envoyproxy/ratelimit: the
+#                                            global rate limits' server, with Redis)
 # into ${XDG_CACHE_HOME:-$HOME/.cache}/turna/<module folder>/<stamp>/bin, the stamp a hash of that
 # module's go.mod, go.sum and own Go files, so every clone on the machine shares one build
 # (TURNA_OBSERVABILITY_DIR overrides the folder of Prometheus, TURNA_TRACING_DIR Jaeger's,
-# TURNA_AUTH_DIR that of the auth servers).
+# TURNA_AUTH_DIR that of the auth servers, TURNA_RATELIMIT_DIR the rate limit service's).
 # Idempotent: builds only what is missing. Prints the bin folder of each tool named, one per line.
 # Without arguments it builds Prometheus and Jaeger only; the auth servers must be named.
 #
@@ -48,7 +50,7 @@ build() {
 			nice -n 15 go mod download
 			tmp="$(mktemp -d "$bin/.build.XXXXXX")"
 			trap 'rm -rf "$tmp"' EXIT
-			CGO_ENABLED=0 nice -n 15 go build -trimpath -ldflags "-s -w" -o "$tmp/" "$package"
+			CGO_ENABLED=0 nice -n 15 go build -trimpath -ldflags "-s -w" -o "$tmp/$name" "$package"
 			mv -f "$tmp/$name" "$bin/$name"
 			log "$name built in $(($(date +%s) - start))s"
 		fi
@@ -65,6 +67,7 @@ for tool in "${tools[@]}"; do
 	oauth2-proxy) build oauth2-proxy auth github.com/oauth2-proxy/oauth2-proxy/v7 "${TURNA_AUTH_DIR:-}" ;;
 	mockoidc) build mockoidc auth github.com/turna/turna/e2e/auth/cmd/mockoidc "${TURNA_AUTH_DIR:-}" ;;
 	extauthz) build extauthz auth istio.io/istio/samples/extauthz/cmd/extauthz "${TURNA_AUTH_DIR:-}" ;;
-	*) die "unknown tool $tool (prometheus, jaeger, oauth2-proxy, mockoidc or extauthz)" ;;
+	ratelimit) build ratelimit ratelimit github.com/envoyproxy/ratelimit/src/service_cmd "${TURNA_RATELIMIT_DIR:-}" ;;
+	*) die "unknown tool $tool (prometheus, jaeger, oauth2-proxy, mockoidc, extauthz or ratelimit)" ;;
 	esac
 done

@@ -6,10 +6,11 @@ use kube::CustomResourceExt;
 
 use crate::parameters::TurnaProxy;
 use crate::policy::security::TurnaSecurityPolicy;
+use crate::policy::traffic::TurnaTrafficPolicy;
 
 /// Every CRD of Turna's own API group.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![TurnaProxy::crd(), TurnaSecurityPolicy::crd()]
+    vec![TurnaProxy::crd(), TurnaSecurityPolicy::crd(), TurnaTrafficPolicy::crd()]
 }
 
 /// [`all`] as multi-document YAML, as committed in the chart and the Kustomize base.

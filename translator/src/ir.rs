@@ -13,8 +13,10 @@ pub use smol_str::SmolStr;
 
 pub mod delta;
 pub mod security;
+pub mod traffic;
 
 pub use security::Security;
+pub use traffic::Traffic;
 
 /// Newest shape of the IR this build reads. Bump on any incompatible change, and when a field is
 /// added that a proxy of the previous schema would silently ignore to the user's harm (serde
@@ -25,7 +27,8 @@ pub use security::Security;
 /// - 1: the base shape.
 /// - 2: listener `filters` (GEP-5224).
 /// - 3: `security` of listeners and rules (TurnaSecurityPolicy).
-pub const SCHEMA_VERSION: u32 = 3;
+/// - 4: `traffic` of listeners and rules (TurnaTrafficPolicy).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest shape a proxy of this build still serves, and the schema of an IR that uses
 /// nothing newer.
@@ -58,6 +61,10 @@ pub struct Proxy {
     /// [`HttpRule::security`]), by policy `namespace/name`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub security: BTreeMap<SmolStr, Security>,
+    /// The traffic policies the listeners and rules name ([`Listener::traffic`],
+    /// [`HttpRule::traffic`]), by policy `namespace/name`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub traffic: BTreeMap<SmolStr, Traffic>,
 }
 
 impl Proxy {
@@ -69,7 +76,9 @@ impl Proxy {
             .iter()
             .flat_map(|p| &p.listeners)
             .any(|l| !l.filters.is_empty());
-        if !self.security.is_empty() {
+        if !self.traffic.is_empty() {
+            4
+        } else if !self.security.is_empty() {
             3
         } else if listener_filters {
             2
@@ -257,6 +266,10 @@ pub struct Listener {
     /// their own (a Gateway's or the listener's TurnaSecurityPolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SmolStr>,
+    /// HTTP and HTTPS: the policy of [`Proxy::traffic`] for its rules that have none of their
+    /// own (a Gateway's or the listener's TurnaTrafficPolicy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<SmolStr>,
 }
 
 /// TLS handling of a listener.
@@ -347,6 +360,10 @@ pub struct HttpRule {
     /// TurnaSecurityPolicy); it wins over its listener's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SmolStr>,
+    /// The policy of [`Proxy::traffic`] for this rule (the route's or the rule's
+    /// TurnaTrafficPolicy); it wins over its listener's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<SmolStr>,
 }
 
 /// Session persistence (GEP-1619): the proxy gives a client a cookie or header naming the

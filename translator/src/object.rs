@@ -65,6 +65,7 @@ meta!(
     crate::snapshot::UnreadableRoute,
     crate::parameters::TurnaProxy,
     crate::policy::security::TurnaSecurityPolicy,
+    crate::policy::traffic::TurnaTrafficPolicy,
 );
 
 impl<T: Meta> Meta for &T {

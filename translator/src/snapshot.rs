@@ -25,6 +25,7 @@ use crate::api::{
 use crate::certificate;
 use crate::parameters::{self, TurnaProxy};
 use crate::policy::security::TurnaSecurityPolicy;
+use crate::policy::traffic::TurnaTrafficPolicy;
 use crate::route::RouteKind;
 
 /// The inputs of one translation. Objects are shared (`Arc`): the operator's snapshot holds the
@@ -51,6 +52,8 @@ pub struct Snapshot {
     pub turna_proxies: Vec<Arc<TurnaProxy>>,
     /// Turna's security policies (authentication and client address rules).
     pub security_policies: Vec<Arc<TurnaSecurityPolicy>>,
+    /// Turna's traffic policies (rate limits, body limits, compression, error responses).
+    pub traffic_policies: Vec<Arc<TurnaTrafficPolicy>>,
     pub services: Vec<Arc<Service>>,
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     pub namespaces: Vec<Arc<Namespace>>,
@@ -300,6 +303,7 @@ impl Snapshot {
             .extend_from_slice(&other.xbackend_traffic_policies);
         self.turna_proxies.extend_from_slice(&other.turna_proxies);
         self.security_policies.extend_from_slice(&other.security_policies);
+        self.traffic_policies.extend_from_slice(&other.traffic_policies);
         self.services.extend_from_slice(&other.services);
         self.endpoint_slices.extend_from_slice(&other.endpoint_slices);
         self.namespaces.extend_from_slice(&other.namespaces);
@@ -439,6 +443,9 @@ impl Snapshot {
             (parameters::GROUP, parameters::KIND) => self.turna_proxies.push(Arc::new(from(value).map_err(err)?)),
             (parameters::GROUP, crate::policy::security::KIND) => {
                 self.security_policies.push(Arc::new(from(value).map_err(err)?))
+            }
+            (parameters::GROUP, crate::policy::traffic::KIND) => {
+                self.traffic_policies.push(Arc::new(from(value).map_err(err)?))
             }
             (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(Arc::new(from(value).map_err(err)?)),

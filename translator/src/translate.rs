@@ -75,6 +75,11 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     let listener_servers = gateway::listener_filters::resolve(&mut gateways, &backends, config);
     let telemetry = policy::telemetry::apply(snapshot, config, &gateways, &backends);
     let security = policy::security::build(snapshot, config, &backends);
+    let traffic = policy::traffic::build(snapshot, config, &backends);
+    let rule_policies = policy::RulePolicies {
+        security: &security,
+        traffic: &traffic,
+    };
     let regexes = route::value::Regexes::default();
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
@@ -121,7 +126,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         &all_attachments,
         &gateways,
         &backends,
-        &security,
+        rule_policies,
         &regexes,
         config,
         threads,
@@ -235,7 +240,10 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             for (p, gw) in used_policies.drain(..) {
                 policy_usage.entry(p).or_default().insert(gw);
             }
-            if !security.is_empty() && security.targets_route(route.kind.name(), route.namespace, route.name) {
+            let (kind, ns, name) = (route.kind.name(), route.namespace, route.name);
+            if (!security.is_empty() && security.targets_route(kind, ns, name))
+                || (!traffic.is_empty() && traffic.targets_route(kind, ns, name))
+            {
                 let key = format!("{}/{}/{}", route.kind.name(), route.namespace, route.name);
                 route_gateways
                     .entry(key)
@@ -257,7 +265,9 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     }
 
     let accepted_gateways: BTreeSet<String> = gateways.iter().filter(|g| g.is_accepted()).map(|g| g.key()).collect();
-    for (key, gw) in security.backend_usage(&accepted_gateways, &route_gateways) {
+    let backend_usage = (security.backend_usage(&accepted_gateways, &route_gateways).into_iter())
+        .chain(traffic.backend_usage(&accepted_gateways, &route_gateways));
+    for (key, gw) in backend_usage {
         policy_usage.entry(key).or_default().insert(gw);
     }
     let mut statuses = Statuses {
@@ -273,6 +283,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         xbackends: backends.xbackend_statuses(&policy_usage),
         xbackend_traffic_policies: backends.traffic.statuses(&policy_usage, config),
         security_policies: security.statuses(&accepted_gateways, &route_gateways, config),
+        traffic_policies: traffic.statuses(&accepted_gateways, &route_gateways, config),
     };
     statuses
         .listener_sets
@@ -324,7 +335,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             &age_rank,
             config,
             tracing,
-            &security,
+            rule_policies,
         );
         for (id, b) in &gateway_backends[gi] {
             if !proxy.backends.contains_key(id) {
@@ -334,6 +345,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     }
     for proxy in proxies.values_mut() {
         policy::security::add_to_proxy(proxy, &security);
+        policy::traffic::add_to_proxy(proxy, &traffic);
         proxy.schema = proxy.required_schema();
     }
     let mut out = Output {
@@ -473,7 +485,7 @@ fn add_listeners(
     age_rank: &[usize],
     config: &Config,
     tracing: Option<ir::SmolStr>,
-    security: &policy::security::SecurityPolicies<'_>,
+    policies: policy::RulePolicies<'_, '_>,
 ) {
     for (li, l) in gw.listeners.iter().enumerate() {
         if !l.is_ready() {
@@ -507,6 +519,7 @@ fn add_listeners(
             tracing: None,
             filters: Vec::new(),
             security: None,
+            traffic: None,
         };
         let list = contributions.remove(&li).unwrap_or_default();
         match protocol {
@@ -515,7 +528,8 @@ fn add_listeners(
                 listener.filters = l.filters.clone();
                 // A Gateway's sectionName names its own listeners only.
                 let own = matches!(l.owner, gateway::Owner::Gateway).then_some(l.spec.name.as_str());
-                listener.security = security.for_listener(&gw.namespace, &gw.name, own);
+                listener.security = (policies.security).for_listener(&gw.namespace, &gw.name, own);
+                listener.traffic = (policies.traffic).for_listener(&gw.namespace, &gw.name, own);
                 listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank);
             }
             Protocol::Tls | Protocol::Tcp | Protocol::Udp => {

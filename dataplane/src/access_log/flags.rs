@@ -46,10 +46,18 @@ pub enum Flag {
     Unauthorized = 1 << 19,
     /// The security policy protecting the rule cannot be enforced (500).
     SecurityPolicyInvalid = 1 << 20,
+    /// A rate limit refused the request (429).
+    RateLimited = 1 << 21,
+    /// The rate limit service gave no decision and the policy refuses then (503).
+    RateLimitServiceFailed = 1 << 22,
+    /// The request body was larger than its rule allows (413).
+    RequestBodyTooLarge = 1 << 23,
+    /// The traffic policy of the rule cannot be applied (500).
+    TrafficPolicyInvalid = 1 << 24,
 }
 
 impl Flag {
-    const ALL: [Flag; 21] = [
+    const ALL: [Flag; 25] = [
         Flag::NoRoute,
         Flag::NoHealthyEndpoint,
         Flag::UpstreamConnectFailure,
@@ -71,6 +79,10 @@ impl Flag {
         Flag::Unauthenticated,
         Flag::Unauthorized,
         Flag::SecurityPolicyInvalid,
+        Flag::RateLimited,
+        Flag::RateLimitServiceFailed,
+        Flag::RequestBodyTooLarge,
+        Flag::TrafficPolicyInvalid,
     ];
 
     /// The name in log lines.
@@ -97,6 +109,10 @@ impl Flag {
             Flag::Unauthenticated => "unauthenticated",
             Flag::Unauthorized => "unauthorized",
             Flag::SecurityPolicyInvalid => "security_policy_invalid",
+            Flag::RateLimited => "rate_limited",
+            Flag::RateLimitServiceFailed => "rate_limit_service_failed",
+            Flag::RequestBodyTooLarge => "request_body_too_large",
+            Flag::TrafficPolicyInvalid => "traffic_policy_invalid",
         }
     }
 }

@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 use super::access;
 use super::filters::{Filter, RedirectTarget, ResponseEdit};
 use super::mirror;
+use super::respond::RequestFacts;
 use super::response::{self, ProxyBody};
 use super::retry::MAX_RETRY_BODY;
 use super::rule::{Rule, RuleBackend, describe};
@@ -95,6 +96,73 @@ impl<'a> Exchange<'a> {
     /// Serves the request with head `parts` (boxed: moved through every await, it stays a
     /// pointer) and `body`.
     pub async fn run(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
+        // Only rules with a traffic policy pay for its body limit and response phase.
+        if self.rule.traffic.is_some() {
+            return Box::pin(self.run_with_traffic(parts, body)).await;
+        }
+        self.run_phases(parts, body).await
+    }
+
+    /// [`Exchange::run`] of a rule with a traffic policy: the request body limited, the response
+    /// through the rule's response phase.
+    async fn run_with_traffic(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
+        let respond = self.rule.respond();
+        let facts = RequestFacts {
+            method: parts.method.clone(),
+            accept_encoding: parts.headers.get(header::ACCEPT_ENCODING).cloned(),
+        };
+        let mut response = match self.rule.max_request_body() {
+            Some(max) => self.run_limited(parts, body, max).await,
+            None => self.run_phases(parts, body).await,
+        };
+        for mechanism in respond {
+            response = mechanism.respond(&facts, response);
+        }
+        response
+    }
+
+    /// [`Exchange::run_phases`] of a request whose body may hold at most `max` bytes: a larger
+    /// one, known by its length or found while it streams, is answered 413.
+    async fn run_limited(&self, parts: Box<Parts>, body: Body, max: u64) -> Response<ProxyBody> {
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let too_large = || {
+            self.flag(Flag::RequestBodyTooLarge);
+            response::local(StatusCode::PAYLOAD_TOO_LARGE, self.rule.grpc)
+        };
+        if declared.is_some_and(|len| len > max) {
+            return too_large();
+        }
+        let (body, clock) = match body {
+            Body::Client(incoming) => {
+                let (mut client, clock) = ClientBody::new(incoming, self.body_timeout, self.trail.cloned());
+                client.limit(max);
+                let checked = Checked {
+                    body: RequestBody::streaming(client),
+                    clock: clock.clone(),
+                    added: None,
+                };
+                (Body::Checked(Box::new(checked)), clock)
+            }
+            Body::Checked(mut checked) => {
+                if checked.body.limit(max).is_err() {
+                    return too_large();
+                }
+                let clock = checked.clock.clone();
+                (Body::Checked(checked), clock)
+            }
+        };
+        let response = self.run_phases(parts, body).await;
+        if clock.is_some_and(|c| c.too_large()) && !response.status().is_success() {
+            return too_large();
+        }
+        response
+    }
+
+    /// The access phase, filters, attempts and retries of the request.
+    async fn run_phases(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
         let (body, clock, added) = match body {
             Body::Client(body) => {
                 let (body, clock) = ClientBody::new(body, self.body_timeout, self.trail.cloned());

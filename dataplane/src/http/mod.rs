@@ -7,12 +7,14 @@ pub mod host;
 pub mod matcher;
 mod mirror;
 mod proxy;
+pub mod respond;
 mod response;
 pub mod retry;
 pub mod router;
 pub mod rule;
 mod rules;
 pub mod session;
+pub mod traffic;
 mod upgrade;
 
 pub use mirror::MAX_MIRRORS_IN_FLIGHT;

@@ -45,6 +45,14 @@ impl ProxyBody {
         self.wrap(|inner| LoggedBody { inner, pending }.boxed_unsync());
     }
 
+    /// Replaces the body with `wrapper` around it (a response mechanism that rewrites it).
+    pub(super) fn transform(
+        &mut self,
+        wrapper: impl FnOnce(UnsyncBoxBody<Bytes, BoxError>) -> UnsyncBoxBody<Bytes, BoxError>,
+    ) {
+        self.wrap(wrapper);
+    }
+
     /// Replaces the body with `wrapper` around it.
     fn wrap(&mut self, wrapper: impl FnOnce(UnsyncBoxBody<Bytes, BoxError>) -> UnsyncBoxBody<Bytes, BoxError>) {
         let inner = std::mem::replace(&mut self.inner, Empty::new().map_err(|e| match e {}).boxed_unsync());

@@ -12,9 +12,32 @@ use super::access::security::{SecurityPolicies, SecurityPolicy};
 use super::host::HostPattern;
 use super::rule::Rule;
 use super::rules::Rules;
+use super::traffic::{TrafficPolicies, TrafficPolicy};
 use crate::error::ValidationError;
 use crate::telemetry::Tracer;
 use crate::upstream::Upstream;
+
+/// The compiled policies of a table that listeners and rules name.
+#[derive(Clone, Copy)]
+pub struct Policies<'t> {
+    pub security: &'t SecurityPolicies,
+    pub traffic: &'t TrafficPolicies,
+}
+
+/// The policy named `id` among `compiled`; an IR naming one it lacks is invalid.
+fn named<'t, P>(
+    compiled: &'t HashMap<ir::SmolStr, Arc<P>>,
+    id: Option<&ir::SmolStr>,
+    context: &str,
+    unknown: fn(String, String) -> ValidationError,
+) -> Result<Option<&'t Arc<P>>, ValidationError> {
+    id.map(|id| {
+        compiled
+            .get(id)
+            .ok_or_else(|| unknown(context.to_string(), id.to_string()))
+    })
+    .transpose()
+}
 
 /// The HTTP listeners sharing one port, most specific hostname first.
 #[derive(Debug)]
@@ -66,7 +89,7 @@ impl PortRoutes {
     pub fn compile(
         port: &ir::Port,
         upstreams: &HashMap<String, Arc<Upstream>>,
-        security: &SecurityPolicies,
+        policies: Policies<'_>,
         previous: Option<&PortRoutes>,
     ) -> Result<Self, ValidationError> {
         let mut listeners = port
@@ -74,7 +97,7 @@ impl PortRoutes {
             .iter()
             .map(|l| {
                 let previous = previous.and_then(|p| p.listeners.iter().find(|p| p.name == l.name));
-                ListenerRoutes::compile(l, upstreams, security, previous)
+                ListenerRoutes::compile(l, upstreams, policies, previous)
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Stable: listeners of equal specificity keep the IR's order.
@@ -123,20 +146,21 @@ impl ListenerRoutes {
     fn compile(
         listener: &ir::Listener,
         upstreams: &HashMap<String, Arc<Upstream>>,
-        security: &SecurityPolicies,
+        policies: Policies<'_>,
         previous: Option<&ListenerRoutes>,
     ) -> Result<Self, ValidationError> {
-        let policy =
-            |id: Option<&ir::SmolStr>, context: &str| -> Result<Option<&Arc<SecurityPolicy>>, ValidationError> {
-                id.map(|id| {
-                    security.get(id).ok_or_else(|| ValidationError::UnknownSecurityPolicy {
-                        context: context.to_string(),
-                        policy: id.to_string(),
-                    })
-                })
-                .transpose()
-            };
-        let listener_policy = policy(listener.security.as_ref(), &listener.name)?;
+        let security = |id: Option<&ir::SmolStr>| -> Result<Option<&Arc<SecurityPolicy>>, ValidationError> {
+            named(policies.security, id, &listener.name, |context, policy| {
+                ValidationError::UnknownSecurityPolicy { context, policy }
+            })
+        };
+        let traffic = |id: Option<&ir::SmolStr>| -> Result<Option<&Arc<TrafficPolicy>>, ValidationError> {
+            named(policies.traffic, id, &listener.name, |context, policy| {
+                ValidationError::UnknownTrafficPolicy { context, policy }
+            })
+        };
+        let listener_security = security(listener.security.as_ref())?;
+        let listener_traffic = traffic(listener.traffic.as_ref())?;
         let invalid = |hostname: &str| ValidationError::Hostname {
             listener: listener.name.clone(),
             hostname: hostname.to_string(),
@@ -149,7 +173,7 @@ impl ListenerRoutes {
             name: listener.name.clone(),
             tracing: listener.tracing.clone(),
             tracer: None,
-            access: Access::compile(&listener.filters, None, &listener.name, upstreams)?,
+            access: Access::compile(&listener.filters, None, None, &listener.name, upstreams)?,
             hostname,
             exact: HashMap::new(),
             wildcards: HashMap::new(),
@@ -169,14 +193,20 @@ impl ListenerRoutes {
                 .rules
                 .iter()
                 .map(|r| {
-                    // The rule's own policy wins over its listener's.
+                    // The rule's own policies win over its listener's.
                     let security = match &r.security {
-                        Some(_) => policy(r.security.as_ref(), &listener.name)?,
-                        None => listener_policy,
+                        Some(_) => security(r.security.as_ref())?,
+                        None => listener_security,
+                    };
+                    let traffic = match &r.traffic {
+                        Some(_) => traffic(r.traffic.as_ref())?,
+                        None => listener_traffic,
                     };
                     match compiled.get(&Arc::as_ptr(r)) {
-                        Some(previous) if Rule::reuse(r, previous, upstreams, security) => Ok(Arc::clone(previous)),
-                        _ => Rule::compile(r, &listener.name, upstreams, security).map(Arc::new),
+                        Some(previous) if Rule::reuse(r, previous, upstreams, security, traffic) => {
+                            Ok(Arc::clone(previous))
+                        }
+                        _ => Rule::compile(r, &listener.name, upstreams, security, traffic).map(Arc::new),
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;

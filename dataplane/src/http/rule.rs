@@ -10,8 +10,10 @@ use super::access::Access;
 use super::access::security::SecurityPolicy;
 use super::filters::{self, Filter, Placement};
 use super::matcher::Matcher;
+use super::respond::Respond;
 use super::retry::RetryPolicy;
 use super::session::Session;
+use super::traffic::TrafficPolicy;
 use crate::error::ValidationError;
 use crate::metrics::RequestCounters;
 use crate::upstream::{self, Upstream};
@@ -28,8 +30,10 @@ pub struct Rule {
     /// Errors are answered as gRPC statuses.
     pub grpc: bool,
     pub matcher: Matcher,
-    /// Checks that run before the filters (ExternalAuth).
+    /// Checks that run before the filters (security and traffic policies, ExternalAuth).
     pub access: Access,
+    /// The traffic policy (its body limit and response mechanisms; its rate limits are checks).
+    pub traffic: Option<Arc<TrafficPolicy>>,
     pub filters: Vec<Filter>,
     pub backends: Vec<RuleBackend>,
     /// Bound on the whole request (`timeouts.request`).
@@ -71,13 +75,18 @@ impl Rule {
         previous: &Arc<Rule>,
         upstreams: &HashMap<String, Arc<Upstream>>,
         security: Option<&Arc<SecurityPolicy>>,
+        traffic: Option<&Arc<TrafficPolicy>>,
     ) -> bool {
-        Arc::ptr_eq(&previous.source, rule)
-            && match (previous.access.security(), security) {
+        fn same<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+            match (a, b) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 _ => false,
             }
+        }
+        Arc::ptr_eq(&previous.source, rule)
+            && same(previous.access.security(), security)
+            && same(previous.traffic.as_ref(), traffic)
             && previous
                 .upstreams()
                 .all(|u| upstreams.get(u.id.as_str()).is_some_and(|next| Arc::ptr_eq(next, u)))
@@ -113,6 +122,7 @@ impl Rule {
         listener: &str,
         upstreams: &HashMap<String, Arc<Upstream>>,
         security: Option<&Arc<SecurityPolicy>>,
+        traffic: Option<&Arc<TrafficPolicy>>,
     ) -> Result<Self, ValidationError> {
         let context = describe(&rule.route);
         let prefix = match &rule.matcher.path {
@@ -148,7 +158,8 @@ impl Rule {
             route: rule.route.clone(),
             grpc: rule.grpc,
             matcher: Matcher::compile(&rule.matcher, &context)?,
-            access: Access::compile(&rule.filters, security, &context, upstreams)?,
+            access: Access::compile(&rule.filters, security, traffic, &context, upstreams)?,
+            traffic: traffic.cloned(),
             filters: filters::compile(&rule.filters, Placement::Rule, prefix, &context, upstreams)?,
             backends,
             request_timeout: rule.timeouts.request_ms.map(Duration::from_millis),
@@ -158,6 +169,16 @@ impl Rule {
             backend_sessions,
             counters: RequestCounters::new(listener, &context),
         })
+    }
+
+    /// The largest request body, if limited.
+    pub fn max_request_body(&self) -> Option<u64> {
+        self.traffic.as_ref().and_then(|t| t.max_request_body)
+    }
+
+    /// The response phase's mechanisms (empty for most rules).
+    pub fn respond(&self) -> &[Arc<dyn Respond>] {
+        self.traffic.as_ref().map_or(&[], |t| t.respond.as_slice())
     }
 
     /// Picks a backend by weight; `None` when every weight is zero.

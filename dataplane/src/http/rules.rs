@@ -113,8 +113,9 @@ mod tests {
             retry: None,
             session_persistence: None,
             security: None,
+            traffic: None,
         };
-        Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new(), None).unwrap())
+        Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new(), None, None).unwrap())
     }
 
     /// The index finds the same first match as a scan, for every path and method tried.

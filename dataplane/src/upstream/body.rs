@@ -28,6 +28,9 @@ pub struct ClientBody {
     incoming: Incoming,
     /// `None` for a body that was complete with its head.
     stall: Option<Box<Stall>>,
+    /// Bytes the body may still hold (a traffic policy's `maxRequestBodyBytes`); beyond them
+    /// it fails with [`BodyTooLarge`] and marks its [`BodyClock`].
+    allowed: Option<u64>,
 }
 
 /// The timer of a body still to be read.
@@ -50,6 +53,7 @@ pub struct BodyClock(AtomicU8);
 const WAITING: u8 = 0;
 const ANSWERED: u8 = 1;
 const TIMED_OUT: u8 = 2;
+const TOO_LARGE: u8 = 3;
 
 impl BodyClock {
     /// The backend answered: from now on a quiet client is not timed out.
@@ -63,7 +67,17 @@ impl BodyClock {
     pub fn timed_out(&self) -> bool {
         self.0.load(Ordering::Relaxed) == TIMED_OUT
     }
+
+    /// Whether the body failed because it was larger than allowed.
+    pub fn too_large(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == TOO_LARGE
+    }
 }
+
+/// A request body larger than its rule allows.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body is larger than the {0} bytes allowed")]
+pub struct BodyTooLarge(pub u64);
 
 /// A client sent nothing of its request body for too long.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +94,14 @@ impl ClientBody {
         trail: Option<Arc<Trail>>,
     ) -> (ClientBody, Option<Arc<BodyClock>>) {
         if incoming.is_end_stream() {
-            return (ClientBody { incoming, stall: None }, None);
+            return (
+                ClientBody {
+                    incoming,
+                    stall: None,
+                    allowed: None,
+                },
+                None,
+            );
         }
         let clock = Arc::new(BodyClock::default());
         let stall = Stall {
@@ -94,9 +115,15 @@ impl ClientBody {
             ClientBody {
                 incoming,
                 stall: Some(Box::new(stall)),
+                allowed: None,
             },
             Some(clock),
         )
+    }
+
+    /// Fails the body once it holds more than `max` bytes.
+    pub fn limit(&mut self, max: u64) {
+        self.allowed = Some(self.allowed.map_or(max, |a| a.min(max)));
     }
 }
 
@@ -107,6 +134,18 @@ impl Body for ClientBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let frame = Pin::new(&mut this.incoming).poll_frame(cx).map_err(BoxError::from);
+        if let (Some(allowed), Poll::Ready(Some(Ok(f)))) = (&mut this.allowed, &frame) {
+            let len = f.data_ref().map_or(0, Bytes::len) as u64;
+            match allowed.checked_sub(len) {
+                Some(left) => *allowed = left,
+                None => {
+                    if let Some(stall) = &this.stall {
+                        stall.clock.0.store(TOO_LARGE, Ordering::Relaxed);
+                    }
+                    return Poll::Ready(Some(Err(BodyTooLarge(len).into())));
+                }
+            }
+        }
         if frame.is_ready() {
             if let Some(stall) = &mut this.stall {
                 stall.waiting = false;
@@ -183,6 +222,24 @@ impl RequestBody {
         RequestBody::Streaming {
             prefix: VecDeque::new(),
             rest: body,
+        }
+    }
+
+    /// Refuses a body larger than `max` bytes: at once when it is known to be (read, or its
+    /// length told), else when its bytes pass `max` while it is sent.
+    pub fn limit(&mut self, max: u64) -> Result<(), BodyTooLarge> {
+        match self {
+            RequestBody::Buffered(b) if b.data.len() as u64 > max => Err(BodyTooLarge(max)),
+            RequestBody::Buffered(_) => Ok(()),
+            RequestBody::Streaming { prefix, rest } => {
+                let read: u64 = prefix.iter().map(|b| b.len() as u64).sum();
+                let left = max.checked_sub(read).ok_or(BodyTooLarge(max))?;
+                if rest.size_hint().lower() > left {
+                    return Err(BodyTooLarge(max));
+                }
+                rest.limit(left);
+                Ok(())
+            }
         }
     }
 

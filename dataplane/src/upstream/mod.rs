@@ -13,7 +13,7 @@ mod retry_budget;
 mod tls;
 
 pub use balancer::pick_weighted;
-pub use body::{BodyClock, BodyTimeout, BoxError, BufferedBody, ClientBody, RequestBody, ResponseBody};
+pub use body::{BodyClock, BodyTimeout, BodyTooLarge, BoxError, BufferedBody, ClientBody, RequestBody, ResponseBody};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
 pub use health::PassiveHealth;
 pub use retry_budget::RetryBudget;

@@ -283,6 +283,7 @@ pub fn proxy(ports: Vec<ir::Port>, backends: Vec<ir::Backend>) -> ir::Proxy {
         infrastructure: None,
         tracing: Default::default(),
         security: Default::default(),
+        traffic: Default::default(),
     }
 }
 
@@ -308,6 +309,7 @@ pub fn listener(name: &str, hostname: Option<&str>, virtual_hosts: Vec<ir::Virtu
         tracing: None,
         filters: Vec::new(),
         security: None,
+        traffic: None,
     }
 }
 
@@ -339,6 +341,7 @@ pub fn rule(name: &str, path: ir::PathMatch, backend: &str) -> ir::HttpRule {
         retry: None,
         session_persistence: None,
         security: None,
+        traffic: None,
     }
 }
 

@@ -258,9 +258,11 @@ fn same_frame(a: &Proxy, b: &Proxy) -> bool {
         infrastructure,
         tracing,
         security,
+        traffic,
     } = a;
     *schema == b.schema
         && *security == b.security
+        && *traffic == b.traffic
         && *id == b.id
         && *gateways == b.gateways
         && *connect_retries == b.connect_retries
@@ -297,9 +299,11 @@ fn same_listener(a: &Listener, b: &Listener) -> bool {
         tracing,
         filters,
         security,
+        traffic,
     } = a;
     *name == b.name
         && *security == b.security
+        && *traffic == b.traffic
         && *tracing == b.tracing
         && *filters == b.filters
         && *protocol == b.protocol
@@ -338,6 +342,7 @@ mod tests {
                 retry: None,
                 session_persistence: None,
                 security: None,
+                traffic: None,
             })],
         }
     }
@@ -379,6 +384,7 @@ mod tests {
                     tracing: None,
                     filters: vec![],
                     security: None,
+                    traffic: None,
                 }],
                 frontend_validation: None,
             }],
@@ -390,6 +396,7 @@ mod tests {
             infrastructure: None,
             tracing: Default::default(),
             security: Default::default(),
+            traffic: Default::default(),
         }
     }
 

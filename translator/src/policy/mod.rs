@@ -5,6 +5,7 @@ pub mod backend_tls;
 pub mod backend_traffic;
 pub mod security;
 pub mod telemetry;
+pub mod traffic;
 
 use std::sync::Arc;
 
@@ -12,6 +13,14 @@ use crate::config::Config;
 use crate::gateway::Problem;
 use crate::object::{self, GROUP, Meta};
 use crate::status::{Condition, ParentReference, condition::kind, condition::reason};
+
+/// Turna's policies that apply to route rules (a rule's own, else its route's): compiling a
+/// rule names the ones that apply to it.
+#[derive(Clone, Copy)]
+pub struct RulePolicies<'p, 'a> {
+    pub security: &'p security::SecurityPolicies<'a>,
+    pub traffic: &'p traffic::TrafficPolicies<'a>,
+}
 
 /// The policies of namespaces Turna watches, oldest first (GEP-713 precedence), each once.
 fn oldest_first<'a, T: Meta>(policies: &'a [Arc<T>], config: &Config) -> Vec<&'a T> {

@@ -14,8 +14,10 @@ use crate::api::{BackendTlsPolicy, ReferenceGrant, XBackend, XBackendTrafficPoli
 use crate::backend::Backends;
 use crate::config::Config;
 use crate::gateway::GatewayModel;
+use crate::policy::RulePolicies;
 use crate::policy::backend_tls;
-use crate::policy::security::{SecurityPolicies, TurnaSecurityPolicy};
+use crate::policy::security::TurnaSecurityPolicy;
+use crate::policy::traffic::TurnaTrafficPolicy;
 use crate::snapshot::{ClusterTrustBundleFacts, ConfigMapFacts, SecretFacts, Snapshot};
 
 use super::by_object::ByObject;
@@ -47,7 +49,7 @@ impl CompiledRoutes {
         attachments: &[Vec<Attachment>],
         gateways: &[GatewayModel<'_>],
         backends: &Backends<'_>,
-        security: &SecurityPolicies<'_>,
+        policies: RulePolicies<'_, '_>,
         regexes: &Regexes,
         config: &Config,
         threads: usize,
@@ -61,7 +63,7 @@ impl CompiledRoutes {
                 &attachments[ri],
                 gateways,
                 backends,
-                security,
+                policies,
                 regexes,
                 config,
                 cached,
@@ -97,7 +99,7 @@ fn compile_one(
     attachments: &[Attachment],
     gateways: &[GatewayModel<'_>],
     backends: &Backends<'_>,
-    security: &SecurityPolicies<'_>,
+    policies: RulePolicies<'_, '_>,
     regexes: &Regexes,
     config: &Config,
     cached: Option<&[Entry]>,
@@ -131,7 +133,7 @@ fn compile_one(
             Some(e) => Entry { uses: 1, ..e.clone() },
             None => {
                 let mut outcome = RouteOutcome::default();
-                let compiled = http::compile(route, backends, security, regexes, client_certificate, &mut outcome);
+                let compiled = http::compile(route, backends, policies, regexes, client_certificate, &mut outcome);
                 Entry {
                     client_certificate: client_certificate.map(str::to_string),
                     compiled: Arc::new(compiled),
@@ -171,8 +173,9 @@ struct Inputs {
     backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
     xbackends: Vec<Arc<XBackend>>,
     xbackend_traffic_policies: Vec<Arc<XBackendTrafficPolicy>>,
-    /// Which policy protects which rule.
+    /// Which policies apply to which rule.
     security_policies: Vec<Arc<TurnaSecurityPolicy>>,
+    traffic_policies: Vec<Arc<TurnaTrafficPolicy>>,
     /// Only while XBackends exist: their client certificates are checked against them.
     secrets: Vec<SecretFacts>,
     config_maps: Vec<ConfigMapFacts>,
@@ -208,6 +211,7 @@ impl Inputs {
             xbackends: snapshot.xbackends.clone(),
             xbackend_traffic_policies: snapshot.xbackend_traffic_policies.clone(),
             security_policies: snapshot.security_policies.clone(),
+            traffic_policies: snapshot.traffic_policies.clone(),
             secrets: xbackend_secrets(snapshot),
             config_maps: snapshot.config_maps.clone(),
             cluster_trust_bundles: snapshot.cluster_trust_bundles.clone(),
@@ -231,6 +235,7 @@ impl Inputs {
             && shared(&self.xbackends, &snapshot.xbackends)
             && shared(&self.xbackend_traffic_policies, &snapshot.xbackend_traffic_policies)
             && shared(&self.security_policies, &snapshot.security_policies)
+            && shared(&self.traffic_policies, &snapshot.traffic_policies)
             && (snapshot.xbackends.is_empty() || self.secrets == snapshot.secrets)
             && self.config_maps == snapshot.config_maps
             && self.cluster_trust_bundles == snapshot.cluster_trust_bundles

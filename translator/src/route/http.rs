@@ -24,7 +24,7 @@ use crate::ir::{
     PathMatch, PathModifier, Redirect, Retry, RouteRef, Timeouts, UrlRewrite, ValueMatch, ValueMatchKind,
     WeightedBackend,
 };
-use crate::policy::security::SecurityPolicies;
+use crate::policy::RulePolicies;
 use crate::status::condition::reason;
 
 use super::RouteOutcome;
@@ -62,7 +62,7 @@ pub struct Compiled {
 pub fn compile(
     route: &RouteModel<'_>,
     backends: &Backends<'_>,
-    security: &SecurityPolicies<'_>,
+    policies: RulePolicies<'_, '_>,
     regexes: &Regexes,
     client_certificate: Option<&str>,
     outcome: &mut RouteOutcome,
@@ -179,7 +179,8 @@ pub fn compile(
         }
         // One entry per match: copies for all but the last, which takes the rule's parts.
         let grpc = route.kind == RouteKind::Grpc;
-        let protected = security.for_rule(route.kind.name(), route.namespace, route.name, rule.name);
+        let protected = (policies.security).for_rule(route.kind.name(), route.namespace, route.name, rule.name);
+        let traffic = (policies.traffic).for_rule(route.kind.name(), route.namespace, route.name, rule.name);
         let mut matches = parts.matches;
         let Some(last) = matches.pop() else { continue };
         out.rules.reserve(matches.len() + 1);
@@ -194,6 +195,7 @@ pub fn compile(
                 retry: parts.retry.clone(),
                 session_persistence: session_persistence.clone(),
                 security: protected.clone(),
+                traffic: traffic.clone(),
             }));
         }
         out.rules.push(Arc::new(HttpRule {
@@ -206,6 +208,7 @@ pub fn compile(
             retry: parts.retry,
             session_persistence,
             security: protected,
+            traffic,
         }));
     }
     if let Some((_, first)) = dropped.first() {

@@ -143,6 +143,7 @@ mod tests {
             retry: None,
             session_persistence: None,
             security: None,
+            traffic: None,
         }
     }
 

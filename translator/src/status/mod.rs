@@ -40,6 +40,9 @@ pub struct Statuses {
     /// TurnaSecurityPolicy statuses: one ancestor per Gateway a target reaches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_policies: Vec<PolicyStatus>,
+    /// TurnaTrafficPolicy statuses: one ancestor per Gateway a target reaches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traffic_policies: Vec<PolicyStatus>,
 }
 
 /// GatewayClass status.

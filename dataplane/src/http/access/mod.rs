@@ -54,6 +54,15 @@ pub struct Context<'a> {
     pub rule: &'a str,
 }
 
+/// The claims of the token a security policy verified, in the request's extensions: what rate
+/// limits keyed by a claim read.
+#[derive(Clone, Debug)]
+pub struct VerifiedClaims(pub Arc<serde_json::Map<String, serde_json::Value>>);
+
+/// The client an API key named, in the request's extensions.
+#[derive(Clone, Debug)]
+pub struct ApiKeyClient(pub Arc<str>);
+
 /// A check's decision.
 pub enum Verdict {
     /// The request goes on; `response_headers` are added to the response it gets.
@@ -98,15 +107,19 @@ pub enum Outcome {
 }
 
 impl Access {
-    /// The checks of a rule: its security policy's, then its `ExternalAuth` filters', in their
-    /// order.
+    /// The checks of a rule: its security policy's, its traffic policy's, then its
+    /// `ExternalAuth` filters', in their order.
     pub fn compile(
         filters: &[ir::Filter],
         security: Option<&Arc<SecurityPolicy>>,
+        traffic: Option<&Arc<crate::http::traffic::TrafficPolicy>>,
         context: &str,
         upstreams: &HashMap<String, Arc<Upstream>>,
     ) -> Result<Self, ValidationError> {
+        // The security policy's checks, then the traffic policy's rate limits (which may count
+        // by the client a credential named), then the filters'.
         let mut checks: Vec<Arc<dyn Check>> = security.map(|s| s.checks.clone()).unwrap_or_default();
+        checks.extend(traffic.iter().flat_map(|t| t.checks.iter().cloned()));
         for filter in filters {
             if let ir::Filter::ExternalAuth(a) = filter {
                 match ExternalAuth::compile(a, context, upstreams)? {

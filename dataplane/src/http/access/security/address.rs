@@ -90,7 +90,7 @@ impl AddressFilter {
 /// The client's address: `peer`, or the X-Forwarded-For entry `trusted_hops` places before the
 /// last one (which Turna appended: the peer). With fewer entries than that, the first one (the
 /// farthest proxy was reached directly).
-pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted_hops: u32) -> IpAddr {
+pub(crate) fn client_address(peer: IpAddr, headers: &HeaderMap, trusted_hops: u32) -> IpAddr {
     if trusted_hops == 0 {
         return peer;
     }

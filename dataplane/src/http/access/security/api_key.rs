@@ -79,6 +79,10 @@ impl ApiKey {
         if let Some(name) = &self.forward_client_id_header {
             credential::set(request.parts, name, client);
         }
+        request
+            .parts
+            .extensions
+            .insert(crate::http::access::ApiKeyClient(client.as_str().into()));
         count(request, "APIKey", Decision::allowed);
         Verdict::Allow { response_headers: None }
     }

@@ -8,7 +8,7 @@
 //! the bundle do not read) answers every request it protects 500: it never lets one through
 //! unchecked.
 
-mod address;
+pub(crate) mod address;
 mod api_key;
 mod basic_auth;
 mod credential;

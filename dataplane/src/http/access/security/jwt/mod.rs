@@ -184,6 +184,10 @@ impl Jwt {
                 }
             }
         }
+        request
+            .parts
+            .extensions
+            .insert(crate::http::access::VerifiedClaims(claims));
         count(request, "JWT", Decision::allowed);
         Verdict::Allow { response_headers: None }
     }
@@ -359,7 +363,7 @@ fn check_times(claims: &Map<String, Value>, now: u64, skew: u32) -> Result<(), &
 }
 
 /// The claim at dotted `path` (`org.id`).
-fn claim<'c>(claims: &'c Map<String, Value>, path: &str) -> Option<&'c Value> {
+pub(crate) fn claim<'c>(claims: &'c Map<String, Value>, path: &str) -> Option<&'c Value> {
     if let Some(v) = claims.get(path) {
         return Some(v);
     }
@@ -373,7 +377,7 @@ fn claim<'c>(claims: &'c Map<String, Value>, path: &str) -> Option<&'c Value> {
 
 /// A claim as a header value: strings as they are, lists of strings joined by commas, anything
 /// else as JSON.
-fn claim_text(value: &Value) -> String {
+pub(crate) fn claim_text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
         Value::Array(items) if items.iter().all(Value::is_string) => {
