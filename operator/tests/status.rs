@@ -552,6 +552,12 @@ spec:
 /// The API of Turna's TurnaSecurityPolicies in `ns`, once the generated CRDs are installed and
 /// served (so the controller's first discovery finds it).
 async fn security_policies_served(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    turna_policies_served(client, ns, "TurnaSecurityPolicy", "turnasecuritypolicies").await
+}
+
+/// The API of Turna's policy kind `kind` (`plural`) in `ns`, once the generated CRDs are
+/// installed and served.
+async fn turna_policies_served(client: &kube::Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
     plane()
         .apply_yaml(&translator::crds::yaml())
         .expect("install the generated CRDs");
@@ -562,15 +568,86 @@ async fn security_policies_served(client: &kube::Client, ns: &str) -> Api<Dynami
             group: translator::parameters::GROUP.into(),
             version: "v1alpha1".into(),
             api_version: format!("{}/v1alpha1", translator::parameters::GROUP),
-            kind: "TurnaSecurityPolicy".into(),
-            plural: "turnasecuritypolicies".into(),
+            kind: kind.into(),
+            plural: plural.into(),
         },
     );
-    common::eventually("the TurnaSecurityPolicy API served", || async {
+    common::eventually(&format!("the {kind} API served"), || async {
         policies.list(&Default::default()).await.ok()
     })
     .await;
     policies
+}
+
+/// TurnaTrafficPolicy: statuses per Gateway like the security policy's: a valid policy on the
+/// Gateway is Accepted, a newer one on the same Gateway Conflicted, one with a unit Turna does
+/// not know on a route Invalid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_policies_get_ancestor_status() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let cp = plane();
+    let ns = cp.fresh_namespace("traffic");
+    let class = format!("turna-{ns}");
+    let client = client().await;
+    let policies = turna_policies_served(&client, &ns, "TurnaTrafficPolicy", "turnatrafficpolicies").await;
+    let gateway = common::class_and_gateway(
+        &class,
+        common::CONTROLLER_NAME,
+        &ns,
+        "[{name: http, port: 80, protocol: HTTP}]",
+    );
+    cp.apply_yaml(&format!(
+        "{gateway}apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: shop, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules: [{{backendRefs: [{{name: app, port: 8080}}]}}]
+---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaTrafficPolicy
+metadata: {{name: a-site, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: web}}]
+  compression: {{}}
+---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaTrafficPolicy
+metadata: {{name: c-broken, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: shop}}]
+  rateLimit: {{local: {{requests: 5, unit: Fortnight}}}}
+"
+    ))
+    .expect("apply");
+    cp.apply_yaml(&format!(
+        "apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaTrafficPolicy
+metadata: {{name: b-later, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: web}}]
+  maxRequestBodyBytes: 1024
+"
+    ))
+    .expect("apply");
+    let controller = tokio::spawn(operator::reconcile::run(client.clone(), settings(&class)));
+    let accepted = |p: &Value| {
+        let c = condition(&p["status"]["ancestors"][0]["conditions"], "Accepted")?;
+        Some((c["status"].as_str()?.to_string(), c["reason"].as_str()?.to_string()))
+    };
+    for (name, status, reason) in [
+        ("a-site", "True", "Accepted"),
+        ("b-later", "False", "Conflicted"),
+        ("c-broken", "False", "Invalid"),
+    ] {
+        let p = eventually(&policies, name, |p| accepted(p).is_some()).await;
+        assert_eq!(
+            accepted(&p),
+            Some((status.to_string(), reason.to_string())),
+            "{name}: {p:#}"
+        );
+    }
+    controller.abort();
 }
 
 /// TurnaSecurityPolicy (Turna's own CRD, its status typed): each policy gets an ancestor status

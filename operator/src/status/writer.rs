@@ -178,6 +178,7 @@ status_json!(
     api::XBackend,
     api::XBackendTrafficPolicy,
     translator::policy::security::TurnaSecurityPolicy,
+    translator::policy::traffic::TurnaTrafficPolicy,
 );
 
 /// A status write a pass found needed.
@@ -431,6 +432,16 @@ pub async fn write(
     for p in &s.security_policies {
         plan.add(
             &stores.security_policies,
+            Some(&p.namespace),
+            &p.name,
+            &Arc::new(p.clone()),
+            |cur| merge::policy(cur, p, controller, &now),
+        );
+        breathe(&mut planned).await;
+    }
+    for p in &s.traffic_policies {
+        plan.add(
+            &stores.traffic_policies,
             Some(&p.namespace),
             &p.name,
             &Arc::new(p.clone()),

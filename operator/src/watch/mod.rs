@@ -38,6 +38,7 @@ use translator::api::{
 };
 use translator::parameters::TurnaProxy;
 use translator::policy::security::TurnaSecurityPolicy;
+use translator::policy::traffic::TurnaTrafficPolicy;
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
 
 use crate::metrics::Metrics;
@@ -181,6 +182,7 @@ pub struct Stores {
     pub xbackend_traffic_policies: Watched<XBackendTrafficPolicy>,
     pub turna_proxies: Watched<TurnaProxy>,
     pub security_policies: Watched<TurnaSecurityPolicy>,
+    pub traffic_policies: Watched<TurnaTrafficPolicy>,
     /// ClusterTrustBundles, which CA certificate references may name: fed like the Gateway API
     /// kinds, so they are watched only where the API server serves them (at any version) and
     /// Turna may list them.
@@ -532,6 +534,7 @@ impl Stores {
             xbackend_traffic_policies: crd!("XBackendTrafficPolicy", &namespaced, XBackendTrafficPolicy),
             turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
             security_policies: crd!("TurnaSecurityPolicy", &namespaced, TurnaSecurityPolicy),
+            traffic_policies: crd!("TurnaTrafficPolicy", &namespaced, TurnaTrafficPolicy),
             cluster_trust_bundles: crd!("ClusterTrustBundle", &cluster, ClusterTrustBundle),
             services: reflect::<Service>(with_default(scope.apis(client)), changes, metrics, "Service"),
             endpoint_slices: reflect::<EndpointSlice>(

@@ -148,6 +148,7 @@ use translator::api::{
 };
 use translator::parameters::TurnaProxy;
 use translator::policy::security::TurnaSecurityPolicy;
+use translator::policy::traffic::TurnaTrafficPolicy;
 use translator::snapshot::ClusterTrustBundleFacts;
 
 mirrors! {
@@ -166,6 +167,7 @@ mirrors! {
     xbackend_traffic_policies: XBackendTrafficPolicy,
     turna_proxies: TurnaProxy,
     security_policies: TurnaSecurityPolicy,
+    traffic_policies: TurnaTrafficPolicy,
     services: Service,
     endpoint_slices: EndpointSlice,
     namespaces: Namespace,
