@@ -4,11 +4,14 @@
 # figure does not depend on the machine's load. REQUESTS per load (default 5000), after a
 # warm-up of the same size. Loads: HTTP/1.1 with 1 and 64 connections, h2c with 16x8 streams.
 # TURNA_SERVE names a prebuilt examples/serve binary; by default it is built. KEEP=dir keeps
-# the callgrind profiles there (for callgrind_annotate); ONLY=turna, turna-log, turna-trace or
+# the callgrind profiles there (for callgrind_annotate); ONLY=turna, turna-log, turna-trace, turna-ratelimit, turna-compress or
 # nginx measures one. turna-log is Turna with its JSON access log on (to a file; the writer
 # thread's instructions count too): the cost of logging, beside Turna without it. turna-trace is
 # Turna with its Gateway traced, every request sampled, spans exported in batches over OTLP/HTTP
-# (turna-traced.yaml; the exporting thread counts too): the cost of tracing.
+# (turna-traced.yaml; the exporting thread counts too): the cost of tracing. turna-ratelimit has
+# a local rate limit on its rule (turna-ratelimited.yaml, never reached) and turna-compress
+# compresses every response with gzip (turna-compressed.yaml, the load accepting gzip): the
+# cost of a traffic policy's rate limit and of compression per request.
 # Needs valgrind, h2load (nghttp2-client) and nginx (Debian packages, installed when missing).
 set -euo pipefail
 
@@ -23,11 +26,13 @@ done
 sed -i '1i master_process off;' "$DIR/nginx.conf"
 nginx -c "$DIR/backend.conf" & PIDS+=($!)
 
-load() { # port kind
+load() { # port kind; LOAD_HEADER adds a request header (name: value)
+  local header=()
+  [ -n "${LOAD_HEADER:-}" ] && header=(-H "$LOAD_HEADER")
   case $2 in
-    c1) h2load --h1 -n "$REQUESTS" -c1 "http://127.0.0.1:$1/" >/dev/null ;;
-    c64) h2load --h1 -n "$REQUESTS" -c64 "http://127.0.0.1:$1/" >/dev/null ;;
-    h2) h2load -n "$REQUESTS" -c16 -m8 "http://127.0.0.1:$1/" >/dev/null ;;
+    c1) h2load --h1 -n "$REQUESTS" -c1 "${header[@]}" "http://127.0.0.1:$1/" >/dev/null ;;
+    c64) h2load --h1 -n "$REQUESTS" -c64 "${header[@]}" "http://127.0.0.1:$1/" >/dev/null ;;
+    h2) h2load -n "$REQUESTS" -c16 -m8 "${header[@]}" "http://127.0.0.1:$1/" >/dev/null ;;
   esac
 }
 
@@ -66,5 +71,12 @@ if [ "${ONLY:-turna-log}" = turna-log ]; then
 fi
 if [ "${ONLY:-turna-trace}" = turna-trace ]; then
   TOKIO_WORKER_THREADS=1 measure turna-trace 8083 8083 "$TURNA_SERVE" "$HERE/turna-traced.yaml" 127.0.0.1 127.0.0.1:0
+fi
+if [ "${ONLY:-turna-ratelimit}" = turna-ratelimit ]; then
+  TOKIO_WORKER_THREADS=1 measure turna-ratelimit 8083 8083 "$TURNA_SERVE" "$HERE/turna-ratelimited.yaml" 127.0.0.1 127.0.0.1:0
+fi
+if [ "${ONLY:-turna-compress}" = turna-compress ]; then
+  LOAD_HEADER="accept-encoding: gzip" TOKIO_WORKER_THREADS=1 \
+    measure turna-compress 8083 8083 "$TURNA_SERVE" "$HERE/turna-compressed.yaml" 127.0.0.1 127.0.0.1:0
 fi
 if [ "${ONLY:-nginx}" = nginx ]; then measure nginx 8081 8091 nginx -c "$DIR/nginx.conf"; fi
