@@ -986,12 +986,13 @@ def main() -> int:
         run([ROOT / "e2e/scripts/apiserver.sh", "start", cluster_dir, "--crds", "--stop-with", str(os.getpid())])
         cluster = Cluster(cluster_dir)
         # What `helm install` applies before the templates: the chart's crds/ (TurnaProxy,
-        # TurnaSecurityPolicy, TurnaTrafficPolicy).
+        # TurnaSecurityPolicy, TurnaTrafficPolicy, TurnaBackendPolicy).
         cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
         cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
                         "crd/turnaproxies.gateway.turna.rakunlabs.com",
                         "crd/turnasecuritypolicies.gateway.turna.rakunlabs.com",
-                        "crd/turnatrafficpolicies.gateway.turna.rakunlabs.com")
+                        "crd/turnatrafficpolicies.gateway.turna.rakunlabs.com",
+                        "crd/turnabackendpolicies.gateway.turna.rakunlabs.com")
 
         for name in ("gateway-demo.yaml", "gateway-streams.yaml"):
             text = (EXAMPLES / name).read_text()

@@ -240,6 +240,7 @@ fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, g
         &mut statuses.xbackend_traffic_policies,
         &mut statuses.security_policies,
         &mut statuses.traffic_policies,
+        &mut statuses.backend_policies,
     ] {
         for policy in policies.iter_mut() {
             policy.ancestors.retain(|a| ours(&a.ancestor_ref));

@@ -16,6 +16,7 @@ use crate::config::{Config, Strategy};
 use crate::gateway::Problem;
 use crate::ir::{AppProtocol, Backend, BackendTls, Endpoint};
 use crate::object::{self, GROUP, Meta, X_GROUP};
+use crate::policy::backend::BackendSettings;
 use crate::policy::backend_tls::Policies;
 use crate::policy::backend_traffic::TrafficPolicies;
 use crate::reference_grant::{self, From, To};
@@ -37,6 +38,8 @@ pub struct Backends<'a> {
     xbackend_services: foldhash::HashMap<(&'a str, &'a str), Vec<(&'a str, &'a str)>>,
     pub policies: Policies<'a>,
     pub traffic: TrafficPolicies<'a>,
+    /// TurnaBackendPolicies: load balancing and circuit breaking.
+    pub settings: BackendSettings<'a>,
     /// Resolutions already made in this translation: routes share few distinct backendRefs.
     /// Behind a lock because routes are compiled on several threads ([`crate::translate`]).
     cache: Mutex<Cache>,
@@ -224,6 +227,7 @@ impl<'a> Backends<'a> {
             xbackend_services,
             policies: Policies::build(snapshot, config),
             traffic: TrafficPolicies::build(snapshot, config),
+            settings: BackendSettings::build(snapshot, config),
             cache: Mutex::default(),
         }
     }
@@ -461,6 +465,11 @@ impl<'a> Backends<'a> {
             policies.push(usage);
             backend.traffic = traffic;
         }
+        if let Some((usage, set)) = self.settings.lookup(ns, "Service", r.name) {
+            policies.push(usage);
+            backend.traffic.load_balancer = set.load_balancer;
+            backend.traffic.circuit_breaker = set.circuit_breaker;
+        }
         if (protocol == AppProtocol::Wss || https) && backend.tls.is_none() {
             // TLS to the backend is configured only by a BackendTLSPolicy; without one the
             // port cannot be reached as it declares, and plain text must not be sent instead.
@@ -557,6 +566,11 @@ impl<'a> Backends<'a> {
             if traffic.session_persistence.is_none() {
                 traffic.session_persistence = from_policy.session_persistence;
             }
+        }
+        if let Some((usage, set)) = self.settings.lookup(ns, "XBackend", r.name) {
+            policies.push(usage);
+            traffic.load_balancer = set.load_balancer;
+            traffic.circuit_breaker = set.circuit_breaker;
         }
         let backend = Backend {
             id: id.into(),

@@ -5,12 +5,18 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::parameters::TurnaProxy;
+use crate::policy::backend::TurnaBackendPolicy;
 use crate::policy::security::TurnaSecurityPolicy;
 use crate::policy::traffic::TurnaTrafficPolicy;
 
 /// Every CRD of Turna's own API group.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![TurnaProxy::crd(), TurnaSecurityPolicy::crd(), TurnaTrafficPolicy::crd()]
+    vec![
+        TurnaProxy::crd(),
+        TurnaSecurityPolicy::crd(),
+        TurnaTrafficPolicy::crd(),
+        TurnaBackendPolicy::crd(),
+    ]
 }
 
 /// [`all`] as multi-document YAML, as committed in the chart and the Kustomize base.

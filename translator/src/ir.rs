@@ -28,7 +28,8 @@ pub use traffic::Traffic;
 /// - 2: listener `filters` (GEP-5224).
 /// - 3: `security` of listeners and rules (TurnaSecurityPolicy).
 /// - 4: `traffic` of listeners and rules (TurnaTrafficPolicy).
-pub const SCHEMA_VERSION: u32 = 4;
+/// - 5: load balancing and circuit breaking of backends (TurnaBackendPolicy).
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest shape a proxy of this build still serves, and the schema of an IR that uses
 /// nothing newer.
@@ -76,7 +77,13 @@ impl Proxy {
             .iter()
             .flat_map(|p| &p.listeners)
             .any(|l| !l.filters.is_empty());
-        if !self.traffic.is_empty() {
+        let backend_policies = self
+            .backends
+            .values()
+            .any(|b| b.traffic.load_balancer.is_some() || b.traffic.circuit_breaker.is_some());
+        if backend_policies {
+            5
+        } else if !self.traffic.is_empty() {
             4
         } else if !self.security.is_empty() {
             3
@@ -676,12 +683,75 @@ pub struct BackendTraffic {
     /// Session persistence among this backend's endpoints, for rules that set none themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_persistence: Option<SessionPersistence>,
+    /// How an endpoint is chosen (TurnaBackendPolicy); the backend's `strategy` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancer>,
+    /// Limits beyond which requests are answered 503 at once (TurnaBackendPolicy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreaker>,
 }
 
 impl BackendTraffic {
     pub fn is_empty(&self) -> bool {
-        self.retry_budget.is_none() && self.session_persistence.is_none()
+        self.retry_budget.is_none()
+            && self.session_persistence.is_none()
+            && self.load_balancer.is_none()
+            && self.circuit_breaker.is_none()
     }
+}
+
+/// How an endpoint is chosen for each request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancer {
+    pub algorithm: Algorithm,
+    /// What consistent hashing hashes (RingHash and Maglev only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_on: Option<HashOn>,
+    /// New endpoints' share grows to their full share over this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_start_ms: Option<u64>,
+}
+
+/// A load balancing algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Algorithm {
+    RoundRobin,
+    Random,
+    /// The fewer requests in flight of two endpoints picked at random.
+    LeastRequest,
+    RingHash,
+    Maglev,
+}
+
+/// A request value consistent hashing hashes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum HashOn {
+    /// Lowercase name.
+    Header {
+        name: SmolStr,
+    },
+    Cookie {
+        name: SmolStr,
+    },
+    QueryParameter {
+        name: SmolStr,
+    },
+    ClientAddress,
+}
+
+/// Circuit breaking limits, per proxy and backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CircuitBreaker {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending_requests: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
 }
 
 /// XBackendTrafficPolicy `retryConstraint`: a retry to the backend is allowed while the retries

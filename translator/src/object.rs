@@ -66,6 +66,7 @@ meta!(
     crate::parameters::TurnaProxy,
     crate::policy::security::TurnaSecurityPolicy,
     crate::policy::traffic::TurnaTrafficPolicy,
+    crate::policy::backend::TurnaBackendPolicy,
 );
 
 impl<T: Meta> Meta for &T {

@@ -24,6 +24,7 @@ use crate::api::{
 };
 use crate::certificate;
 use crate::parameters::{self, TurnaProxy};
+use crate::policy::backend::TurnaBackendPolicy;
 use crate::policy::security::TurnaSecurityPolicy;
 use crate::policy::traffic::TurnaTrafficPolicy;
 use crate::route::RouteKind;
@@ -54,6 +55,8 @@ pub struct Snapshot {
     pub security_policies: Vec<Arc<TurnaSecurityPolicy>>,
     /// Turna's traffic policies (rate limits, body limits, compression, error responses).
     pub traffic_policies: Vec<Arc<TurnaTrafficPolicy>>,
+    /// Turna's backend policies (load balancing, circuit breaking).
+    pub backend_policies: Vec<Arc<TurnaBackendPolicy>>,
     pub services: Vec<Arc<Service>>,
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     pub namespaces: Vec<Arc<Namespace>>,
@@ -304,6 +307,7 @@ impl Snapshot {
         self.turna_proxies.extend_from_slice(&other.turna_proxies);
         self.security_policies.extend_from_slice(&other.security_policies);
         self.traffic_policies.extend_from_slice(&other.traffic_policies);
+        self.backend_policies.extend_from_slice(&other.backend_policies);
         self.services.extend_from_slice(&other.services);
         self.endpoint_slices.extend_from_slice(&other.endpoint_slices);
         self.namespaces.extend_from_slice(&other.namespaces);
@@ -446,6 +450,9 @@ impl Snapshot {
             }
             (parameters::GROUP, crate::policy::traffic::KIND) => {
                 self.traffic_policies.push(Arc::new(from(value).map_err(err)?))
+            }
+            (parameters::GROUP, crate::policy::backend::KIND) => {
+                self.backend_policies.push(Arc::new(from(value).map_err(err)?))
             }
             (crate::GROUP, "ReferenceGrant") => self.reference_grants.push(Arc::new(from(value).map_err(err)?)),
             (crate::GROUP, "BackendTLSPolicy") => self.backend_tls_policies.push(Arc::new(from(value).map_err(err)?)),

@@ -284,6 +284,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
         xbackend_traffic_policies: backends.traffic.statuses(&policy_usage, config),
         security_policies: security.statuses(&accepted_gateways, &route_gateways, config),
         traffic_policies: traffic.statuses(&accepted_gateways, &route_gateways, config),
+        backend_policies: backends.settings.statuses(&policy_usage, config),
     };
     statuses
         .listener_sets

@@ -23,13 +23,13 @@ deploy tests check both directions). "read" is get, list and watch.
 {{- end -}}
 
 {{/* Turna's own kinds: the proxy parameters GatewayClasses and Gateways name (read), and
-security and traffic policies (read, and status). */}}
+security, traffic and backend policies (read, and status). */}}
 {{- define "turna.rules.turnaRead" -}}
 - apiGroups: ["gateway.turna.rakunlabs.com"]
-  resources: ["turnaproxies", "turnasecuritypolicies", "turnatrafficpolicies"]
+  resources: ["turnaproxies", "turnasecuritypolicies", "turnatrafficpolicies", "turnabackendpolicies"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["gateway.turna.rakunlabs.com"]
-  resources: ["turnasecuritypolicies/status", "turnatrafficpolicies/status"]
+  resources: ["turnasecuritypolicies/status", "turnatrafficpolicies/status", "turnabackendpolicies/status"]
   verbs: ["patch"]
 {{- end -}}
 

@@ -54,10 +54,13 @@ pub enum Flag {
     RequestBodyTooLarge = 1 << 23,
     /// The traffic policy of the rule cannot be applied (500).
     TrafficPolicyInvalid = 1 << 24,
+    /// The backend's circuit breaker was open: too many requests, pending requests or retries
+    /// in flight (503).
+    UpstreamOverflow = 1 << 25,
 }
 
 impl Flag {
-    const ALL: [Flag; 25] = [
+    const ALL: [Flag; 26] = [
         Flag::NoRoute,
         Flag::NoHealthyEndpoint,
         Flag::UpstreamConnectFailure,
@@ -83,6 +86,7 @@ impl Flag {
         Flag::RateLimitServiceFailed,
         Flag::RequestBodyTooLarge,
         Flag::TrafficPolicyInvalid,
+        Flag::UpstreamOverflow,
     ];
 
     /// The name in log lines.
@@ -113,6 +117,7 @@ impl Flag {
             Flag::RateLimitServiceFailed => "rate_limit_service_failed",
             Flag::RequestBodyTooLarge => "request_body_too_large",
             Flag::TrafficPolicyInvalid => "traffic_policy_invalid",
+            Flag::UpstreamOverflow => "upstream_overflow",
         }
     }
 }

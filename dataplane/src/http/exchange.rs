@@ -392,6 +392,23 @@ impl<'a> Exchange<'a> {
             self.flag(Flag::InvalidBackend);
             return Attempt::Failed(StatusCode::INTERNAL_SERVER_ERROR);
         };
+        // The backend's circuit breaker: a request slot (held until the response ends) and, for
+        // a retry, a retry slot; none left answers 503 at once, without another attempt.
+        let slots = match upstream.breaker() {
+            None => None,
+            Some(breaker) => {
+                let request = breaker.take(crate::upstream::Slot::Request);
+                let retry = (attempt > 0).then(|| breaker.take(crate::upstream::Slot::Retry));
+                match (request, retry) {
+                    (Some(request), None) => Some((request, None)),
+                    (Some(request), Some(Some(retry))) => Some((request, Some(retry))),
+                    _ => {
+                        self.flag(Flag::UpstreamOverflow);
+                        return Attempt::Refused(StatusCode::SERVICE_UNAVAILABLE);
+                    }
+                }
+            }
+        };
         if let Some(budget) = upstream.retry_budget() {
             let now = std::time::Instant::now();
             if attempt == 0 {
@@ -416,7 +433,16 @@ impl<'a> Exchange<'a> {
         let mut span = self
             .span
             .map(|span| Box::new(span.attempt(&mut parts.headers, &parts.method, &upstream.id, attempt, false)));
-        let preferred = sticky.as_ref().and_then(|s| s.preferred(upstream));
+        let preferred = sticky.as_ref().and_then(|s| s.preferred(upstream)).or_else(|| {
+            let on = upstream.hash_on()?;
+            let client = crate::http::access::security::address::client_address(
+                self.peer.ip(),
+                &parts.headers,
+                self.trusted_hops,
+            );
+            let hash = crate::upstream::request_hash(on, &parts.headers, parts.uri.query(), client)?;
+            upstream.hashed_endpoint(hash)
+        });
         let mut forwarded = match upstream.forward_to(parts, body, connect_retries, preferred).await {
             Ok(forwarded) => forwarded,
             Err(error) => {
@@ -424,6 +450,9 @@ impl<'a> Exchange<'a> {
                 self.flag(error.flag());
                 if let Some(span) = &mut span {
                     span.failed(error.flag().name());
+                }
+                if matches!(error, ForwardError::Overflow(_)) {
+                    return Attempt::Refused(error.status());
                 }
                 return Attempt::Failed(error.status());
             }
@@ -453,6 +482,9 @@ impl<'a> Exchange<'a> {
         }
         for edit in rule_edits.iter().chain(&response_edits) {
             edit.apply(response.headers_mut());
+        }
+        if let Some(slot) = slots {
+            response.body_mut().guard(slot);
         }
         if let Some(sticky) = sticky.take() {
             sticky.give(

@@ -45,6 +45,11 @@ impl ProxyBody {
         self.wrap(|inner| LoggedBody { inner, pending }.boxed_unsync());
     }
 
+    /// Holds `guard` until the body is dropped (a circuit breaker's slot, say).
+    pub(super) fn guard<G: Send + Unpin + 'static>(&mut self, guard: G) {
+        self.wrap(|inner| GuardedBody { inner, _guard: guard }.boxed_unsync());
+    }
+
     /// Replaces the body with `wrapper` around it (a response mechanism that rewrites it).
     pub(super) fn transform(
         &mut self,

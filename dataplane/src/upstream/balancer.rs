@@ -1,10 +1,46 @@
-//! Weighted backend choice and endpoint choice (round_robin, random, least_conn).
+//! Weighted backend choice and endpoint choice: round robin, random, least connections (the
+//! configured strategy), least request (two endpoints picked at random, the one with fewer
+//! requests in flight), and slow start for new endpoints (TurnaBackendPolicy). Consistent
+//! hashing is [`super::hashing`]'s.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use translator::config::Strategy;
+use translator::ir;
 
 use super::{Endpoint, Upstream};
+
+/// The least share a new endpoint gets during its slow start.
+const SLOW_START_FLOOR: f64 = 0.1;
+
+/// How an endpoint is chosen among candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    RoundRobin,
+    Random,
+    /// The fewest requests in flight of all, ties round robin (`least_conn`).
+    LeastConn,
+    /// The fewer requests in flight of two picked at random ("power of two choices").
+    LeastRequest,
+}
+
+impl Choice {
+    /// A TurnaBackendPolicy's algorithm, else the configured strategy. (Consistent hashing
+    /// falls back to random for requests without the value it hashes.)
+    pub fn of(strategy: Strategy, algorithm: Option<ir::Algorithm>) -> Choice {
+        match algorithm {
+            Some(ir::Algorithm::RoundRobin) => Choice::RoundRobin,
+            Some(ir::Algorithm::Random | ir::Algorithm::RingHash | ir::Algorithm::Maglev) => Choice::Random,
+            Some(ir::Algorithm::LeastRequest) => Choice::LeastRequest,
+            None => match strategy {
+                Strategy::RoundRobin => Choice::RoundRobin,
+                Strategy::Random => Choice::Random,
+                Strategy::LeastConn => Choice::LeastConn,
+            },
+        }
+    }
+}
 
 /// Picks an item with probability proportional to its weight; `None` when all weights are zero.
 pub fn pick_weighted<T>(items: &[T], weight: impl Fn(&T) -> u32) -> Option<&T> {
@@ -48,12 +84,42 @@ impl Upstream {
         Some(self.choose(candidates.len(), |k| candidates[k]))
     }
 
-    /// Chooses by the strategy among `len` (> 0) candidates, the k-th being endpoint `at(k)`.
+    /// Chooses among `len` (> 0) candidates, the k-th being endpoint `at(k)`; during slow start
+    /// a new endpoint is kept with the chance of its share, else another is chosen.
     fn choose(&self, len: usize, at: impl Fn(usize) -> usize) -> usize {
-        match self.strategy {
-            Strategy::RoundRobin => at(self.cursor.fetch_add(1, Ordering::Relaxed) % len),
-            Strategy::Random => at(fastrand::usize(0..len)),
-            Strategy::LeastConn => {
+        let Some(window) = self.slow_start else {
+            return self.choose_once(len, &at);
+        };
+        let now = Instant::now();
+        let mut chosen = self.choose_once(len, &at);
+        for _ in 0..len {
+            let age = now.saturating_duration_since(self.endpoints[chosen].since);
+            let share = (age.as_secs_f64() / window.as_secs_f64()).clamp(SLOW_START_FLOOR, 1.0);
+            if share >= 1.0 || fastrand::f64() < share {
+                break;
+            }
+            chosen = self.choose_once(len, &at);
+        }
+        chosen
+    }
+
+    /// One choice by the algorithm among `len` (> 0) candidates.
+    fn choose_once(&self, len: usize, at: &impl Fn(usize) -> usize) -> usize {
+        let active = |i: usize| self.endpoints[i].active.load(Ordering::Relaxed);
+        match self.choice {
+            Choice::RoundRobin => at(self.cursor.fetch_add(1, Ordering::Relaxed) % len),
+            Choice::Random => at(fastrand::usize(0..len)),
+            Choice::LeastRequest => {
+                // Two distinct candidates (one when there is only one).
+                let first = fastrand::usize(0..len);
+                if len == 1 {
+                    return at(first);
+                }
+                let second = (first + 1 + fastrand::usize(0..len - 1)) % len;
+                let (a, b) = (at(first), at(second));
+                if active(b) < active(a) { b } else { a }
+            }
+            Choice::LeastConn => {
                 // Ties go round robin so equal endpoints share the load.
                 let start = self.cursor.fetch_add(1, Ordering::Relaxed);
                 (0..len)

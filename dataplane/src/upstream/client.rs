@@ -73,6 +73,8 @@ pub enum ForwardError {
     },
     #[error("backend {0}: its BackendTLSPolicy has no usable CA certificate")]
     InvalidTls(String),
+    #[error("backend {0}: its circuit breaker is open (a TurnaBackendPolicy limit is reached)")]
+    Overflow(String),
 }
 
 impl ForwardError {
@@ -84,13 +86,16 @@ impl ForwardError {
             ForwardError::Connect { .. } => Flag::UpstreamConnectFailure,
             ForwardError::Upstream { .. } | ForwardError::Direct { .. } => Flag::UpstreamError,
             ForwardError::InvalidTls(_) => Flag::InvalidBackend,
+            ForwardError::Overflow(_) => Flag::UpstreamOverflow,
         }
     }
 
     /// The status answered to the client.
     pub fn status(&self) -> StatusCode {
         match self {
-            ForwardError::NoEndpoints(_) | ForwardError::Connect { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ForwardError::NoEndpoints(_) | ForwardError::Connect { .. } | ForwardError::Overflow(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ForwardError::Upstream { .. } | ForwardError::Direct { .. } => StatusCode::BAD_GATEWAY,
             ForwardError::InvalidTls(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -138,7 +143,17 @@ impl Upstream {
         // large: boxed, so that every request's future stays small.
         let (index, checkout, reused) = match self.endpoints[index].pool.ready(direct) {
             Some(checkout) => (index, checkout, true),
-            None => Box::pin(self.open(index, Vec::new(), connect_retries, direct)).await?,
+            None => {
+                // Waiting for a connection to open: a pending request of the circuit breaker.
+                let _pending = match &self.breaker {
+                    Some(b) => Some(
+                        b.take(super::Slot::Pending)
+                            .ok_or_else(|| ForwardError::Overflow(self.id.clone()))?,
+                    ),
+                    None => None,
+                };
+                Box::pin(self.open(index, Vec::new(), connect_retries, direct)).await?
+            }
         };
         let mut guard = ActiveGuard::new(&self.endpoints[index].active);
         let started = std::time::Instant::now();

@@ -3,10 +3,12 @@
 
 mod balancer;
 mod body;
+mod breaker;
 mod client;
 mod connect;
 mod connector;
 mod direct;
+mod hashing;
 mod health;
 mod pool;
 mod retry_budget;
@@ -14,7 +16,9 @@ mod tls;
 
 pub use balancer::pick_weighted;
 pub use body::{BodyClock, BodyTimeout, BodyTooLarge, BoxError, BufferedBody, ClientBody, RequestBody, ResponseBody};
+pub use breaker::{Breaker, Slot, Taken as BreakerSlot};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
+pub use hashing::request_hash;
 pub use health::PassiveHealth;
 pub use retry_budget::RetryBudget;
 
@@ -23,7 +27,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use http::uri::Authority;
-use translator::config::Strategy;
 use translator::ir;
 
 use prometheus_client::metrics::counter::Counter;
@@ -60,7 +63,6 @@ pub struct Upstream {
     pub id: String,
     spec: ir::Backend,
     endpoints: Vec<Endpoint>,
-    strategy: Strategy,
     /// Round-robin position, kept across swaps.
     cursor: Arc<AtomicUsize>,
     tls: BackendTls,
@@ -74,6 +76,14 @@ pub struct Upstream {
     passive_health: PassiveHealth,
     /// Bounds the route retries sent to it (XBackendTrafficPolicy), kept across swaps.
     retry_budget: Option<Arc<RetryBudget>>,
+    /// How endpoints are chosen (TurnaBackendPolicy, else the configured strategy).
+    choice: balancer::Choice,
+    /// Consistent hashing's table, with what it hashes.
+    hashing: Option<(ir::HashOn, hashing::Table)>,
+    /// New endpoints' share grows over this time.
+    slow_start: Option<std::time::Duration>,
+    /// Circuit breaking limits and counters, kept across swaps.
+    breaker: Option<Arc<Breaker>>,
 }
 
 impl Upstream {
@@ -98,6 +108,8 @@ struct Endpoint {
     pool: Arc<Pool>,
     active: Arc<AtomicUsize>,
     health: Arc<health::Health>,
+    /// When the endpoint joined its backend (slow start), kept across swaps.
+    since: std::time::Instant,
 }
 
 impl Upstream {
@@ -149,6 +161,7 @@ impl Upstream {
                     pool,
                     active: old.map(|o| o.active.clone()).unwrap_or_default(),
                     health: old.map(|o| o.health.clone()).unwrap_or_default(),
+                    since: old.map_or_else(std::time::Instant::now, |o| o.since),
                 })
             })
             .collect::<Result<Vec<_>, ValidationError>>()?;
@@ -162,11 +175,30 @@ impl Upstream {
                 .filter(|b| b.is_for(settings))
                 .unwrap_or_else(|| Arc::new(RetryBudget::new(settings, std::time::Instant::now())))
         });
+        let lb = spec.traffic.load_balancer.as_ref();
+        let names: Vec<String> = endpoints.iter().map(|e| e.pool.authority().to_string()).collect();
+        let hashing = lb.and_then(|l| {
+            let table = match l.algorithm {
+                ir::Algorithm::RingHash => hashing::Table::ring(&names),
+                ir::Algorithm::Maglev => hashing::Table::maglev(&names),
+                _ => return None,
+            };
+            Some((l.hash_on.clone()?, table))
+        });
+        let breaker = spec.traffic.circuit_breaker.as_ref().map(|limits| {
+            previous
+                .and_then(|p| p.breaker.clone())
+                .filter(|b| b.is_for(limits))
+                .unwrap_or_else(|| Arc::new(Breaker::new(limits)))
+        });
         Ok(Arc::new(Upstream {
             id: spec.id.to_string(),
             spec: spec.clone(),
             endpoints,
-            strategy: spec.strategy,
+            choice: balancer::Choice::of(spec.strategy, lb.map(|l| l.algorithm)),
+            hashing,
+            slow_start: lb.and_then(|l| l.slow_start_ms).map(std::time::Duration::from_millis),
+            breaker,
             cursor: previous.map(|p| p.cursor.clone()).unwrap_or_default(),
             tls,
             tls_fingerprint,
@@ -185,5 +217,26 @@ impl Upstream {
     /// What the backend itself says about its traffic (XBackend, XBackendTrafficPolicy).
     pub fn traffic(&self) -> &ir::BackendTraffic {
         &self.spec.traffic
+    }
+
+    /// The backend's circuit breaker, when a TurnaBackendPolicy sets one.
+    pub fn breaker(&self) -> Option<&Arc<Breaker>> {
+        self.breaker.as_ref()
+    }
+
+    /// What consistent hashing hashes, when the backend hashes.
+    pub fn hash_on(&self) -> Option<&ir::HashOn> {
+        self.hashing.as_ref().map(|(on, _)| on)
+    }
+
+    /// The endpoint consistent hashing gives `hash`: the first one the table names that may
+    /// take requests.
+    pub fn hashed_endpoint(&self, hash: u64) -> Option<usize> {
+        let (_, table) = self.hashing.as_ref()?;
+        table.pick(hash, |i| {
+            self.endpoints
+                .get(i)
+                .is_some_and(|e| !e.health.ejected() && !e.pool.retired())
+        })
     }
 }

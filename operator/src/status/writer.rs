@@ -179,6 +179,7 @@ status_json!(
     api::XBackendTrafficPolicy,
     translator::policy::security::TurnaSecurityPolicy,
     translator::policy::traffic::TurnaTrafficPolicy,
+    translator::policy::backend::TurnaBackendPolicy,
 );
 
 /// A status write a pass found needed.
@@ -432,6 +433,16 @@ pub async fn write(
     for p in &s.security_policies {
         plan.add(
             &stores.security_policies,
+            Some(&p.namespace),
+            &p.name,
+            &Arc::new(p.clone()),
+            |cur| merge::policy(cur, p, controller, &now),
+        );
+        breathe(&mut planned).await;
+    }
+    for p in &s.backend_policies {
+        plan.add(
+            &stores.backend_policies,
             Some(&p.namespace),
             &p.name,
             &Arc::new(p.clone()),

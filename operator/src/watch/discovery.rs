@@ -6,7 +6,7 @@
 //! served version through [`DynamicObject`](kube::api::DynamicObject)s converted into the typed
 //! struct (ReferenceGrant at v1beta1 on clusters with older CRDs; ClusterTrustBundle at v1, the
 //! typed struct being v1beta1). ListenerSet, BackendTLSPolicy, XTelemetryPolicy, XBackend,
-//! XBackendTrafficPolicy, TurnaProxy, TurnaSecurityPolicy, TurnaTrafficPolicy and ClusterTrustBundle are watched only
+//! XBackendTrafficPolicy, TurnaProxy, TurnaSecurityPolicy, TurnaTrafficPolicy, TurnaBackendPolicy and ClusterTrustBundle are watched only
 //! when a SelfSubjectAccessReview grants list, watch and (where Turna writes it) status patch; a review that fails (rather than denies) keeps the
 //! previous answer and is retried at the next pass, never taken as a yes.
 
@@ -45,7 +45,7 @@ struct Reviewed {
     cluster: bool,
 }
 
-const REVIEWED: [Reviewed; 9] = [
+const REVIEWED: [Reviewed; 10] = [
     Reviewed {
         group: translator::GROUP,
         kind: "ListenerSet",
@@ -99,6 +99,13 @@ const REVIEWED: [Reviewed; 9] = [
         group: translator::parameters::GROUP,
         kind: translator::policy::traffic::KIND,
         plural: "turnatrafficpolicies",
+        status: true,
+        cluster: false,
+    },
+    Reviewed {
+        group: translator::parameters::GROUP,
+        kind: translator::policy::backend::KIND,
+        plural: "turnabackendpolicies",
         status: true,
         cluster: false,
     },

@@ -37,6 +37,7 @@ use translator::api::{
     UdpRoute, XBackend, XBackendTrafficPolicy, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
+use translator::policy::backend::TurnaBackendPolicy;
 use translator::policy::security::TurnaSecurityPolicy;
 use translator::policy::traffic::TurnaTrafficPolicy;
 use translator::snapshot::{ConfigMapFacts, SecretFacts};
@@ -183,6 +184,7 @@ pub struct Stores {
     pub turna_proxies: Watched<TurnaProxy>,
     pub security_policies: Watched<TurnaSecurityPolicy>,
     pub traffic_policies: Watched<TurnaTrafficPolicy>,
+    pub backend_policies: Watched<TurnaBackendPolicy>,
     /// ClusterTrustBundles, which CA certificate references may name: fed like the Gateway API
     /// kinds, so they are watched only where the API server serves them (at any version) and
     /// Turna may list them.
@@ -535,6 +537,7 @@ impl Stores {
             turna_proxies: crd!("TurnaProxy", &namespaced, TurnaProxy),
             security_policies: crd!("TurnaSecurityPolicy", &namespaced, TurnaSecurityPolicy),
             traffic_policies: crd!("TurnaTrafficPolicy", &namespaced, TurnaTrafficPolicy),
+            backend_policies: crd!("TurnaBackendPolicy", &namespaced, TurnaBackendPolicy),
             cluster_trust_bundles: crd!("ClusterTrustBundle", &cluster, ClusterTrustBundle),
             services: reflect::<Service>(with_default(scope.apis(client)), changes, metrics, "Service"),
             endpoint_slices: reflect::<EndpointSlice>(

@@ -147,6 +147,7 @@ use translator::api::{
     UdpRoute, XBackend, XBackendTrafficPolicy, XTelemetryPolicy,
 };
 use translator::parameters::TurnaProxy;
+use translator::policy::backend::TurnaBackendPolicy;
 use translator::policy::security::TurnaSecurityPolicy;
 use translator::policy::traffic::TurnaTrafficPolicy;
 use translator::snapshot::ClusterTrustBundleFacts;
@@ -168,6 +169,7 @@ mirrors! {
     turna_proxies: TurnaProxy,
     security_policies: TurnaSecurityPolicy,
     traffic_policies: TurnaTrafficPolicy,
+    backend_policies: TurnaBackendPolicy,
     services: Service,
     endpoint_slices: EndpointSlice,
     namespaces: Namespace,

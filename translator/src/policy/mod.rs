@@ -1,6 +1,8 @@
 //! Policies attached to Gateway API objects.
 
 pub mod attachment;
+pub mod backend;
+pub mod backend_targets;
 pub mod backend_tls;
 pub mod backend_traffic;
 pub mod security;

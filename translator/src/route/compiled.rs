@@ -15,6 +15,7 @@ use crate::backend::Backends;
 use crate::config::Config;
 use crate::gateway::GatewayModel;
 use crate::policy::RulePolicies;
+use crate::policy::backend::TurnaBackendPolicy;
 use crate::policy::backend_tls;
 use crate::policy::security::TurnaSecurityPolicy;
 use crate::policy::traffic::TurnaTrafficPolicy;
@@ -176,6 +177,8 @@ struct Inputs {
     /// Which policies apply to which rule.
     security_policies: Vec<Arc<TurnaSecurityPolicy>>,
     traffic_policies: Vec<Arc<TurnaTrafficPolicy>>,
+    /// What backends are resolved with.
+    backend_policies: Vec<Arc<TurnaBackendPolicy>>,
     /// Only while XBackends exist: their client certificates are checked against them.
     secrets: Vec<SecretFacts>,
     config_maps: Vec<ConfigMapFacts>,
@@ -212,6 +215,7 @@ impl Inputs {
             xbackend_traffic_policies: snapshot.xbackend_traffic_policies.clone(),
             security_policies: snapshot.security_policies.clone(),
             traffic_policies: snapshot.traffic_policies.clone(),
+            backend_policies: snapshot.backend_policies.clone(),
             secrets: xbackend_secrets(snapshot),
             config_maps: snapshot.config_maps.clone(),
             cluster_trust_bundles: snapshot.cluster_trust_bundles.clone(),
@@ -236,6 +240,7 @@ impl Inputs {
             && shared(&self.xbackend_traffic_policies, &snapshot.xbackend_traffic_policies)
             && shared(&self.security_policies, &snapshot.security_policies)
             && shared(&self.traffic_policies, &snapshot.traffic_policies)
+            && shared(&self.backend_policies, &snapshot.backend_policies)
             && (snapshot.xbackends.is_empty() || self.secrets == snapshot.secrets)
             && self.config_maps == snapshot.config_maps
             && self.cluster_trust_bundles == snapshot.cluster_trust_bundles

@@ -43,6 +43,9 @@ pub struct Statuses {
     /// TurnaTrafficPolicy statuses: one ancestor per Gateway a target reaches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traffic_policies: Vec<PolicyStatus>,
+    /// TurnaBackendPolicy statuses: one ancestor per Gateway whose routes use a target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_policies: Vec<PolicyStatus>,
 }
 
 /// GatewayClass status.
