@@ -8,6 +8,7 @@ mod client;
 mod connect;
 mod connector;
 mod direct;
+pub mod grpc;
 mod hashing;
 mod health;
 mod pool;

@@ -212,6 +212,41 @@ impl Access {
     }
 }
 
+/// Counts a decision of `check` in the access metrics
+/// (`turna_dataplane_access_checks_total{listener,route,check,decision}`).
+pub(crate) fn count(request: &Request<'_>, check: &'static str, decision: crate::metrics::Decision) {
+    let context = request.context;
+    let labels = crate::metrics::AccessLabels {
+        listener: context.listener.to_string(),
+        route: context.rule.to_string(),
+        check,
+        decision,
+    };
+    context.metrics.access_checks.get_or_create(&labels).inc();
+}
+
+/// The check of a policy the proxy cannot apply as written (security or traffic): every
+/// request it covers is answered 500, never let through without it.
+#[derive(Debug)]
+pub(crate) struct Unusable {
+    /// `namespace/name` of the policy.
+    pub policy: String,
+    /// How metrics name the policy kind (`SecurityPolicy`, `TrafficPolicy`).
+    pub check: &'static str,
+    pub flag: Flag,
+}
+
+impl Check for Unusable {
+    fn check<'a>(&'a self, request: &'a mut Request<'_>) -> Checking<'a> {
+        count(request, self.check, crate::metrics::Decision::failed);
+        tracing::debug!(policy = %self.policy, kind = self.check, "request refused: its policy cannot be applied");
+        Box::pin(std::future::ready(Verdict::Deny(
+            response::local(StatusCode::INTERNAL_SERVER_ERROR, false),
+            self.flag,
+        )))
+    }
+}
+
 /// Denies every request: the check of a filter whose server is unknown.
 #[derive(Debug)]
 struct DenyAll;

@@ -9,19 +9,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use http::StatusCode;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request as HttpRequest, StatusCode, Uri, Version, header};
-use http_body_util::{BodyExt, Limited};
 use prost::Message;
 use translator::ir;
 
-use super::{count, key};
+use super::key;
 use crate::access_log::Flag;
-use crate::http::access::{Check, Checking, Request, Verdict};
+use crate::http::access::{Check, Checking, Request, Verdict, count};
 use crate::http::response;
 use crate::metrics::Decision;
-use crate::upstream::{self, BufferedBody, RequestBody, Upstream};
+use crate::upstream::{self, Upstream, grpc};
 
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 /// The largest answer read.
@@ -98,12 +96,8 @@ pub struct GlobalRateLimit {
 enum Failure {
     #[error("no answer within {0:?}")]
     Timeout(Duration),
-    #[error("{0}")]
-    Forward(#[from] upstream::ForwardError),
-    #[error("reading the answer: {0}")]
-    Read(String),
-    #[error("the service answered {0}")]
-    Status(String),
+    #[error(transparent)]
+    Call(#[from] grpc::CallError),
     #[error("the answer is not a RateLimitResponse: {0}")]
     Garbled(String),
 }
@@ -185,47 +179,8 @@ impl GlobalRateLimit {
         message: &proto::RateLimitRequest,
         connect_retries: u32,
     ) -> Result<proto::RateLimitResponse, Failure> {
-        let mut frame = BytesMut::with_capacity(5 + message.encoded_len());
-        frame.put_u8(0);
-        frame.put_u32(message.encoded_len() as u32);
-        message.encode(&mut frame).map_err(|e| Failure::Read(e.to_string()))?;
-        let mut ask = HttpRequest::new(RequestBody::Buffered(BufferedBody::from(frame.freeze())));
-        *ask.method_mut() = Method::POST;
-        *ask.uri_mut() = Uri::from_static(PATH);
-        *ask.version_mut() = Version::HTTP_2;
-        let headers = ask.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
-        let (parts, body) = ask.into_parts();
-        let forwarded = self.upstream.forward(Box::new(parts), body, connect_retries).await?;
-        let (head, body) = forwarded.response.into_parts();
-        let collected = Limited::new(body, MAX_ANSWER)
-            .collect()
-            .await
-            .map_err(|e| Failure::Read(e.to_string()))?;
-        drop(forwarded.guard);
-        let trailers = collected.trailers().cloned();
-        let data: Bytes = collected.to_bytes();
-        if head.status != StatusCode::OK {
-            return Err(Failure::Status(format!("HTTP {}", head.status)));
-        }
-        let status = trailers
-            .as_ref()
-            .and_then(|t| t.get("grpc-status"))
-            .or_else(|| head.headers.get("grpc-status"))
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if status != "0" {
-            return Err(Failure::Status(format!("gRPC status {status:?}")));
-        }
-        if data.len() < 5 || data[0] != 0 {
-            return Err(Failure::Garbled("not one uncompressed gRPC message".into()));
-        }
-        let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
-        let message = data
-            .get(5..5 + len)
-            .ok_or_else(|| Failure::Garbled("message cut short".into()))?;
-        proto::RateLimitResponse::decode(message).map_err(|e| Failure::Garbled(e.to_string()))
+        let answer = grpc::unary(&self.upstream, PATH, message, connect_retries, MAX_ANSWER).await?;
+        proto::RateLimitResponse::decode(answer).map_err(|e| Failure::Garbled(e.to_string()))
     }
 }
 

@@ -11,8 +11,9 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tokio::time::Instant;
 use translator::ir;
 
-use super::{count, key};
+use super::key;
 use crate::access_log::Flag;
+use crate::http::access::count;
 use crate::http::access::{Check, Checking, Request, Verdict};
 use crate::http::response;
 use crate::metrics::Decision;

@@ -17,14 +17,11 @@ mod local_rate_limit;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use http::StatusCode;
 use translator::ir;
 
-use super::access::{Check, Checking, Request, Verdict};
+use super::access::{Check, Unusable};
 use super::respond::Respond;
-use super::response;
 use crate::access_log::Flag;
-use crate::metrics::{AccessLabels, Decision};
 use crate::upstream::Upstream;
 
 /// One policy, compiled.
@@ -78,6 +75,8 @@ impl TrafficPolicy {
                 source: traffic.clone(),
                 checks: vec![Arc::new(Unusable {
                     policy: traffic.policy.clone(),
+                    check: "TrafficPolicy",
+                    flag: Flag::TrafficPolicyInvalid,
                 })],
                 max_request_body: None,
                 respond: Vec::new(),
@@ -111,34 +110,5 @@ impl TrafficPolicy {
             max_request_body: traffic.max_request_body,
             respond,
         }
-    }
-}
-
-/// Counts a decision of `check` in the access metrics.
-fn count(request: &Request<'_>, check: &'static str, decision: Decision) {
-    let context = request.context;
-    let labels = AccessLabels {
-        listener: context.listener.to_string(),
-        route: context.rule.to_string(),
-        check,
-        decision,
-    };
-    context.metrics.access_checks.get_or_create(&labels).inc();
-}
-
-/// The check of a policy that cannot be applied: every request is answered 500.
-#[derive(Debug)]
-struct Unusable {
-    policy: String,
-}
-
-impl Check for Unusable {
-    fn check<'a>(&'a self, request: &'a mut Request<'_>) -> Checking<'a> {
-        count(request, "TrafficPolicy", Decision::failed);
-        tracing::debug!(policy = %self.policy, "request refused: its traffic policy cannot be applied");
-        Box::pin(std::future::ready(Verdict::Deny(
-            response::local(StatusCode::INTERNAL_SERVER_ERROR, false),
-            Flag::TrafficPolicyInvalid,
-        )))
     }
 }

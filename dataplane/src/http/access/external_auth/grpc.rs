@@ -6,58 +6,24 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+use http::StatusCode;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request as HttpRequest, StatusCode, Uri, Version};
-use http_body_util::{BodyExt, Limited};
 use prost::Message;
 
 use super::proto::{self, CheckRequest, CheckResponse};
 use super::{ExternalAuth, Failure, MAX_ANSWER, denied};
 use crate::http::access::{Request, Verdict};
 use crate::http::response;
-use crate::upstream::{BufferedBody, RequestBody};
+use crate::upstream::grpc;
 
 const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
 
 pub(super) async fn check(auth: &ExternalAuth, request: &mut Request<'_>) -> Result<Verdict, Failure> {
     let message = check_request(auth, request);
-    let mut frame = BytesMut::with_capacity(5 + message.encoded_len());
-    frame.put_u8(0);
-    frame.put_u32(message.encoded_len() as u32);
-    message
-        .encode(&mut frame)
-        .map_err(|e| Failure::Request(e.to_string()))?;
-    let mut ask = HttpRequest::new(RequestBody::Buffered(BufferedBody::from(frame.freeze())));
-    *ask.method_mut() = Method::POST;
-    *ask.uri_mut() = Uri::from_static(CHECK_PATH);
-    *ask.version_mut() = Version::HTTP_2;
-    let headers = ask.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    let forwarded = auth.send(ask, request.context.connect_retries).await?;
-    let (head, body) = forwarded.response.into_parts();
-    let collected = Limited::new(body, MAX_ANSWER)
-        .collect()
-        .await
-        .map_err(|e| Failure::Read(e.to_string()))?;
-    drop(forwarded.guard);
-    let trailers = collected.trailers().cloned();
-    let data = collected.to_bytes();
-    if head.status != StatusCode::OK {
-        return Err(Failure::Status(format!("HTTP {}", head.status)));
-    }
-    // A trailers-only answer carries its status in the head.
-    let status = trailers
-        .as_ref()
-        .and_then(|t| t.get("grpc-status"))
-        .or_else(|| head.headers.get("grpc-status"))
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if status != "0" {
-        return Err(Failure::Status(status.to_string()));
-    }
-    let answer = decode(&data)?;
+    let connect_retries = request.context.connect_retries;
+    let data = grpc::unary(&auth.upstream, CHECK_PATH, &message, connect_retries, MAX_ANSWER).await?;
+    let answer = CheckResponse::decode(data).map_err(|e| Failure::Garbled(e.to_string()))?;
     verdict(answer, &mut request.parts.headers)
 }
 
@@ -130,20 +96,6 @@ fn peer(address: SocketAddr) -> proto::Peer {
             }),
         }),
     }
-}
-
-/// The CheckResponse of a gRPC answer body (one length-prefixed, uncompressed message).
-fn decode(data: &Bytes) -> Result<CheckResponse, Failure> {
-    let garbled = |what: &str| Failure::Garbled(what.to_string());
-    if data.len() < 5 {
-        return Err(garbled("no message"));
-    }
-    if data[0] != 0 {
-        return Err(garbled("a compressed message"));
-    }
-    let length = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
-    let message = data.get(5..5 + length).ok_or_else(|| garbled("a short message"))?;
-    CheckResponse::decode(message).map_err(|e| Failure::Garbled(e.to_string()))
 }
 
 /// What an answer decides: OK applies its header changes to the request (`request`), anything
@@ -300,8 +252,5 @@ mod tests {
         }
         // An empty answer allows nothing.
         assert!(verdict(CheckResponse::default(), &mut HeaderMap::new()).is_err());
-        assert!(decode(&Bytes::from_static(&[0, 0, 0, 0, 9, 1])).is_err());
-        assert!(decode(&Bytes::from_static(&[1, 0, 0, 0, 0])).is_err());
-        assert!(decode(&Bytes::from_static(&[0, 0, 0, 0, 0])).is_ok());
     }
 }

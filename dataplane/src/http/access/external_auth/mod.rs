@@ -164,12 +164,12 @@ enum Failure {
     Timeout,
     #[error(transparent)]
     Forward(#[from] ForwardError),
+    #[error(transparent)]
+    Call(#[from] crate::upstream::grpc::CallError),
     #[error("reading the answer failed: {0}")]
     Read(String),
     #[error("the answer is not a CheckResponse: {0}")]
     Garbled(String),
-    #[error("the server answered gRPC status {0}")]
-    Status(String),
     #[error("the request cannot be sent: {0}")]
     Request(String),
 }

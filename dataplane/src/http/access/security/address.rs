@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use http::{HeaderMap, StatusCode};
 use translator::ir;
 
-use super::count;
 use crate::access_log::Flag;
+use crate::http::access::count;
 use crate::http::access::{Check, Checking, Request, Verdict};
 use crate::http::response;
 use crate::metrics::Decision;

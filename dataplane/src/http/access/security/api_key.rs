@@ -11,8 +11,9 @@ use http::StatusCode;
 use ring::digest;
 use translator::ir;
 
-use super::{count, credential};
+use super::credential;
 use crate::access_log::Flag;
+use crate::http::access::count;
 use crate::http::access::{Check, Checking, Request, Verdict};
 use crate::http::response;
 use crate::metrics::Decision;

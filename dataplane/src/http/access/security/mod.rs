@@ -17,13 +17,10 @@ pub mod jwt;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use http::StatusCode;
 use translator::ir;
 
-use super::{Check, Checking, Request, Verdict};
+use super::{Check, Unusable};
 use crate::access_log::Flag;
-use crate::http::response;
-use crate::metrics::{AccessLabels, Decision};
 use crate::tls::Material;
 use crate::upstream::Upstream;
 
@@ -72,8 +69,10 @@ impl SecurityPolicy {
     ) -> SecurityPolicy {
         let fail = |reason: String| {
             tracing::warn!(policy = %security.policy, %reason, "security policy cannot be enforced; its requests are answered 500");
-            let check: Arc<dyn Check> = Arc::new(Unenforceable {
+            let check: Arc<dyn Check> = Arc::new(Unusable {
                 policy: security.policy.clone(),
+                check: "SecurityPolicy",
+                flag: Flag::SecurityPolicyInvalid,
             });
             vec![check]
         };
@@ -144,33 +143,4 @@ fn credentials(security: &ir::Security, material: &Material) -> Vec<(String, Vec
     }
     read.sort();
     read
-}
-
-/// Counts a decision of `check` in the access metrics.
-pub(crate) fn count(request: &Request<'_>, check: &'static str, decision: Decision) {
-    let context = request.context;
-    let labels = AccessLabels {
-        listener: context.listener.to_string(),
-        route: context.rule.to_string(),
-        check,
-        decision,
-    };
-    context.metrics.access_checks.get_or_create(&labels).inc();
-}
-
-/// The check of a policy that cannot be enforced: every request is answered 500.
-#[derive(Debug)]
-struct Unenforceable {
-    policy: String,
-}
-
-impl Check for Unenforceable {
-    fn check<'a>(&'a self, request: &'a mut Request<'_>) -> Checking<'a> {
-        count(request, "SecurityPolicy", Decision::failed);
-        tracing::debug!(policy = %self.policy, "request refused: its security policy cannot be enforced");
-        Box::pin(std::future::ready(Verdict::Deny(
-            response::local(StatusCode::INTERNAL_SERVER_ERROR, false),
-            Flag::SecurityPolicyInvalid,
-        )))
-    }
 }

@@ -23,8 +23,9 @@ use translator::ir;
 pub use keys::{Algorithm, KeySet};
 use remote::RemoteKeys;
 
-use super::{count, credential};
+use super::credential;
 use crate::access_log::Flag;
+use crate::http::access::count;
 use crate::http::access::{Check, Checking, Request, Verdict};
 use crate::http::response;
 use crate::metrics::Decision;
