@@ -226,11 +226,14 @@ conformance-smoke:
 	E2E_CLUSTER_DIR=$(CURDIR)/e2e/.cache/smoke TURNA_CLUSTER_BRIDGE=turnasmk0 TURNA_POD_CIDR=10.245.0.0/16 \
 		TURNA_NODE_NAME=turna-smoke e2e/conformance/local.sh --smoke --observability --xbackend --external-auth
 
-## deploy: a kind cluster with LoadBalancer support, the Gateway API CRDs and Turna built from
-## ./Dockerfile and installed with the Kustomize base, for machines with Docker (deploy/conformance).
+## deploy: a kind cluster (kind's node image, or one built here when no registry is reachable:
+## deploy/kind/README.md) with LoadBalancer support and the Gateway API CRDs, Turna's image from
+## `make image` loaded, Turna installed from the chart, examples/gateway-demo.yaml, the Gateway
+## Programmed and requests through its address. Needs a Docker engine (deploy/image/dockerd.sh).
 deploy:
 	deploy/conformance/kind.sh deploy
 
-## conformance: the suite against a kind cluster, for machines with Docker (deploy/conformance).
+## conformance: the suite against the kind cluster, both placements; reports in
+## e2e/conformance/reports/<version>/kind/ (deploy/conformance/README.md).
 conformance:
 	deploy/conformance/kind.sh
