@@ -63,7 +63,11 @@ need() { command -v "$1" > /dev/null || die "$1 is needed ($2)"; }
 export PATH="$ROOT/deploy/kind/bin:$PATH"
 tools_on_path() {
 	command -v kind > /dev/null || { "$ROOT/deploy/kind/build.sh" bins; PATH="$PATH:$KIND_CACHE/bin"; }
-	command -v kubectl > /dev/null || { "$ROOT/e2e/scripts/build-tools.sh"; PATH="$PATH:$TOOLS_BIN"; }
+	# The e2e tools' kubectl when built (the cluster's version), else one on PATH, else build it.
+	if [[ -x $TOOLS_BIN/kubectl ]] || ! command -v kubectl > /dev/null; then
+		"$ROOT/e2e/scripts/build-tools.sh"
+		PATH="$TOOLS_BIN:$PATH"
+	fi
 	command -v helm > /dev/null || { "$ROOT/deploy/scripts/build-tools.sh" > /dev/null; PATH="$PATH:$("$ROOT/deploy/scripts/build-tools.sh" --print-dir)"; }
 }
 
@@ -282,6 +286,7 @@ down() {
 	kind delete cluster --name "$CLUSTER" || true
 	"$ROOT/e2e/scripts/lb-controller.sh" stop "$WORK" 2> /dev/null || true
 	ip route del "$POD_SUBNET" 2> /dev/null || true
+	ip link del "$LB_INTERFACE" 2> /dev/null || true
 	rm -f "$WORK/way"
 	if [[ -f $WORK/cloud-provider-kind.pid ]]; then
 		kill "$(cat "$WORK/cloud-provider-kind.pid")" 2>/dev/null || true
