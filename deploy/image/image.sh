@@ -145,11 +145,16 @@ build_local() {
 	ctx="$(mktemp -d "${TMPDIR:-/tmp}/turna-image.XXXXXX")"
 	# A hard link when it can (no copy of a large debug binary), else a copy.
 	ln "$binary" "$ctx/turna" 2> /dev/null || cp "$binary" "$ctx/turna"
-	local rc=0
+	local rc=0 old
+	old="$(docker image inspect -f '{{.Id}}' "$tag" 2> /dev/null)" || true
 	docker_build -q -f "$ROOT/Dockerfile" --build-arg BASE="$LOCAL_BASE" --build-arg TURNA_FROM=host \
 		-t "$tag" "$@" "$ctx" > /dev/null || rc=$?
 	rm -rf "$ctx"
 	[[ $rc == 0 ]] || die "docker build of $tag failed"
+	# The image this tag named before, unless something still uses it.
+	if [[ -n $old && "$(docker image inspect -f '{{.Id}}' "$tag")" != "$old" ]]; then
+		docker rmi "$old" > /dev/null 2>&1 || true
+	fi
 	log "built $tag ($LOCAL_BASE, $binary)"
 }
 

@@ -2,14 +2,15 @@
 # kind and a kind node image, built on this machine from Go modules and Debian packages (no
 # container registry is reachable: every image is made here). See deploy/kind/README.md.
 #
-#   deploy/kind/build.sh [all]      # everything below that is missing (cached; a no-op when built)
+#   deploy/kind/build.sh [node]     # everything below that is missing or changed (cached)
 #   deploy/kind/build.sh bins       # kind, kubelet/kubeadm/kube-proxy/CoreDNS, containerd, runc,
 #                                   # crictl, CNI plugins, pause into $KIND_CACHE/bin
-#   deploy/kind/build.sh base       # turna.local/kind-base:<base key>: Debian 12 + kind's base files
-#   deploy/kind/build.sh images     # the control plane images, CoreDNS and pause (registry.k8s.io/*)
-#   deploy/kind/build.sh node       # turna.local/kind-node:<k8s version>: base + binaries + images
-#   deploy/kind/build.sh --print-image   # the node image's name
+#   deploy/kind/build.sh images     # the images kubeadm deploys (registry.k8s.io/*), made of them
+#   deploy/kind/build.sh --print-image   # the node image's name (turna.local/kind-node:<k8s version>)
 #
+# The node image: Debian 12 (debootstrap, kind's base packages; the tar is cached), kind's base
+# files from its module, the binaries, a CNI configuration for one node, kind's entrypoint with
+# fix_unprivileged, and the images imported into its containerd.
 # Versions: kind, containerd, runc, crictl and the CNI plugins are the ones kind's own base image
 # pins (images/base/Dockerfile of the kind module); Kubernetes and etcd are e2e/tools' (its
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd are reused);
