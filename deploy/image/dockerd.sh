@@ -10,7 +10,8 @@
 # dockerd runs with --iptables=false --ip-forward=false: with its iptables rules Docker sets the
 # FORWARD policy to DROP, and since the bridge netfilter hook is on (bridge-nf-call-iptables=1)
 # that drops the bridged traffic between pods of the local cluster's bridges (turna0,
-# turnasmk0, ...), which `make test` runs beside it. Published ports go through docker-proxy on
+# turnasmk0, ...), which `make test` runs beside it (checked: two network namespaces on one
+# bridge answer HTTP with FORWARD ACCEPT and time out with FORWARD DROP). Published ports go through docker-proxy on
 # the host and containers on one Docker network reach each other over its bridge, which is all
 # the image test and kind need; containers get no way off the machine, which has none anyway.
 # Log and pid: /run/turna-dockerd/ (TURNA_DOCKERD_DIR).
