@@ -2,7 +2,8 @@
 CARGO ?= cargo
 
 .PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator bench-local bench-standalone bench-fleet \
-	bench-dataplane bench-dataplane-instructions bench-protocols bench-security fuzz deploy-tools deploy-check
+	bench-dataplane bench-dataplane-instructions bench-protocols bench-security fuzz deploy-tools deploy-check \
+	image image-test
 
 all: build
 
@@ -22,9 +23,9 @@ build:
 release-pgo:
 	dataplane/bench/pgo.sh -p turna-operator --bin turna
 
-## test: formatting, lints, every test of the workspace, the quick start, the deploy checks and
-## the conformance smoke.
-test: fmt-check clippy unit harness-test quickstart-check deploy-check conformance-smoke
+## test: formatting, lints, every test of the workspace, the quick start, the deploy checks, the
+## image test and the conformance smoke.
+test: fmt-check clippy unit harness-test quickstart-check deploy-check image-test conformance-smoke
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -49,6 +50,21 @@ deploy-tools:
 ## controller run as each variant's ServiceAccount (part of `make test`).
 deploy-check: deploy-tools
 	python3 deploy/tests/deploy_check.py
+
+## image: Turna's image ghcr.io/rakunlabs/turna:<crate version> with Docker (deploy/image/image.sh):
+## the published form (./Dockerfile: turna built profile-guided in Docker, distroless base) when
+## its base images can be pulled, else the local form: the Dockerfile with a base made of Debian
+## packages (turna.local/base:debian12) and turna built on the host. IMAGE_ARGS: --local,
+## --registry, --tag IMAGE, --binary FILE.
+image:
+	deploy/image/image.sh build $(IMAGE_ARGS)
+
+## image-test: the image on the local base with target/debug/turna, run with Docker: `turna
+## --version`, non-root, and `turna local` on examples/local in a read-only, capability-less
+## container serving requests on a published port (part of `make test`; says it skipped
+## without a Docker engine or root).
+image-test:
+	deploy/image/image.sh test
 
 ## golden-bless: rewrite the translator's golden expectations (review the diff!).
 golden-bless:
@@ -210,11 +226,14 @@ conformance-smoke:
 	E2E_CLUSTER_DIR=$(CURDIR)/e2e/.cache/smoke TURNA_CLUSTER_BRIDGE=turnasmk0 TURNA_POD_CIDR=10.245.0.0/16 \
 		TURNA_NODE_NAME=turna-smoke e2e/conformance/local.sh --smoke --observability --xbackend --external-auth
 
-## deploy: a kind cluster with LoadBalancer support, the Gateway API CRDs and Turna built from
-## ./Dockerfile and installed with the Kustomize base, for machines with Docker (deploy/conformance).
+## deploy: a kind cluster (kind's node image, or one built here when no registry is reachable:
+## deploy/kind/README.md) with LoadBalancer support and the Gateway API CRDs, Turna's image from
+## `make image` loaded, Turna installed from the chart, examples/gateway-demo.yaml, the Gateway
+## Programmed and requests through its address. Needs a Docker engine (deploy/image/dockerd.sh).
 deploy:
 	deploy/conformance/kind.sh deploy
 
-## conformance: the suite against a kind cluster, for machines with Docker (deploy/conformance).
+## conformance: the suite against the kind cluster, both placements; reports in
+## e2e/conformance/reports/<version>/kind/ (deploy/conformance/README.md).
 conformance:
 	deploy/conformance/kind.sh
