@@ -469,6 +469,7 @@ impl<'a> Backends<'a> {
             policies.push(usage);
             backend.traffic.load_balancer = set.load_balancer;
             backend.traffic.circuit_breaker = set.circuit_breaker;
+            backend.traffic.health = set.health;
         }
         if (protocol == AppProtocol::Wss || https) && backend.tls.is_none() {
             // TLS to the backend is configured only by a BackendTLSPolicy; without one the
@@ -571,6 +572,7 @@ impl<'a> Backends<'a> {
             policies.push(usage);
             traffic.load_balancer = set.load_balancer;
             traffic.circuit_breaker = set.circuit_breaker;
+            traffic.health = set.health;
         }
         let backend = Backend {
             id: id.into(),

@@ -77,10 +77,9 @@ impl Proxy {
             .iter()
             .flat_map(|p| &p.listeners)
             .any(|l| !l.filters.is_empty());
-        let backend_policies = self
-            .backends
-            .values()
-            .any(|b| b.traffic.load_balancer.is_some() || b.traffic.circuit_breaker.is_some());
+        let backend_policies = self.backends.values().any(|b| {
+            b.traffic.load_balancer.is_some() || b.traffic.circuit_breaker.is_some() || b.traffic.health.is_some()
+        });
         if backend_policies {
             5
         } else if !self.traffic.is_empty() {
@@ -689,6 +688,9 @@ pub struct BackendTraffic {
     /// Limits beyond which requests are answered 503 at once (TurnaBackendPolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<CircuitBreaker>,
+    /// Active checks, outlier ejection and the panic threshold (TurnaBackendPolicy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
 }
 
 impl BackendTraffic {
@@ -697,7 +699,66 @@ impl BackendTraffic {
             && self.session_persistence.is_none()
             && self.load_balancer.is_none()
             && self.circuit_breaker.is_none()
+            && self.health.is_none()
     }
+}
+
+/// Which endpoints may take requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<ActiveCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<Outlier>,
+    /// Percent of healthy endpoints below which every endpoint takes requests (0: never).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub panic_threshold: u32,
+}
+
+/// Probes of every endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveCheck {
+    pub probe: Probe,
+    pub interval_ms: u64,
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub jitter_ms: u64,
+    pub timeout_ms: u64,
+    pub unhealthy_threshold: u32,
+    pub healthy_threshold: u32,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a probe does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Probe {
+    /// A GET of `path`; healthy answers have one of `statuses` (empty: 200-399).
+    Http {
+        path: String,
+        statuses: Vec<u16>,
+    },
+    Tcp,
+    /// `grpc.health.v1.Health/Check` of `service`; healthy: SERVING.
+    Grpc {
+        service: String,
+    },
+}
+
+/// Ejection on consecutive failed answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outlier {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_5xx: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_gateway_errors: Option<u32>,
+    pub ejection_ms: u64,
+    pub max_ejection_percent: u32,
 }
 
 /// How an endpoint is chosen for each request.

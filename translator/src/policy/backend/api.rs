@@ -36,6 +36,80 @@ pub struct TurnaBackendPolicySpec {
     pub load_balancer: Option<LoadBalancer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<CircuitBreaker>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+}
+
+/// Which endpoints may take requests: probed actively, ejected on errors, and what happens when
+/// too few are left.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthCheck {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<ActiveHealthCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetection>,
+    /// When fewer than this percent of the endpoints are healthy, every endpoint takes requests
+    /// again (a backend marked all down by a failing check still serves). Default 0: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub panic_threshold: Option<u32>,
+}
+
+/// Probes of every endpoint by each proxy replica.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActiveHealthCheck {
+    /// `HTTP` (a GET of `path`), `TCP` (a connection) or `GRPC` (`grpc.health.v1.Health/Check`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// HTTP: the path (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// HTTP: the statuses that mean healthy (default 200 to 399).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected_statuses: Vec<u16>,
+    /// GRPC: the service asked about (default the server as a whole, `""`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_service: Option<String>,
+    /// Between probes (default 5s, 1s to 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Added at random to each interval (default none, at most the interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
+    /// How long a probe may take (default 1s, at most the interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Consecutive failed probes that mark an endpoint down (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub unhealthy_threshold: Option<u32>,
+    /// Consecutive passed probes that bring it back (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub healthy_threshold: Option<u32>,
+}
+
+/// Ejection of endpoints whose answers fail in a row.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OutlierDetection {
+    /// Consecutive 5xx answers that eject an endpoint.
+    #[serde(default, rename = "consecutive5xx", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub consecutive_5xx: Option<u32>,
+    /// Consecutive gateway errors (502, 503, 504 answers, or no answer) that eject an endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub consecutive_gateway_errors: Option<u32>,
+    /// How long an ejected endpoint is left out (default 30s, at most 1h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ejection_time: Option<String>,
+    /// At most this percent of the endpoints ejected at once (default 10, at least one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub max_ejection_percent: Option<u32>,
 }
 
 /// How an endpoint is chosen for each request.

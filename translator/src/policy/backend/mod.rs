@@ -47,9 +47,12 @@ fn invalid(message: impl Into<String>) -> Problem {
 
 /// The IR settings of a policy, or why it is invalid.
 fn settings(spec: &api::TurnaBackendPolicySpec) -> Result<BackendTraffic, Problem> {
-    if spec.load_balancer.is_none() && spec.circuit_breaker.is_none() {
-        return Err(invalid("The policy sets nothing: set loadBalancer or circuitBreaker"));
+    if spec.load_balancer.is_none() && spec.circuit_breaker.is_none() && spec.health_check.is_none() {
+        return Err(invalid(
+            "The policy sets nothing: set loadBalancer, circuitBreaker or healthCheck",
+        ));
     }
+    let health = spec.health_check.as_ref().map(health_check).transpose()?;
     let load_balancer = spec.load_balancer.as_ref().map(load_balancer).transpose()?;
     let circuit_breaker = spec
         .circuit_breaker
@@ -72,7 +75,110 @@ fn settings(spec: &api::TurnaBackendPolicySpec) -> Result<BackendTraffic, Proble
     Ok(BackendTraffic {
         load_balancer,
         circuit_breaker,
+        health,
         ..BackendTraffic::default()
+    })
+}
+
+/// A duration of `field` within `range` (milliseconds), `default` when unset.
+fn millis(text: &Option<String>, field: &str, default: u64, range: (u64, u64)) -> Result<u64, Problem> {
+    match text {
+        None => Ok(default),
+        Some(t) => match duration::parse_ms(t) {
+            Some(ms) if (range.0..=range.1).contains(&ms) => Ok(ms),
+            _ => Err(invalid(format!(
+                "{field} {t:?} is not a duration from {}ms to {}ms",
+                range.0, range.1
+            ))),
+        },
+    }
+}
+
+fn health_check(h: &api::HealthCheck) -> Result<ir::HealthCheck, Problem> {
+    if h.active.is_none() && h.outlier_detection.is_none() && h.panic_threshold.is_none() {
+        return Err(invalid("healthCheck sets nothing"));
+    }
+    let panic_threshold = h.panic_threshold.unwrap_or(0);
+    if panic_threshold > 100 {
+        return Err(invalid("healthCheck.panicThreshold is a percent (0 to 100)"));
+    }
+    let active = h
+        .active
+        .as_ref()
+        .map(|a| {
+            let probe = match a.kind.as_str() {
+                "HTTP" => {
+                    let path = a.path.clone().unwrap_or_else(|| "/".into());
+                    if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                        return Err(invalid(format!("healthCheck.active.path {path:?} is not a path")));
+                    }
+                    if a.expected_statuses.iter().any(|s| !(100..=599).contains(s)) {
+                        return Err(invalid("healthCheck.active.expectedStatuses are HTTP statuses"));
+                    }
+                    ir::Probe::Http {
+                        path,
+                        statuses: a.expected_statuses.clone(),
+                    }
+                }
+                "TCP" => ir::Probe::Tcp,
+                "GRPC" => ir::Probe::Grpc {
+                    service: a.grpc_service.clone().unwrap_or_default(),
+                },
+                other => {
+                    return Err(invalid(format!(
+                        "healthCheck.active.type {other:?} is not HTTP, TCP or GRPC"
+                    )));
+                }
+            };
+            let interval_ms = millis(&a.interval, "healthCheck.active.interval", 5_000, (1_000, 300_000))?;
+            Ok(ir::ActiveCheck {
+                probe,
+                interval_ms,
+                jitter_ms: millis(&a.jitter, "healthCheck.active.jitter", 0, (0, interval_ms))?,
+                timeout_ms: millis(
+                    &a.timeout,
+                    "healthCheck.active.timeout",
+                    1_000.min(interval_ms),
+                    (1, interval_ms),
+                )?,
+                unhealthy_threshold: a.unhealthy_threshold.unwrap_or(3).max(1),
+                healthy_threshold: a.healthy_threshold.unwrap_or(2).max(1),
+            })
+        })
+        .transpose()?;
+    let outlier = h
+        .outlier_detection
+        .as_ref()
+        .map(|o| {
+            if o.consecutive_5xx.is_none() && o.consecutive_gateway_errors.is_none() {
+                return Err(invalid(
+                    "healthCheck.outlierDetection needs consecutive5xx or consecutiveGatewayErrors",
+                ));
+            }
+            if o.consecutive_5xx == Some(0) || o.consecutive_gateway_errors == Some(0) {
+                return Err(invalid("healthCheck.outlierDetection counts must be at least 1"));
+            }
+            let max = o.max_ejection_percent.unwrap_or(10);
+            if max > 100 {
+                return Err(invalid("healthCheck.outlierDetection.maxEjectionPercent is a percent"));
+            }
+            Ok(ir::Outlier {
+                consecutive_5xx: o.consecutive_5xx,
+                consecutive_gateway_errors: o.consecutive_gateway_errors,
+                ejection_ms: millis(
+                    &o.base_ejection_time,
+                    "healthCheck.outlierDetection.baseEjectionTime",
+                    30_000,
+                    (1, 3_600_000),
+                )?,
+                max_ejection_percent: max,
+            })
+        })
+        .transpose()?;
+    Ok(ir::HealthCheck {
+        active,
+        outlier,
+        panic_threshold,
     })
 }
 
