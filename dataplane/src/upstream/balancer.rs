@@ -1,7 +1,7 @@
 //! Weighted backend choice and endpoint choice: round robin, random, least connections (the
 //! configured strategy), least request (two endpoints picked at random, the one with fewer
-//! requests in flight), and slow start for new endpoints (TurnaBackendPolicy). Consistent
-//! hashing is [`super::hashing`]'s.
+//! requests in flight), slow start for new endpoints and the panic threshold of health checks
+//! (TurnaBackendPolicy). Consistent hashing is [`super::hashing`]'s.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -72,8 +72,21 @@ impl Upstream {
         if tried.is_empty() && !self.endpoints.iter().any(out) {
             return Some(self.choose(count, |k| k));
         }
-        // Healthy untried endpoints first; when none is left, any untried one, then any.
         let untried = |i: &usize| !tried.contains(i);
+        if let Some(health) = &self.spec.traffic.health {
+            // With a health policy, endpoints that are out take no requests, unless fewer than
+            // its panic threshold are healthy: then all do.
+            let healthy = self.endpoints.iter().filter(|e| !out(e)).count();
+            let panic = healthy * 100 < health.panic_threshold as usize * count;
+            let candidates: Vec<usize> = (0..count)
+                .filter(|i| untried(i) && (panic || !out(&self.endpoints[*i])))
+                .collect();
+            if candidates.is_empty() {
+                return None;
+            }
+            return Some(self.choose(candidates.len(), |k| candidates[k]));
+        }
+        // Healthy untried endpoints first; when none is left, any untried one, then any.
         let mut candidates: Vec<usize> = (0..count).filter(|i| untried(i) && !out(&self.endpoints[*i])).collect();
         if candidates.is_empty() {
             candidates = (0..count).filter(untried).collect();

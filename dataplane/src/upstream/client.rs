@@ -182,6 +182,7 @@ impl Upstream {
         };
         self.latency.observe(started.elapsed().as_secs_f64());
         self.endpoints[index].health.connected();
+        self.answered(&self.endpoints[index], response.status().as_u16());
         Ok(Forwarded {
             response,
             guard,
@@ -288,6 +289,7 @@ impl Upstream {
     /// Counts a new connection that failed (it could not be opened, or gave no answer) towards
     /// the endpoint's ejection.
     fn count_failure(&self, endpoint: &Endpoint) {
+        self.unanswered(endpoint);
         if endpoint.health.failed(self.passive_health) {
             self.ejections.inc();
             tracing::warn!(backend = %self.id, endpoint = %endpoint.pool.authority(), "endpoint ejected after connect failures");
@@ -423,7 +425,7 @@ pub(super) fn gone(error: &std::io::Error) -> bool {
 
 /// The request for an endpoint: origin-form and a Host header over HTTP/1.1, the endpoint as
 /// authority over HTTP/2.
-fn origin_request(
+pub(super) fn origin_request(
     parts: Box<Parts>,
     body: RequestBody,
     sender: &Sender,

@@ -4,8 +4,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderValue};
-use http::{Method, Request, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Limited};
+use hyper::body::Body;
 
 use super::{BufferedBody, ForwardError, RequestBody, Upstream};
 
@@ -31,6 +32,16 @@ pub async fn unary(
     connect_retries: u32,
     max_answer: usize,
 ) -> Result<Bytes, CallError> {
+    let (parts, body) = request(path, message)?.into_parts();
+    let forwarded = upstream.forward(Box::new(parts), body, connect_retries).await?;
+    let guard = forwarded.guard;
+    let answer = answer(forwarded.response, max_answer).await;
+    drop(guard);
+    answer
+}
+
+/// The request of a call of `path` with `message`.
+pub(super) fn request(path: &'static str, message: &impl prost::Message) -> Result<Request<RequestBody>, CallError> {
     let len = message.encoded_len();
     let mut frame = BytesMut::with_capacity(5 + len);
     frame.put_u8(0);
@@ -45,14 +56,20 @@ pub async fn unary(
     let headers = ask.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    let (parts, body) = ask.into_parts();
-    let forwarded = upstream.forward(Box::new(parts), body, connect_retries).await?;
-    let (head, body) = forwarded.response.into_parts();
+    Ok(ask)
+}
+
+/// The message of a call's answer, at most `max_answer` bytes in all.
+pub(super) async fn answer<B>(response: Response<B>, max_answer: usize) -> Result<Bytes, CallError>
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (head, body) = response.into_parts();
     let collected = Limited::new(body, max_answer)
         .collect()
         .await
         .map_err(|e| CallError::Read(e.to_string()))?;
-    drop(forwarded.guard);
     let trailers = collected.trailers().cloned();
     let data = collected.to_bytes();
     if head.status != StatusCode::OK {

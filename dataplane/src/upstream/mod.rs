@@ -11,7 +11,9 @@ mod direct;
 pub mod grpc;
 mod hashing;
 mod health;
+mod outlier;
 mod pool;
+mod probe;
 mod retry_budget;
 mod tls;
 
@@ -192,7 +194,7 @@ impl Upstream {
                 .filter(|b| b.is_for(limits))
                 .unwrap_or_else(|| Arc::new(Breaker::new(limits)))
         });
-        Ok(Arc::new(Upstream {
+        let upstream = Arc::new(Upstream {
             id: spec.id.to_string(),
             spec: spec.clone(),
             endpoints,
@@ -207,7 +209,9 @@ impl Upstream {
             ejections: metrics.ejections.get_or_create(&labels).clone(),
             passive_health,
             retry_budget,
-        }))
+        });
+        upstream.start_probes();
+        Ok(upstream)
     }
 
     /// The backend's retry budget, when an XBackendTrafficPolicy sets one.
