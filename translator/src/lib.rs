@@ -14,6 +14,7 @@ pub mod duration;
 pub mod gateway;
 pub mod hostname;
 pub mod ir;
+pub mod layer;
 pub mod object;
 mod parallel;
 pub mod parameters;

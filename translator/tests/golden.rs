@@ -1,5 +1,7 @@
 //! Golden tests: each folder under `tests/golden/` holds `input.yaml` (the snapshot's objects),
-//! optional `config.yaml` and `facts.yaml`, and the expected `ir.yaml` and `status.yaml`.
+//! optional `config.yaml` and `facts.yaml`, and the expected `ir.yaml` and `status.yaml`. A
+//! case with `static.yaml` merges it as the static layer beside `input.yaml` (the cluster's
+//! objects), and expects the layer's refusals and served objects in `layer.yaml`.
 //!
 //! `TURNA_BLESS=1 cargo test -p turna-translator --test golden` rewrites the expectations
 //! (`TURNA_GOLDEN=<substring>` limits it to matching cases); review the diff like code.
@@ -21,8 +23,9 @@ fn cases() -> Vec<PathBuf> {
     cases
 }
 
-/// Translates one case and renders the IR (with bundles) and the statuses as YAML.
-fn render(case: &Path) -> (String, String) {
+/// Translates one case and renders the IR (with bundles), the statuses and the static layer's
+/// outcome (empty without `static.yaml`) as YAML.
+fn render(case: &Path) -> (String, String, String) {
     let input = fs::read_to_string(case.join("input.yaml")).expect("input.yaml");
     let mut snapshot = Snapshot::from_yaml(&input).unwrap_or_else(|e| panic!("{}: {e}", case.display()));
     if let Ok(facts) = fs::read_to_string(case.join("facts.yaml")) {
@@ -33,6 +36,22 @@ fn render(case: &Path) -> (String, String) {
         Ok(c) => serde_yaml::from_str(&c).unwrap_or_else(|e| panic!("{}: config: {e}", case.display())),
         Err(_) => Config::default(),
     };
+    let mut layer = String::new();
+    if let Ok(text) = fs::read_to_string(case.join("static.yaml")) {
+        let static_layer = Snapshot::from_yaml(&text).unwrap_or_else(|e| panic!("{}: static: {e}", case.display()));
+        let layered = translator::layer::merge(&snapshot, &static_layer, "static.yaml");
+        #[derive(serde::Serialize)]
+        struct Layer<'a> {
+            refused: &'a [translator::layer::Refusal],
+            served: &'a std::collections::BTreeSet<String>,
+        }
+        layer = serde_yaml::to_string(&Layer {
+            refused: &layered.refused,
+            served: &layered.served,
+        })
+        .expect("layer serializes");
+        snapshot = layered.snapshot;
+    }
     let output = translate(&snapshot, &config);
     #[derive(serde::Serialize)]
     struct Ir<'a> {
@@ -48,7 +67,7 @@ fn render(case: &Path) -> (String, String) {
     })
     .expect("IR serializes");
     let status = serde_yaml::to_string(&output.statuses).expect("statuses serialize");
-    (ir, status)
+    (ir, status, layer)
 }
 
 #[test]
@@ -66,9 +85,12 @@ fn golden() {
         .collect();
     assert!(!cases.is_empty(), "no golden cases found");
     for case in &cases {
-        let (ir, status) = render(case);
-        for (file, actual) in [("ir.yaml", &ir), ("status.yaml", &status)] {
+        let (ir, status, layer) = render(case);
+        for (file, actual) in [("ir.yaml", &ir), ("status.yaml", &status), ("layer.yaml", &layer)] {
             let path = case.join(file);
+            if file == "layer.yaml" && actual.is_empty() && !path.exists() {
+                continue;
+            }
             let expected = fs::read_to_string(&path).unwrap_or_default();
             if &expected == actual {
                 continue;
