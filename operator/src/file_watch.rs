@@ -1,5 +1,5 @@
 //! Notifications of changes to the files and folders Turna serves from, so an edited file is
-//! served at once rather than at the next poll (`turna local` now, the static layer next).
+//! served at once rather than at the next poll (`turna local` and the static layer).
 //!
 //! A named file is watched through its folder, so editors that save by writing a new file and
 //! renaming it over the old one are seen too; a named folder is watched recursively. A writer

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod api_client;
 pub mod explain;
 pub mod file_watch;
+pub mod layer;
 pub mod leader;
 pub mod local;
 pub mod material;

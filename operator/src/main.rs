@@ -173,9 +173,30 @@ fn translate_files(
     config: Option<PathBuf>,
 ) -> anyhow::Result<(translator::Snapshot, translator::Output)> {
     let settings = load_files_mode(config, None)?;
-    let snapshot = local::snapshot(files)?;
+    let snapshot = with_static_layer(local::snapshot(files)?, &settings)?;
     let out = translator::translate(&snapshot, &settings.translator_config());
     Ok((snapshot, out))
+}
+
+/// `snapshot` (the files given, standing for the cluster) with the configuration's static layer
+/// merged in as the controller merges it; refusals are printed to standard error.
+fn with_static_layer(
+    snapshot: translator::Snapshot,
+    settings: &settings::Kubernetes,
+) -> anyhow::Result<translator::Snapshot> {
+    if settings.static_paths.is_empty() {
+        return Ok(snapshot);
+    }
+    let layer = local::snapshot(&settings.static_paths).context("reading the static layer (static.paths)")?;
+    let source = (settings.static_paths.iter())
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let layered = translator::layer::merge(&snapshot, &layer, &source);
+    for refusal in &layered.refused {
+        eprintln!("error: {}", refusal.message);
+    }
+    Ok(layered.snapshot)
 }
 
 /// Runs `read` with a client of the kubeconfig's cluster, for the commands that read one.
@@ -252,6 +273,20 @@ fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, g
 }
 
 /// The configuration of a command that runs in `mode`: the file's, or the defaults.
+/// The static layer of `static.paths`, read once now: files that do not read are an error at
+/// start-up (later, the last good read keeps serving).
+fn static_layer(
+    settings: &settings::Kubernetes,
+    metrics: &std::sync::Arc<operator::metrics::Metrics>,
+) -> anyhow::Result<Option<operator::layer::Layer>> {
+    if settings.static_paths.is_empty() {
+        return Ok(None);
+    }
+    let layer = operator::layer::Layer::start(settings.static_paths.clone(), metrics.clone())
+        .context("reading the static layer (static.paths)")?;
+    Ok(Some(layer))
+}
+
 fn load(config: Option<PathBuf>, mode: settings::Mode) -> anyhow::Result<settings::Kubernetes> {
     Ok(match config {
         Some(path) => settings::Kubernetes::load_for(&path, mode)?,
@@ -330,16 +365,17 @@ fn main() -> anyhow::Result<()> {
             let settings = load(config, settings::Mode::Controller)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
-                let client = operator::api_client::infer()
-                    .await
-                    .context("connecting to the Kubernetes API")?;
-                let options = operator::modes::controller::Options {
+                let mut options = operator::modes::controller::Options {
                     push_names,
                     push_url,
                     push_service,
                     push_ca_secret,
                     ..operator::modes::controller::Options::from_env(settings.clone(), push_address)
                 };
+                options.reconcile.static_layer = static_layer(&settings, &options.reconcile.metrics)?;
+                let client = operator::api_client::infer()
+                    .await
+                    .context("connecting to the Kubernetes API")?;
                 let health = operator::admin::bind(&settings.health_address)
                     .await
                     .with_context(|| format!("binding health_address {}", settings.health_address))?;
@@ -366,10 +402,11 @@ fn main() -> anyhow::Result<()> {
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
+                let mut options = operator::reconcile::Options::default();
+                options.static_layer = static_layer(&settings, &options.metrics)?;
                 let client = operator::api_client::infer()
                     .await
                     .context("connecting to the Kubernetes API")?;
-                let options = operator::reconcile::Options::default();
                 let health = operator::admin::bind(&settings.health_address)
                     .await
                     .with_context(|| format!("binding health_address {}", settings.health_address))?;
@@ -446,7 +483,7 @@ fn main() -> anyhow::Result<()> {
             gateway,
         } => {
             let settings = load_files_mode(config, port_offset)?;
-            let snapshot = local::snapshot(&files)?;
+            let snapshot = with_static_layer(local::snapshot(&files)?, &settings)?;
             let mut out = translator::translate(&snapshot, &settings.translator_config());
             if let Some(gateway) = &gateway {
                 only_gateway(&mut out, &snapshot, gateway)?;

@@ -60,6 +60,18 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// One condition of a static object (the static layer has no API object to write it on).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StaticConditionLabels {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// The condition's `type`.
+    pub condition: String,
+    pub status: String,
+    pub reason: String,
+}
+
 /// Every metric of the operator and the registry that encodes them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -75,6 +87,9 @@ pub struct Metrics {
     ir_pushes: Family<PushLabels, Counter>,
     ir_rejections: Counter,
     connected_proxies: Gauge,
+    static_conditions: Family<StaticConditionLabels, Gauge>,
+    static_refused: Gauge,
+    static_reloads: Family<WriteLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -145,8 +160,29 @@ impl Metrics {
             "Proxies connected to the IR push stream",
             connected_proxies.clone(),
         );
+        let static_conditions = Family::<StaticConditionLabels, Gauge>::default();
+        registry.register(
+            "static_conditions",
+            "Conditions of the static layer's objects: how many parents or ancestors have each",
+            static_conditions.clone(),
+        );
+        let static_refused = Gauge::default();
+        registry.register(
+            "static_refused",
+            "Static objects not served: defined in the cluster too, or named with the k8s- prefix",
+            static_refused.clone(),
+        );
+        let static_reloads = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "static_reloads",
+            "Reads of the static layer's files after a change: applied, or failed (the last good one kept)",
+            static_reloads.clone(),
+        );
         Metrics {
             registry,
+            static_conditions,
+            static_refused,
+            static_reloads,
             reconciles,
             reconcile_duration,
             translate_duration,
@@ -225,6 +261,22 @@ impl Metrics {
 
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// Replaces the static layer's conditions and refusals with those of the latest pass.
+    pub fn set_static(&self, conditions: &[(StaticConditionLabels, i64)], refused: usize) {
+        self.static_conditions.clear();
+        for (labels, count) in conditions {
+            self.static_conditions.get_or_create(labels).set(*count);
+        }
+        self.static_refused.set(refused as i64);
+    }
+
+    /// One read of the static layer after a change: `applied` or `failed`.
+    pub fn static_reloaded(&self, result: &str) {
+        self.static_reloads
+            .get_or_create(&WriteLabels { result: result.into() })
+            .inc();
     }
 
     pub fn watch_error(&self, kind: &str) {

@@ -19,6 +19,7 @@ use kube::Client;
 use translator::status::Statuses;
 
 use crate::admin::Readiness;
+use crate::layer::Layer;
 use crate::leader::{self, Elector, Leadership};
 use crate::metrics::Metrics;
 use crate::provision::Provisioning;
@@ -63,6 +64,8 @@ pub struct Options {
     pub push: Option<crate::push::server::Hub>,
     /// The push endpoint written into provisioned proxies.
     pub push_endpoint: Option<crate::provision::objects::Push>,
+    /// The static layer merged into every translation (`static.paths`).
+    pub static_layer: Option<Layer>,
 }
 
 impl Default for Options {
@@ -75,6 +78,7 @@ impl Default for Options {
             readiness: Readiness::default(),
             push: None,
             push_endpoint: None,
+            static_layer: None,
         }
     }
 }
@@ -183,6 +187,16 @@ async fn reconcile(
     // The statuses of the last leader pass, checked again when only statuses changed since.
     let mut last_statuses: Option<Arc<Statuses>> = None;
     let xbackend_services = XBackendServices::start(client.clone(), leadership.clone(), changes.clone());
+    // An edited static file is a change to translate, as an edited object is.
+    let _static_changes = options.static_layer.as_ref().map(|layer| {
+        let mut versions = layer.changes();
+        let changes = changes.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            while versions.changed().await.is_ok() {
+                changes.notify();
+            }
+        }))
+    });
     loop {
         changes.settled(settings.debounce).await;
         let started = Instant::now();
@@ -211,7 +225,15 @@ async fn reconcile(
             if leader && snapshot.facts.installed("XBackend") {
                 xbackend_services.sync(&snapshot.xbackends, snapshot.services.iter());
             }
-            translator::translate_reusing(snapshot, &config, &mut compiled)
+            match &options.static_layer {
+                Some(layer) => {
+                    let layered = layer.merge(snapshot);
+                    let output = translator::translate_reusing(&layered.snapshot, &config, &mut compiled);
+                    layer.report(&layered, &output.statuses, metrics);
+                    output
+                }
+                None => translator::translate_reusing(snapshot, &config, &mut compiled),
+            }
         });
         metrics.translated(started.elapsed());
         let (reused, recompiled) = compiled.last_pass();
@@ -252,6 +274,15 @@ async fn reconcile(
         metrics.pass_took(started.elapsed());
         let again = changes.clone();
         retry.after(failed, move || again.notify());
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

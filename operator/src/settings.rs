@@ -25,6 +25,19 @@ pub enum SettingsError {
 #[serde(default, deny_unknown_fields)]
 pub struct File {
     pub providers: Providers,
+    /// The static layer beside the cluster's objects (`static.paths`).
+    #[serde(rename = "static")]
+    pub static_layer: StaticLayer,
+}
+
+/// `static`: files and folders of Gateway API YAML and Turna's own objects (with the Services,
+/// EndpointSlices, Secrets and ConfigMaps they need) served beside the cluster's objects in
+/// controller and standalone modes; reloaded when a file changes. Relative paths are relative
+/// to the configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StaticLayer {
+    pub paths: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -65,6 +78,9 @@ pub struct Kubernetes {
     pub access_log_path: String,
     pub passive_health: PassiveHealth,
     pub client_address: ClientAddress,
+    /// The top-level `static.paths` of the same file, resolved against its folder.
+    #[serde(skip)]
+    pub static_paths: Vec<std::path::PathBuf>,
 }
 
 /// `client_address.*`: where the client's address comes from when load balancers stand in front
@@ -348,6 +364,7 @@ impl Default for Kubernetes {
             access_log_path: String::new(),
             passive_health: PassiveHealth::default(),
             client_address: ClientAddress::default(),
+            static_paths: Vec::new(),
         }
     }
 }
@@ -428,7 +445,10 @@ impl Kubernetes {
             source,
         })?;
         let (file, mode_set) = parse(&text).map_err(|source| SettingsError::Parse { path: display, source })?;
-        Ok((file.providers.kubernetes.validate()?, mode_set))
+        let mut settings = file.providers.kubernetes;
+        let folder = path.parent().unwrap_or(Path::new("."));
+        settings.static_paths = file.static_layer.paths.iter().map(|p| folder.join(p)).collect();
+        Ok((settings.validate()?, mode_set))
     }
 
     /// Checks combinations product.md forbids.

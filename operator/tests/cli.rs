@@ -202,3 +202,41 @@ fn translate_keeps_one_gateway_and_prints_json() {
     refused(&["translate", "-f", &file, "--gateway", "web"], "not namespace/name");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// `turna translate` with a configuration naming a static layer merges it beside the files
+/// given (standing for the cluster) as the controller does, says what it refuses, and a static
+/// layer that does not read stops the standalone and controller commands at start-up.
+#[test]
+fn translate_merges_the_static_layer_and_names_what_it_refuses() {
+    let golden =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../translator/tests/golden/static-layer-beside-the-cluster");
+    let dir = tempdir("static-layer");
+    std::fs::create_dir_all(dir.join("static")).expect("static folder");
+    std::fs::copy(golden.join("static.yaml"), dir.join("static/objects.yaml")).expect("copy static layer");
+    // Relative to the configuration file.
+    let with_layer = config(&dir, "turna.yaml", "static:\n  paths: [static]\n");
+    let cluster = golden.join("input.yaml").display().to_string();
+    let out = turna(&["translate", "-f", &cluster, "--config", &with_layer, "-o", "status"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("HTTPRoute infra/api is defined both in the cluster and in the static layer"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("HTTPRoute infra/k8s-catch-all in the static layer"),
+        "{stderr}"
+    );
+    let statuses: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).expect("statuses");
+    let routes: Vec<&str> = statuses["routes"]
+        .as_sequence()
+        .expect("routes")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(routes, ["api", "health", "to-https"]);
+
+    std::fs::write(dir.join("static/broken.yaml"), "kind: HTTPRoute\nmetadata: [\n").expect("write broken file");
+    refused(&["translate", "-f", &cluster, "--config", &with_layer], "static layer");
+    refused(&["standalone", "--config", &with_layer], "static layer");
+}

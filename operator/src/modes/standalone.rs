@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use translator::{Bundle, ir};
 
+use crate::layer::Layer;
 use crate::push::server::Hub;
 use crate::reconcile;
 use crate::settings::{Kubernetes, Mode};
@@ -28,26 +29,50 @@ pub async fn run(
 ) {
     settings.mode = Mode::Standalone;
     let hub = options.push.get_or_insert_with(Hub::default).clone();
-    let follower = tokio::spawn(follow(client.clone(), hub, dataplane.clone()));
+    let follower = tokio::spawn(follow(
+        client.clone(),
+        hub,
+        dataplane.clone(),
+        options.static_layer.clone(),
+    ));
     reconcile::run_with(client, settings, options, signal).await;
     follower.abort();
     dataplane.shutdown().await;
 }
 
-/// Applies every new version of the standalone IR with the material it names.
-async fn follow(client: Client, hub: Hub, dataplane: Dataplane) {
+/// Applies every new version of the standalone IR with the material it names, and the same IR
+/// again when the static layer's files change (their Secrets may have, without the IR).
+async fn follow(client: Client, hub: Hub, dataplane: Dataplane, layer: Option<Layer>) {
     let mut seen = 0;
     let mut applied = None;
+    let mut layer_changes = layer.as_ref().map(Layer::changes);
     loop {
-        seen = hub.changed(seen).await;
+        let layer_changed = tokio::select! {
+            next = hub.changed(seen) => {
+                seen = next;
+                false
+            }
+            Some(Ok(())) = async {
+                match &mut layer_changes {
+                    Some(changes) => Some(changes.changed().await),
+                    None => None,
+                }
+            } => true,
+        };
         let Some(published) = hub.latest(STANDALONE) else {
             continue;
         };
-        if applied == Some(published.version) {
+        if applied == Some(published.version) && !layer_changed {
             continue;
         }
         applied = Some(published.version);
-        let material = material(&client, &published.proxy).await;
+        let static_material = layer.as_ref().map(|l| l.current());
+        let material = material(
+            &client,
+            &published.proxy,
+            static_material.as_ref().map(|input| &input.material),
+        )
+        .await;
         match dataplane.apply_with(&published.proxy, &material).await {
             Ok(()) => tracing::info!(version = published.version, "standalone IR applied"),
             Err(ApplyError::Ports(errors)) => {
@@ -62,12 +87,41 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane) {
     }
 }
 
-/// The certificates, CA bundles and credentials `proxy` names, read from the API; unreadable
-/// ones are left out (the dataplane then refuses the listener that needs them, or answers the
-/// requests a policy without its credentials protects with an error).
-async fn material(client: &Client, proxy: &ir::Proxy) -> Material {
-    let bundle = Bundle::of(proxy);
+/// The certificates, CA bundles and credentials `proxy` names, read from the API or, for the
+/// static layer's own Secrets and ConfigMaps, from its files; unreadable ones are left out (the
+/// dataplane then refuses the listener that needs them, or answers the requests a policy
+/// without its credentials protects with an error).
+async fn material(client: &Client, proxy: &ir::Proxy, layer: Option<&Material>) -> Material {
+    let mut bundle = Bundle::of(proxy);
     let mut material = Material::default();
+    if let Some(layer) = layer {
+        // A static name never shadows a cluster one (the layer refuses those), so what the
+        // files hold is taken from them and not asked of the API.
+        bundle.secrets.retain(|r| match layer.certificates.get(r) {
+            Some(certificate) => {
+                material.certificates.insert(r.clone(), certificate.clone());
+                false
+            }
+            None => true,
+        });
+        bundle.config_maps.retain(|r| match layer.ca_bundles.get(r) {
+            Some(ca) => {
+                material.ca_bundles.insert(r.clone(), ca.clone());
+                false
+            }
+            None => true,
+        });
+        bundle.credentials.retain(|credential| {
+            let object = crate::material::credential_object(credential);
+            match layer.credentials.get(&object) {
+                Some(keys) => {
+                    material.credentials.insert(object, keys.clone());
+                    false
+                }
+                None => true,
+            }
+        });
+    }
     for reference in &bundle.secrets {
         let Some((namespace, name)) = reference.split_once('/') else {
             continue;

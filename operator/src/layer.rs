@@ -1,0 +1,253 @@
+//! The static layer as it runs: the files of `static.paths` read into a snapshot and the key
+//! material of their Secrets and ConfigMaps, read again when a file changes (file
+//! notifications, with a slow poll behind them), and merged into every translation by the
+//! reconcile loop ([`translator::layer::merge`]).
+//!
+//! The first read must succeed (a broken static layer at start-up is an error); afterwards a
+//! file that does not read is logged and counted, and the last good layer keeps serving.
+//! Static objects have no API object to write status on: their conditions and refusals are
+//! logged when they change and exported as metrics.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use translator::layer::{Layered, Refusal};
+use translator::status::Statuses;
+
+use crate::file_watch::FileWatch;
+use crate::local::{self, Input, LocalError, Reader};
+use crate::metrics::{Metrics, StaticConditionLabels};
+
+/// How often the files are compared anyway, for file systems without notifications.
+const POLL: Duration = Duration::from_secs(2);
+
+/// The static layer: cheap to clone, shared by the reconcile loop and the dataplane's material.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    paths: Vec<PathBuf>,
+    /// The paths as messages show them.
+    source: String,
+    current: Mutex<Arc<Input>>,
+    /// Bumped after each good read after the first.
+    version: tokio::sync::watch::Sender<u64>,
+    /// What the last pass reported, so only changes are logged.
+    reported: Mutex<Reported>,
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct Reported {
+    refused: Vec<Refusal>,
+    conditions: Vec<(StaticConditionLabels, i64)>,
+}
+
+impl Layer {
+    /// Reads `paths` once and starts following their changes ([`Layer::changes`] tells of each
+    /// good read).
+    pub fn start(paths: Vec<PathBuf>, metrics: Arc<Metrics>) -> Result<Layer, LocalError> {
+        let mut reader = Reader::default();
+        let input = reader.read(&paths)?;
+        let source = paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::info!(paths = %source, objects = count(&input), "static layer read");
+        let layer = Layer {
+            shared: Arc::new(Shared {
+                paths,
+                source,
+                current: Mutex::new(Arc::new(input)),
+                version: tokio::sync::watch::Sender::new(0),
+                reported: Mutex::default(),
+            }),
+        };
+        tokio::spawn(follow(Arc::downgrade(&layer.shared), reader, metrics));
+        Ok(layer)
+    }
+
+    /// Changes with every good read after the first.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.version.subscribe()
+    }
+
+    /// The last good read.
+    pub fn current(&self) -> Arc<Input> {
+        lock(&self.shared.current).clone()
+    }
+
+    /// The cluster's snapshot with this layer merged in; refusals are logged when they change.
+    pub fn merge(&self, cluster: &translator::Snapshot) -> Layered {
+        let input = self.current();
+        translator::layer::merge(cluster, &input.snapshot, &self.shared.source)
+    }
+
+    /// Logs what changed in the static objects' refusals and conditions since the last pass and
+    /// exports them as metrics.
+    pub fn report(&self, layered: &Layered, statuses: &Statuses, metrics: &Metrics) {
+        let conditions = conditions(statuses, &layered.served);
+        let now = Reported {
+            refused: layered.refused.clone(),
+            conditions,
+        };
+        let mut reported = lock(&self.shared.reported);
+        if *reported == now {
+            return;
+        }
+        for refusal in now.refused.iter().filter(|r| !reported.refused.contains(r)) {
+            tracing::error!(kind = %refusal.kind, namespace = %refusal.namespace, name = %refusal.name, "{}", refusal.message);
+        }
+        for (labels, count) in now.conditions.iter().filter(|c| !reported.conditions.contains(c)) {
+            if labels.status == "True" {
+                tracing::info!(
+                    kind = %labels.kind, namespace = %labels.namespace, name = %labels.name,
+                    condition = %labels.condition, status = %labels.status, reason = %labels.reason,
+                    count, "static object condition"
+                );
+            } else {
+                tracing::warn!(
+                    kind = %labels.kind, namespace = %labels.namespace, name = %labels.name,
+                    condition = %labels.condition, status = %labels.status, reason = %labels.reason,
+                    count, "static object condition"
+                );
+            }
+        }
+        metrics.set_static(&now.conditions, now.refused.len());
+        *reported = now;
+    }
+}
+
+/// Reads the files again after each notification (or poll that sees a change) until the
+/// layer is dropped.
+async fn follow(shared: std::sync::Weak<Shared>, mut reader: Reader, metrics: Arc<Metrics>) {
+    let Some(paths) = shared.upgrade().map(|s| s.paths.clone()) else {
+        return;
+    };
+    let mut watch = FileWatch::new(&paths);
+    let mut fingerprint = local::fingerprint(&paths).ok();
+    loop {
+        tokio::select! {
+            () = watch.changed() => {}
+            () = tokio::time::sleep(POLL) => {
+                let now = local::fingerprint(&paths).ok();
+                if now == fingerprint {
+                    continue;
+                }
+            }
+        }
+        fingerprint = local::fingerprint(&paths).ok();
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        match reader.read(&paths) {
+            Ok(input) => {
+                tracing::info!(paths = %shared.source, objects = count(&input), "static layer read again");
+                *lock(&shared.current) = Arc::new(input);
+                metrics.static_reloaded("applied");
+                shared.version.send_modify(|v| *v += 1);
+            }
+            Err(error) => {
+                tracing::error!(%error, "static layer not read; the last good one keeps serving");
+                metrics.static_reloaded("failed");
+            }
+        }
+    }
+}
+
+/// Every condition of the served static objects, counted over their parents or ancestors.
+fn conditions(statuses: &Statuses, served: &BTreeSet<String>) -> Vec<(StaticConditionLabels, i64)> {
+    let mut counts: std::collections::BTreeMap<(String, String, String, String, String, String), i64> =
+        Default::default();
+    let mut add = |kind: &str, namespace: &str, name: &str, conditions: &[translator::status::Condition]| {
+        if !served.contains(&translator::layer::key(kind, namespace, name)) {
+            return;
+        }
+        for c in conditions {
+            let status = serde_json::to_value(c.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            *counts
+                .entry((
+                    kind.into(),
+                    namespace.into(),
+                    name.into(),
+                    c.kind.to_string(),
+                    status,
+                    c.reason.to_string(),
+                ))
+                .or_default() += 1;
+        }
+    };
+    for g in &statuses.gateways {
+        add("Gateway", &g.namespace, &g.name, &g.conditions);
+        for l in &g.listeners {
+            add("Gateway", &g.namespace, &g.name, &l.conditions);
+        }
+    }
+    for l in &statuses.listener_sets {
+        add("ListenerSet", &l.namespace, &l.name, &l.conditions);
+    }
+    for r in &statuses.routes {
+        for p in &r.parents {
+            add(&r.kind, &r.namespace, &r.name, &p.conditions);
+        }
+    }
+    for (kind, list) in [
+        ("BackendTLSPolicy", &statuses.backend_tls_policies),
+        ("XTelemetryPolicy", &statuses.telemetry_policies),
+        ("XBackend", &statuses.xbackends),
+        ("XBackendTrafficPolicy", &statuses.xbackend_traffic_policies),
+        ("TurnaSecurityPolicy", &statuses.security_policies),
+        ("TurnaTrafficPolicy", &statuses.traffic_policies),
+        ("TurnaBackendPolicy", &statuses.backend_policies),
+    ] {
+        for p in list {
+            for a in &p.ancestors {
+                add(kind, &p.namespace, &p.name, &a.conditions);
+            }
+        }
+    }
+    counts
+        .into_iter()
+        .map(|((kind, namespace, name, condition, status, reason), n)| {
+            (
+                StaticConditionLabels {
+                    kind,
+                    namespace,
+                    name,
+                    condition,
+                    status,
+                    reason,
+                },
+                n,
+            )
+        })
+        .collect()
+}
+
+fn count(input: &Input) -> usize {
+    let s = &input.snapshot;
+    s.gateways.len()
+        + s.listener_sets.len()
+        + s.http_routes.len()
+        + s.grpc_routes.len()
+        + s.tls_routes.len()
+        + s.tcp_routes.len()
+        + s.udp_routes.len()
+        + s.services.len()
+        + s.endpoint_slices.len()
+        + s.xbackends.len()
+        + s.secrets.len()
+        + s.config_maps.len()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,206 @@
+//! The static layer (`static.paths`) beside a real kube-apiserver's objects in standalone mode:
+//! static routes on a cluster Gateway are served next to the cluster's routes, a static object
+//! the cluster also defines is refused (the cluster's is served), an edited file is served at
+//! once, a broken one keeps the last good layer serving, and the static objects' conditions are
+//! metrics since they have no API object to write status on.
+
+mod common;
+#[path = "../../e2e/rust/control_plane.rs"]
+mod control_plane;
+
+use common::{LOOPBACK, backend, eventually, free_port, get, sample};
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn plane() -> &'static control_plane::ControlPlane {
+    control_plane::ControlPlane::shared_with(control_plane::Options::default())
+}
+
+/// A static HTTPRoute `name` on Gateway `web` for `path` to Service `status`, whose endpoint
+/// (written here, as the static layer may: no API server checks it) is `backend`.
+fn static_route(ns: &str, name: &str, path: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+      backendRefs: [{{name: status, port: 9000}}]
+---
+"
+    )
+}
+
+fn static_service(ns: &str, backend: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: status, namespace: {ns}}}
+spec:
+  ports: [{{name: http, protocol: TCP, port: 9000}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: status-1
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: status}}
+addressType: IPv4
+ports: [{{name: http, port: {}, protocol: TCP}}]
+endpoints:
+  - addresses: [\"{}\"]
+    conditions: {{ready: true}}
+",
+        backend.port(),
+        backend.ip()
+    )
+}
+
+/// Writes `text` to `path` as editors do: a new file renamed over the old one.
+fn write(path: &Path, text: &str) {
+    let new = path.with_extension("new");
+    std::fs::write(&new, text).expect("write static file");
+    std::fs::rename(&new, path).expect("rename static file");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn static_routes_are_served_beside_the_clusters_and_follow_their_files() {
+    let client = common::client(&plane().kubeconfig()).await;
+    let ns = plane().fresh_namespace("static-layer");
+    let class = format!("turna-{ns}");
+    let port = free_port().await;
+    plane()
+        .apply_yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: rakunlabs.com/turna}}\n---\n{}",
+            format_args!(
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: {port}, protocol: HTTP}}
+---
+"
+            )
+        ))
+        .expect("apply class and gateway");
+    // The cluster's route `app` for /cluster.
+    plane()
+        .apply_yaml(&common::route_to_loopback(
+            &ns,
+            Some("/cluster"),
+            backend("cluster").await,
+        ))
+        .expect("apply cluster route");
+
+    let dir: PathBuf = std::env::temp_dir().join(format!("turna-static-{ns}"));
+    std::fs::create_dir_all(&dir).expect("static folder");
+    let routes = dir.join("routes.yaml");
+    let status_backend = backend("static").await;
+    // `health` is static only; `app` is the cluster's name too, so the static one is refused.
+    write(
+        &routes,
+        &(static_route(&ns, "health", "/healthz") + &static_route(&ns, "app", "/collide")),
+    );
+    std::fs::write(dir.join("service.yaml"), static_service(&ns, status_backend)).expect("write service");
+
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let layer = operator::layer::Layer::start(vec![dir.clone()], metrics.clone()).expect("static layer reads");
+    let options = operator::reconcile::Options {
+        metrics: metrics.clone(),
+        static_layer: Some(layer),
+        ..Default::default()
+    };
+    let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(LOOPBACK));
+    let controller = tokio::spawn(operator::modes::standalone::run(
+        client.clone(),
+        common::standalone_settings(&class),
+        options,
+        dataplane.clone(),
+        std::future::pending(),
+    ));
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    eventually("the static route", || async {
+        get(gateway, "any.test", "/healthz").await.filter(|r| r.0 == 200)
+    })
+    .await;
+    assert_eq!(
+        get(gateway, "any.test", "/healthz").await,
+        Some((200, "static /healthz".into()))
+    );
+    assert_eq!(
+        get(gateway, "any.test", "/cluster/x").await,
+        Some((200, "cluster /cluster/x".into()))
+    );
+    // The refused static `app` routes nothing.
+    assert_eq!(get(gateway, "any.test", "/collide").await.map(|r| r.0), Some(404));
+    assert_eq!(sample(&metrics, "turna_operator_static_refused"), 1.0);
+    let accepted = format!(
+        "turna_operator_static_conditions{{kind=\"HTTPRoute\",namespace=\"{ns}\",name=\"health\",condition=\"Accepted\",status=\"True\",reason=\"Accepted\"}}"
+    );
+    assert_eq!(sample(&metrics, &accepted), 1.0);
+    // The cluster's route got its status from the writer; the static one has no API object.
+    let resource = kube::api::ApiResource {
+        group: "gateway.networking.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "gateway.networking.k8s.io/v1".into(),
+        kind: "HTTPRoute".into(),
+        plural: "httproutes".into(),
+    };
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(client.clone(), &ns, &resource);
+    eventually("the cluster route's Accepted status", || async {
+        let route = api.get("app").await.ok()?;
+        let conditions = route.data["status"]["parents"][0]["conditions"].as_array()?.clone();
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+            .then_some(())
+    })
+    .await;
+
+    // An edit is served at once (file notifications, not the poll).
+    write(&routes, &static_route(&ns, "health", "/ready"));
+    let edited = Instant::now();
+    while get(gateway, "any.test", "/ready").await.map(|r| r.0) != Some(200) {
+        assert!(
+            edited.elapsed() < Duration::from_secs(1),
+            "the edited static route is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let took = edited.elapsed();
+    println!("static file edit to first 200: {took:?}");
+    // Notifications, not the 2 s poll; the bound leaves room for a loaded CI machine.
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(get(gateway, "any.test", "/healthz").await.map(|r| r.0), Some(404));
+    assert_eq!(sample(&metrics, "turna_operator_static_refused"), 0.0);
+
+    // A broken file keeps the last good layer serving.
+    write(
+        &routes,
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: [broken\n",
+    );
+    common::within(Duration::from_secs(5), "the failed reload", || async {
+        (sample(&metrics, "turna_operator_static_reloads_total{result=\"failed\"}") >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        get(gateway, "any.test", "/ready").await,
+        Some((200, "static /ready".into()))
+    );
+    // And the next good file is served again.
+    write(&routes, &static_route(&ns, "health", "/again"));
+    common::within(Duration::from_secs(1), "the repaired static route", || async {
+        get(gateway, "any.test", "/again").await.filter(|r| r.0 == 200)
+    })
+    .await;
+
+    controller.abort();
+    dataplane.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
