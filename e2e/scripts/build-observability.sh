@@ -10,10 +10,13 @@
 #                                            filter's auth server, Envoy ext_authz v3; also HTTP)
 #   ratelimit     e2e/ratelimit/go.mod      (Envoy's rate limit service, envoyproxy/ratelimit: the
 #                                            global rate limits' server, with Redis)
+#   consul        e2e/consul/go.mod         (Consul v1.16.1, the last MPL-2.0 release: the static
+#                                            layer's Consul key; operator/tests/static_consul.rs)
 # into ${XDG_CACHE_HOME:-$HOME/.cache}/turna/<module folder>/<stamp>/bin, the stamp a hash of that
 # module's go.mod, go.sum and own Go files, so every clone on the machine shares one build
 # (TURNA_OBSERVABILITY_DIR overrides the folder of Prometheus, TURNA_TRACING_DIR Jaeger's,
-# TURNA_AUTH_DIR that of the auth servers, TURNA_RATELIMIT_DIR the rate limit service's).
+# TURNA_AUTH_DIR that of the auth servers, TURNA_RATELIMIT_DIR the rate limit service's,
+# TURNA_CONSUL_DIR Consul's).
 # Idempotent: builds only what is missing. Prints the bin folder of each tool named, one per line.
 # Without arguments it builds Prometheus and Jaeger only; the auth servers must be named.
 #
@@ -68,6 +71,7 @@ for tool in "${tools[@]}"; do
 	mockoidc) build mockoidc auth github.com/turna/turna/e2e/auth/cmd/mockoidc "${TURNA_AUTH_DIR:-}" ;;
 	extauthz) build extauthz auth istio.io/istio/samples/extauthz/cmd/extauthz "${TURNA_AUTH_DIR:-}" ;;
 	ratelimit) build ratelimit ratelimit github.com/envoyproxy/ratelimit/src/service_cmd "${TURNA_RATELIMIT_DIR:-}" ;;
-	*) die "unknown tool $tool (prometheus, jaeger, oauth2-proxy, mockoidc, extauthz or ratelimit)" ;;
+	consul) build consul consul github.com/hashicorp/consul "${TURNA_CONSUL_DIR:-}" ;;
+	*) die "unknown tool $tool (prometheus, jaeger, oauth2-proxy, mockoidc, extauthz, ratelimit or consul)" ;;
 	esac
 done

@@ -1,10 +1,12 @@
-//! The static layer as it runs: the files of `static.paths` read into a snapshot and the key
-//! material of their Secrets and ConfigMaps, read again when a file changes (file
-//! notifications, with a slow poll behind them), and merged into every translation by the
-//! reconcile loop ([`translator::layer::merge`]).
+//! The static layer as it runs: the files of `static.paths` and the value of the Consul key of
+//! `static.consul` read into a snapshot and the key material of their Secrets and ConfigMaps,
+//! read again when a file changes (file notifications, with a slow poll behind them) or the key
+//! does (blocking queries), and merged into every translation by the reconcile loop
+//! ([`translator::layer::merge`]).
 //!
-//! The first read must succeed (a broken static layer at start-up is an error); afterwards a
-//! file that does not read is logged and counted, and the last good layer keeps serving.
+//! The first read must succeed (a broken static layer or an unreachable Consul at start-up is
+//! an error); afterwards a file or value that does not read is logged and counted, and the last
+//! good layer keeps serving, through Consul outages too.
 //! Static objects have no API object to write status on: their conditions and refusals are
 //! logged when they change and exported as metrics.
 
@@ -16,12 +18,37 @@ use std::time::Duration;
 use translator::layer::{Layered, Refusal};
 use translator::status::Statuses;
 
+use crate::consul::{self, ConsulError};
 use crate::file_watch::FileWatch;
 use crate::local::{self, Input, LocalError, Reader};
 use crate::metrics::{Metrics, StaticConditionLabels};
 
 /// How often the files are compared anyway, for file systems without notifications.
 const POLL: Duration = Duration::from_secs(2);
+/// How long one blocking query on the Consul key waits for a change.
+const CONSUL_WAIT: Duration = Duration::from_secs(300);
+/// Waits between attempts while Consul is unreachable, doubling from the first to the last.
+const CONSUL_RETRY: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
+
+/// Where the static layer comes from.
+#[derive(Debug, Default)]
+pub struct Sources {
+    /// Files and folders.
+    pub paths: Vec<PathBuf>,
+    /// A Consul key whose value is YAML like the files'.
+    pub consul: Option<consul::Key>,
+}
+
+/// Why the static layer could not be read at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum LayerError {
+    #[error(transparent)]
+    Files(#[from] LocalError),
+    #[error("the static layer's Consul key: {0}")]
+    Consul(#[from] ConsulError),
+    #[error("the value of {address}: {source}")]
+    ConsulValue { address: String, source: LocalError },
+}
 
 /// The static layer: cheap to clone, shared by the reconcile loop and the dataplane's material.
 #[derive(Clone, Debug)]
@@ -32,8 +59,11 @@ pub struct Layer {
 #[derive(Debug)]
 struct Shared {
     paths: Vec<PathBuf>,
-    /// The paths as messages show them.
+    /// The paths and the Consul key as messages show them.
     source: String,
+    /// The files' part and the Consul key's part as last read well.
+    parts: Mutex<(Arc<Input>, Arc<Input>)>,
+    /// Both parts together.
     current: Mutex<Arc<Input>>,
     /// Bumped after each good read after the first.
     version: tokio::sync::watch::Sender<u64>,
@@ -48,27 +78,43 @@ struct Reported {
 }
 
 impl Layer {
-    /// Reads `paths` once and starts following their changes ([`Layer::changes`] tells of each
-    /// good read).
-    pub fn start(paths: Vec<PathBuf>, metrics: Arc<Metrics>) -> Result<Layer, LocalError> {
+    /// Reads the sources once and starts following their changes ([`Layer::changes`] tells of
+    /// each good read).
+    pub async fn start(sources: Sources, metrics: Arc<Metrics>) -> Result<Layer, LayerError> {
         let mut reader = Reader::default();
-        let input = reader.read(&paths)?;
-        let source = paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        tracing::info!(paths = %source, objects = count(&input), "static layer read");
+        let files = reader.read(&sources.paths)?;
+        let mut shown: Vec<String> = sources.paths.iter().map(|p| p.display().to_string()).collect();
+        let mut from_consul = (Input::default(), 0, None);
+        if let Some(key) = &sources.consul {
+            shown.push(key.address());
+            let value = key.get(0, Duration::ZERO).await?;
+            let input = consul_input(key, value.data.as_ref()).map_err(|source| LayerError::ConsulValue {
+                address: key.address(),
+                source,
+            })?;
+            from_consul = (input, value.index.max(1), value.data);
+        }
+        let source = shown.join(", ");
+        let (consul_input, index, data) = from_consul;
+        let parts = (Arc::new(files), Arc::new(consul_input));
+        let input = combine(&parts);
+        tracing::info!(sources = %source, objects = count(&input), "static layer read");
         let layer = Layer {
             shared: Arc::new(Shared {
-                paths,
+                paths: sources.paths,
                 source,
+                parts: Mutex::new(parts),
                 current: Mutex::new(Arc::new(input)),
                 version: tokio::sync::watch::Sender::new(0),
                 reported: Mutex::default(),
             }),
         };
-        tokio::spawn(follow(Arc::downgrade(&layer.shared), reader, metrics));
+        if !layer.shared.paths.is_empty() {
+            tokio::spawn(follow(Arc::downgrade(&layer.shared), reader, metrics.clone()));
+        }
+        if let Some(key) = sources.consul {
+            tokio::spawn(follow_consul(Arc::downgrade(&layer.shared), key, index, data, metrics));
+        }
         Ok(layer)
     }
 
@@ -147,10 +193,9 @@ async fn follow(shared: std::sync::Weak<Shared>, mut reader: Reader, metrics: Ar
         };
         match reader.read(&paths) {
             Ok(input) => {
-                tracing::info!(paths = %shared.source, objects = count(&input), "static layer read again");
-                *lock(&shared.current) = Arc::new(input);
+                tracing::info!(paths = %shared.source, objects = count(&input), "static layer files read again");
+                shared.replace(|parts| parts.0 = Arc::new(input));
                 metrics.static_reloaded("applied");
-                shared.version.send_modify(|v| *v += 1);
             }
             Err(error) => {
                 tracing::error!(%error, "static layer not read; the last good one keeps serving");
@@ -158,6 +203,96 @@ async fn follow(shared: std::sync::Weak<Shared>, mut reader: Reader, metrics: Ar
             }
         }
     }
+}
+
+/// Follows the Consul key with blocking queries from `index`, where `last` was read: a changed
+/// value replaces the layer's Consul part; a value that does not read, or Consul unreachable,
+/// keeps the last good one.
+async fn follow_consul(
+    shared: std::sync::Weak<Shared>,
+    key: consul::Key,
+    mut index: u64,
+    mut last: Option<bytes::Bytes>,
+    metrics: Arc<Metrics>,
+) {
+    let mut retry = CONSUL_RETRY.0;
+    let mut down = false;
+    loop {
+        let answer = key.get(index, CONSUL_WAIT).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let value = match answer {
+            Ok(value) => value,
+            Err(error) => {
+                if !down {
+                    tracing::warn!(%error, "Consul unreachable; the last good static layer keeps serving");
+                }
+                down = true;
+                drop(shared);
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(CONSUL_RETRY.1);
+                continue;
+            }
+        };
+        if down {
+            tracing::info!(key = %key.address(), "Consul reachable again");
+            down = false;
+        }
+        retry = CONSUL_RETRY.0;
+        // Consul's rules for blocking queries: an index that went backwards (a restored or new
+        // cluster) starts over, and an index is never below 1.
+        index = value.index.max(1);
+        if value.data == last {
+            continue;
+        }
+        match consul_input(&key, value.data.as_ref()) {
+            Ok(input) => {
+                tracing::info!(key = %key.address(), objects = count(&input), "static layer Consul key read again");
+                shared.replace(|parts| parts.1 = Arc::new(input));
+                metrics.static_reloaded("applied");
+            }
+            Err(error) => {
+                tracing::error!(key = %key.address(), %error, "static layer Consul value not read; the last good one keeps serving");
+                metrics.static_reloaded("failed");
+            }
+        }
+        // A bad value is not read again until it changes.
+        last = value.data;
+    }
+}
+
+/// The objects of a Consul value (none when the key does not exist).
+fn consul_input(key: &consul::Key, data: Option<&bytes::Bytes>) -> Result<Input, LocalError> {
+    let Some(data) = data else {
+        return Ok(Input::default());
+    };
+    let text = String::from_utf8_lossy(data).into_owned();
+    local::objects(std::path::Path::new(&key.address()), text)
+}
+
+impl Shared {
+    /// Changes one part, recombines and tells the followers.
+    fn replace(&self, change: impl FnOnce(&mut (Arc<Input>, Arc<Input>))) {
+        let combined = {
+            let mut parts = lock(&self.parts);
+            change(&mut parts);
+            combine(&parts)
+        };
+        *lock(&self.current) = Arc::new(combined);
+        self.version.send_modify(|v| *v += 1);
+    }
+}
+
+/// The files' part and the Consul part as one input (objects shared, not copied).
+fn combine((files, consul): &(Arc<Input>, Arc<Input>)) -> Input {
+    let mut input = Input::default();
+    input.snapshot.extend(&files.snapshot);
+    input.snapshot.extend(&consul.snapshot);
+    input.snapshot.facts = files.snapshot.facts.clone();
+    input.material.extend(&files.material);
+    input.material.extend(&consul.material);
+    input
 }
 
 /// Every condition of the served static objects, counted over their parents or ancestors.

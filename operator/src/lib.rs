@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod api_client;
+pub mod consul;
 pub mod explain;
 pub mod file_watch;
 pub mod layer;

@@ -150,6 +150,15 @@ impl Reader {
     }
 }
 
+/// The objects and key material of `text`, read as a file named `name` would be (`facts.yaml`
+/// holds no objects): the static layer's Consul value.
+pub fn objects(name: &Path, text: String) -> Result<Input, LocalError> {
+    Ok(match parse(name, text)?.content {
+        Content::Objects(input) => *input,
+        Content::Facts(_) => Input::default(),
+    })
+}
+
 /// The objects and key material of one file's `text`.
 fn parse(path: &Path, text: String) -> Result<Parsed, LocalError> {
     if path.file_name().is_some_and(|n| n == "facts.yaml") {

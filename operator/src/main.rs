@@ -184,11 +184,15 @@ fn with_static_layer(
     snapshot: translator::Snapshot,
     settings: &settings::Kubernetes,
 ) -> anyhow::Result<translator::Snapshot> {
-    if settings.static_paths.is_empty() {
+    let paths = &settings.static_layer.paths;
+    if !settings.static_layer.consul.address.is_empty() {
+        eprintln!("note: the static layer's Consul key is not read here, only its files");
+    }
+    if paths.is_empty() {
         return Ok(snapshot);
     }
-    let layer = local::snapshot(&settings.static_paths).context("reading the static layer (static.paths)")?;
-    let source = (settings.static_paths.iter())
+    let layer = local::snapshot(paths).context("reading the static layer (static.paths)")?;
+    let source = (paths.iter())
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
@@ -273,17 +277,29 @@ fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, g
 }
 
 /// The configuration of a command that runs in `mode`: the file's, or the defaults.
-/// The static layer of `static.paths`, read once now: files that do not read are an error at
-/// start-up (later, the last good read keeps serving).
-fn static_layer(
+/// The static layer of the `static` section, read once now: files that do not read or an
+/// unreachable Consul are an error at start-up (later, the last good read keeps serving).
+async fn static_layer(
     settings: &settings::Kubernetes,
     metrics: &std::sync::Arc<operator::metrics::Metrics>,
 ) -> anyhow::Result<Option<operator::layer::Layer>> {
-    if settings.static_paths.is_empty() {
+    let section = &settings.static_layer;
+    if section.is_empty() {
         return Ok(None);
     }
-    let layer = operator::layer::Layer::start(settings.static_paths.clone(), metrics.clone())
-        .context("reading the static layer (static.paths)")?;
+    let consul = if section.consul.address.is_empty() {
+        None
+    } else {
+        let key = &section.consul;
+        Some(operator::consul::Key::new(&key.address, &key.token_file, &key.ca_file).context("static.consul")?)
+    };
+    let sources = operator::layer::Sources {
+        paths: section.paths.clone(),
+        consul,
+    };
+    let layer = operator::layer::Layer::start(sources, metrics.clone())
+        .await
+        .context("reading the static layer (static)")?;
     Ok(Some(layer))
 }
 
@@ -372,7 +388,7 @@ fn main() -> anyhow::Result<()> {
                     push_ca_secret,
                     ..operator::modes::controller::Options::from_env(settings.clone(), push_address)
                 };
-                options.reconcile.static_layer = static_layer(&settings, &options.reconcile.metrics)?;
+                options.reconcile.static_layer = static_layer(&settings, &options.reconcile.metrics).await?;
                 let client = operator::api_client::infer()
                     .await
                     .context("connecting to the Kubernetes API")?;
@@ -403,7 +419,7 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
                 let mut options = operator::reconcile::Options::default();
-                options.static_layer = static_layer(&settings, &options.metrics)?;
+                options.static_layer = static_layer(&settings, &options.metrics).await?;
                 let client = operator::api_client::infer()
                     .await
                     .context("connecting to the Kubernetes API")?;

@@ -38,6 +38,27 @@ pub struct File {
 #[serde(default, deny_unknown_fields)]
 pub struct StaticLayer {
     pub paths: Vec<std::path::PathBuf>,
+    /// A Consul key holding more of the layer, watched with blocking queries.
+    pub consul: ConsulKey,
+}
+
+/// `static.consul`: off while `address` is empty.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsulKey {
+    /// `consul://host:port/key`; the key's value is YAML like the files'.
+    pub address: String,
+    /// A file holding the ACL token; empty: the `CONSUL_HTTP_TOKEN` environment variable.
+    pub token_file: String,
+    /// CA certificates (PEM) to verify Consul's HTTPS certificate with; empty: plain HTTP.
+    pub ca_file: String,
+}
+
+impl StaticLayer {
+    /// Whether the layer has any source.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && self.consul.address.is_empty()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -78,9 +99,9 @@ pub struct Kubernetes {
     pub access_log_path: String,
     pub passive_health: PassiveHealth,
     pub client_address: ClientAddress,
-    /// The top-level `static.paths` of the same file, resolved against its folder.
+    /// The top-level `static` section of the same file, its paths resolved against its folder.
     #[serde(skip)]
-    pub static_paths: Vec<std::path::PathBuf>,
+    pub static_layer: StaticLayer,
 }
 
 /// `client_address.*`: where the client's address comes from when load balancers stand in front
@@ -364,7 +385,7 @@ impl Default for Kubernetes {
             access_log_path: String::new(),
             passive_health: PassiveHealth::default(),
             client_address: ClientAddress::default(),
-            static_paths: Vec::new(),
+            static_layer: StaticLayer::default(),
         }
     }
 }
@@ -447,7 +468,16 @@ impl Kubernetes {
         let (file, mode_set) = parse(&text).map_err(|source| SettingsError::Parse { path: display, source })?;
         let mut settings = file.providers.kubernetes;
         let folder = path.parent().unwrap_or(Path::new("."));
-        settings.static_paths = file.static_layer.paths.iter().map(|p| folder.join(p)).collect();
+        let mut static_layer = file.static_layer;
+        for path in &mut static_layer.paths {
+            *path = folder.join(&*path);
+        }
+        for file in [&mut static_layer.consul.token_file, &mut static_layer.consul.ca_file] {
+            if !file.is_empty() {
+                *file = folder.join(&*file).display().to_string();
+            }
+        }
+        settings.static_layer = static_layer;
         Ok((settings.validate()?, mode_set))
     }
 

@@ -110,7 +110,13 @@ spec:
     std::fs::write(dir.join("service.yaml"), static_service(&ns, status_backend)).expect("write service");
 
     let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
-    let layer = operator::layer::Layer::start(vec![dir.clone()], metrics.clone()).expect("static layer reads");
+    let sources = operator::layer::Sources {
+        paths: vec![dir.clone()],
+        consul: None,
+    };
+    let layer = operator::layer::Layer::start(sources, metrics.clone())
+        .await
+        .expect("static layer reads");
     let options = operator::reconcile::Options {
         metrics: metrics.clone(),
         static_layer: Some(layer),

@@ -1,0 +1,269 @@
+//! The static layer from a Consul key (`static.consul`), against a real Consul agent (v1.16.1,
+//! the last MPL-2.0 release, built from its Go module by e2e/scripts/build-observability.sh) and
+//! a real kube-apiserver, in standalone mode: a change of the key reaches the proxy, a malformed
+//! value keeps the previous layer, and a Consul restart loses nothing (the layer keeps serving
+//! while Consul is down and a change made after it comes back is picked up). An unreachable
+//! Consul at start-up is an error.
+
+mod common;
+#[path = "../../e2e/rust/control_plane.rs"]
+mod control_plane;
+
+use common::{LOOPBACK, backend, eventually, free_port, get, sample};
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn plane() -> &'static control_plane::ControlPlane {
+    control_plane::ControlPlane::shared_with(control_plane::Options::default())
+}
+
+fn consul_bin() -> PathBuf {
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e/scripts/build-observability.sh"))
+        .arg("consul")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run build-observability.sh");
+    assert!(out.status.success(), "building Consul failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().expect("a bin folder").trim()).join("consul")
+}
+
+/// A single-server Consul agent on loopback keeping its data in `data` (so a restart keeps the
+/// key, as a real Consul does), killed when dropped.
+struct Consul {
+    child: Child,
+    http: u16,
+    ports: [u16; 3],
+    data: PathBuf,
+}
+
+impl Consul {
+    async fn start(data: &Path, http: u16, ports: [u16; 3]) -> Consul {
+        let child = Command::new(consul_bin())
+            .args(["agent", "-server", "-bootstrap-expect=1", "-node=turna-test"])
+            .args(["-bind=127.0.0.1", "-client=127.0.0.1", "-log-level=warn"])
+            .arg(format!("-data-dir={}", data.display()))
+            .arg(format!("-http-port={http}"))
+            .args(["-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1"])
+            .arg(format!("-serf-lan-port={}", ports[0]))
+            .arg(format!("-serf-wan-port={}", ports[1]))
+            .arg(format!("-server-port={}", ports[2]))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start consul");
+        let consul = Consul {
+            child,
+            http,
+            ports,
+            data: data.to_path_buf(),
+        };
+        // Ready once it has a leader and takes writes.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some((200, body)) = consul.request("GET", "/v1/status/leader", "").await
+                && body.trim() != "\"\""
+                && consul.put("turna/ready", "yes").await
+            {
+                return consul;
+            }
+            assert!(Instant::now() < deadline, "consul did not elect itself");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn restart(mut self) -> Consul {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Consul::start(&self.data.clone(), self.http, self.ports).await
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn put(&self, key: &str, value: &str) -> bool {
+        matches!(self.request("PUT", &format!("/v1/kv/{key}"), value).await, Some((200, b)) if b.trim() == "true")
+    }
+
+    async fn request(&self, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+        let mut stream = tokio::net::TcpStream::connect((LOOPBACK, self.http)).await.ok()?;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.ok()?;
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let code = text.split(' ').nth(1)?.parse().ok()?;
+        let (_, body) = text.split_once("\r\n\r\n")?;
+        Some((code, body.to_string()))
+    }
+}
+
+impl Drop for Consul {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The static layer's value: a route on Gateway `web` for `path` to a backend outside the
+/// cluster (its endpoint written here).
+fn value(ns: &str, path: &str, backend: SocketAddr) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: from-consul, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+      backendRefs: [{{name: outside, port: 9000}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: outside, namespace: {ns}}}
+spec:
+  ports: [{{name: http, protocol: TCP, port: 9000}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: outside-1, namespace: {ns}, labels: {{kubernetes.io/service-name: outside}}}}
+addressType: IPv4
+ports: [{{name: http, port: {}, protocol: TCP}}]
+endpoints: [{{addresses: [\"{}\"], conditions: {{ready: true}}}}]
+",
+        backend.port(),
+        backend.ip()
+    )
+}
+
+async fn free_ports<const N: usize>() -> [u16; N] {
+    // Held together so no two are the same.
+    let mut listeners = Vec::new();
+    for _ in 0..N {
+        listeners.push(std::net::TcpListener::bind((LOOPBACK, 0)).expect("bind"));
+    }
+    std::array::from_fn(|i| listeners[i].local_addr().expect("address").port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_restarts() {
+    let data = std::env::temp_dir().join(format!("turna-consul-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let [http, lan, wan, server] = free_ports::<4>().await;
+    let consul_address = format!("consul://127.0.0.1:{http}/turna/static");
+
+    // Unreachable at start-up: an error naming it.
+    let key = operator::consul::Key::new(&consul_address, "", "").expect("address");
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let sources = || operator::layer::Sources {
+        paths: vec![],
+        consul: Some(key.clone()),
+    };
+    let error = operator::layer::Layer::start(sources(), metrics.clone())
+        .await
+        .expect_err("Consul is not running yet");
+    assert!(error.to_string().contains(&format!("127.0.0.1:{http}")), "{error}");
+
+    let mut consul = Consul::start(&data, http, [lan, wan, server]).await;
+    let client = common::client(&plane().kubeconfig()).await;
+    let ns = plane().fresh_namespace("static-consul");
+    let class = format!("turna-{ns}");
+    let port = free_port().await;
+    plane()
+        .apply_yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: {port}, protocol: HTTP}}
+"
+        ))
+        .expect("apply class and gateway");
+    let outside = backend("outside").await;
+    assert!(consul.put("turna/static", &value(&ns, "/first", outside)).await);
+
+    let layer = operator::layer::Layer::start(sources(), metrics.clone())
+        .await
+        .expect("the static layer reads from Consul");
+    let options = operator::reconcile::Options {
+        metrics: metrics.clone(),
+        static_layer: Some(layer),
+        ..Default::default()
+    };
+    let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(LOOPBACK));
+    let controller = tokio::spawn(operator::modes::standalone::run(
+        client.clone(),
+        common::standalone_settings(&class),
+        options,
+        dataplane.clone(),
+        std::future::pending(),
+    ));
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    eventually("the route from Consul", || async {
+        get(gateway, "any.test", "/first").await.filter(|r| r.0 == 200)
+    })
+    .await;
+    assert_eq!(
+        get(gateway, "any.test", "/first").await,
+        Some((200, "outside /first".into()))
+    );
+
+    // A change of the key reaches the proxy at once (the blocking query returns).
+    assert!(consul.put("turna/static", &value(&ns, "/second", outside)).await);
+    let changed = Instant::now();
+    while get(gateway, "any.test", "/second").await.map(|r| r.0) != Some(200) {
+        assert!(
+            changed.elapsed() < Duration::from_secs(5),
+            "the changed key is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    println!("Consul key change to first 200: {:?}", changed.elapsed());
+    assert_eq!(get(gateway, "any.test", "/first").await.map(|r| r.0), Some(404));
+
+    // A malformed value keeps the previous layer.
+    assert!(consul.put("turna/static", "kind: HTTPRoute\nmetadata: [broken\n").await);
+    common::within(Duration::from_secs(5), "the failed read", || async {
+        (sample(&metrics, "turna_operator_static_reloads_total{result=\"failed\"}") >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        get(gateway, "any.test", "/second").await,
+        Some((200, "outside /second".into()))
+    );
+
+    // Consul down: the layer keeps serving. Back with its data: a change made then is served.
+    consul.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        get(gateway, "any.test", "/second").await,
+        Some((200, "outside /second".into()))
+    );
+    let consul = consul.restart().await;
+    assert!(consul.put("turna/static", &value(&ns, "/third", outside)).await);
+    common::within(Duration::from_secs(15), "the key changed after the restart", || async {
+        get(gateway, "any.test", "/third").await.filter(|r| r.0 == 200)
+    })
+    .await;
+
+    controller.abort();
+    dataplane.shutdown().await;
+    drop(consul);
+    let _ = std::fs::remove_dir_all(&data);
+}
