@@ -22,6 +22,7 @@ use crate::consul::{self, ConsulError};
 use crate::file_watch::FileWatch;
 use crate::local::{self, Input, LocalError, Reader};
 use crate::metrics::{Metrics, StaticConditionLabels};
+use dataplane::Material;
 
 /// How often the files are compared anyway, for file systems without notifications.
 const POLL: Duration = Duration::from_secs(2);
@@ -69,6 +70,8 @@ struct Shared {
     version: tokio::sync::watch::Sender<u64>,
     /// What the last pass reported, so only changes are logged.
     reported: Mutex<Reported>,
+    /// The static objects the last merge admitted.
+    served: Mutex<Arc<BTreeSet<String>>>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -107,6 +110,7 @@ impl Layer {
                 current: Mutex::new(Arc::new(input)),
                 version: tokio::sync::watch::Sender::new(0),
                 reported: Mutex::default(),
+                served: Mutex::default(),
             }),
         };
         if !layer.shared.paths.is_empty() {
@@ -131,7 +135,16 @@ impl Layer {
     /// The cluster's snapshot with this layer merged in; refusals are logged when they change.
     pub fn merge(&self, cluster: &translator::Snapshot) -> Layered {
         let input = self.current();
-        translator::layer::merge(cluster, &input.snapshot, &self.shared.source)
+        let layered = translator::layer::merge(cluster, &input.snapshot, &self.shared.source);
+        *lock(&self.shared.served) = Arc::new(layered.served.clone());
+        layered
+    }
+
+    /// The key material of the static Secrets, ConfigMaps and ClusterTrustBundles the last
+    /// merge admitted: a refused one (the cluster has its own) never stands in for the cluster's.
+    pub fn material(&self) -> Material {
+        let served = lock(&self.shared.served).clone();
+        admitted(&self.current().material, &served)
     }
 
     /// Logs what changed in the static objects' refusals and conditions since the last pass and
@@ -293,6 +306,33 @@ fn combine((files, consul): &(Arc<Input>, Arc<Input>)) -> Input {
     input.material.extend(&files.material);
     input.material.extend(&consul.material);
     input
+}
+
+/// The part of `material` that belongs to `served` static objects.
+pub fn admitted(material: &Material, served: &BTreeSet<String>) -> Material {
+    let has = |kind: &str, reference: &str| served.contains(&format!("{kind}/{reference}"));
+    let mut out = Material::default();
+    for (reference, certificate) in &material.certificates {
+        if has("Secret", reference) {
+            out.certificates.insert(reference.clone(), certificate.clone());
+        }
+    }
+    for (reference, ca) in &material.ca_bundles {
+        let admitted = match translator::trust_bundle::name_of(reference) {
+            Some(name) => served.contains(&translator::layer::key(translator::trust_bundle::KIND, "", name)),
+            None => has("ConfigMap", reference),
+        };
+        if admitted {
+            out.ca_bundles.insert(reference.clone(), ca.clone());
+        }
+    }
+    for (object, keys) in &material.credentials {
+        // Credentials are keyed `Kind/namespace/name` already.
+        if served.contains(object) {
+            out.credentials.insert(object.clone(), keys.clone());
+        }
+    }
+    out
 }
 
 /// Every condition of the served static objects, counted over their parents or ancestors.

@@ -561,3 +561,114 @@ spec:
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     running.serve(async {}).await;
 }
+
+/// A Secret named `users` holding one htpasswd line for alice.
+fn users(line: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Secret
+metadata: {{name: users, namespace: default}}
+stringData: {{.htpasswd: \"{line}\"}}
+---
+"
+    )
+}
+
+/// `GET path` as alice with `credentials` (base64 of `alice:password`).
+async fn get_as(addr: SocketAddr, path: &str, credentials: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: local.test\r\nAuthorization: Basic {credentials}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    String::from_utf8_lossy(&response).split(' ').nth(1)?.parse().ok()
+}
+
+/// The configuration's static layer (`static.paths`) beside the files: its routes and policies
+/// are served, its own Secrets are the policies' credentials, and what the files define too is
+/// refused there, Secrets included (the files' password works, the static one does not). An
+/// edit of a static file is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_the_static_layer_beside_the_files() {
+    let one = backend("one").await;
+    let two = backend("two").await;
+    let port = free_port().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = dir.path().join("files");
+    let layer = dir.path().join("static");
+    std::fs::create_dir_all(&files).expect("files folder");
+    std::fs::create_dir_all(&layer).expect("static folder");
+    write(&files, "gateway.yaml", &common::local_gateway(port));
+    write(&files, "backends.yaml", &backends(one, two));
+    write(&files, "route.yaml", &route(&[("/one", "one")]));
+    // alice:filepass
+    write(&files, "users.yaml", &users("alice:{SHA}o9F0qpoXPIhRvUmXPVUEFTCoQeE="));
+    let health = |path: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: health, namespace: default}}
+spec:
+  parentRefs: [{{name: local}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+      backendRefs: [{{name: two, port: 80}}]
+---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {{name: health-users, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: health}}]
+  basicAuth:
+    users: {{name: users}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: admins, namespace: default}}
+stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
+---
+"
+        )
+    };
+    // alice:staticpass, refused: the files define `users`.
+    write(
+        &layer,
+        "health.yaml",
+        &(health("/health") + &users("alice:{SHA}Sqbmjb6387Php7VLIUlfH/hHTqg=")),
+    );
+    std::fs::write(
+        dir.path().join("turna.yaml"),
+        "providers: {kubernetes: {port_offset: 0, health_address: \"127.0.0.1:0\"}}\nstatic: {paths: [static]}\n",
+    )
+    .expect("write config");
+    let settings = Kubernetes::load(&dir.path().join("turna.yaml")).expect("configuration");
+    let running = local::start(local::Options {
+        files: vec![files.clone()],
+        settings,
+        address: LOOPBACK,
+        poll: Duration::from_secs(3600),
+    })
+    .await
+    .expect("local mode starts");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    assert_eq!(get(gateway, "/one").await, Some((200, "one /one".into())));
+    assert_eq!(get(gateway, "/health").await.map(|r| r.0), Some(401));
+    assert_eq!(get_as(gateway, "/health", "YWxpY2U6ZmlsZXBhc3M=").await, Some(200));
+    assert_eq!(get_as(gateway, "/health", "YWxpY2U6c3RhdGljcGFzcw==").await, Some(401));
+
+    // The policy's Secret becomes the static layer's own `admins`: bob:staticpass.
+    let mut generation = running.generation();
+    write(
+        &layer,
+        "health.yaml",
+        &health("/status").replace("users: {name: users}", "users: {name: admins}"),
+    );
+    wait_for(&mut generation, |g| g.applied >= 2).await;
+    assert_eq!(get(gateway, "/health").await.map(|r| r.0), Some(404));
+    assert_eq!(get_as(gateway, "/status", "Ym9iOnN0YXRpY3Bhc3M=").await, Some(200));
+    assert_eq!(get_as(gateway, "/status", "YWxpY2U6ZmlsZXBhc3M=").await, Some(401));
+    running.serve(async {}).await;
+}

@@ -60,6 +60,19 @@ endpoints:
     )
 }
 
+/// `GET path` with basic `credentials`: the status code.
+async fn get_basic(addr: SocketAddr, path: &str, credentials: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: any.test\r\nAuthorization: Basic {credentials}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    String::from_utf8_lossy(&response).split(' ').nth(1)?.parse().ok()
+}
+
 /// Writes `text` to `path` as editors do: a new file renamed over the old one.
 fn write(path: &Path, text: &str) {
     let new = path.with_extension("new");
@@ -108,6 +121,28 @@ spec:
         &(static_route(&ns, "health", "/healthz") + &static_route(&ns, "app", "/collide")),
     );
     std::fs::write(dir.join("service.yaml"), static_service(&ns, status_backend)).expect("write service");
+    // A static route guarded by basic auth whose users are a static Secret: read from the file,
+    // never asked of the API server (which has no such Secret).
+    std::fs::write(
+        dir.join("guarded.yaml"),
+        static_route(&ns, "guarded", "/guarded")
+            + &format!(
+                "apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {{name: guarded, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: guarded}}]
+  basicAuth:
+    users: {{name: admins}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: admins, namespace: {ns}}}
+stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
+"
+            ),
+    )
+    .expect("write guarded route");
 
     let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
     let sources = operator::layer::Sources {
@@ -143,6 +178,9 @@ spec:
         get(gateway, "any.test", "/cluster/x").await,
         Some((200, "cluster /cluster/x".into()))
     );
+    // bob:staticpass
+    assert_eq!(get_basic(gateway, "/guarded", "Ym9iOnN0YXRpY3Bhc3M=").await, Some(200));
+    assert_eq!(get(gateway, "any.test", "/guarded").await.map(|r| r.0), Some(401));
     // The refused static `app` routes nothing.
     assert_eq!(get(gateway, "any.test", "/collide").await.map(|r| r.0), Some(404));
     assert_eq!(sample(&metrics, "turna_operator_static_refused"), 1.0);

@@ -36,7 +36,8 @@ pub struct Layered {
     /// Sorted by kind, namespace and name.
     pub refused: Vec<Refusal>,
     /// `Kind/namespace/name` of every static object that is served (namespace empty for
-    /// cluster-scoped kinds): whose statuses belong to no API object.
+    /// cluster-scoped kinds): whose statuses belong to no API object, and whose key material
+    /// (Secrets, ConfigMaps, ClusterTrustBundles) comes from the layer.
     pub served: BTreeSet<String>,
 }
 
@@ -53,6 +54,9 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
         ..Layered::default()
     };
     let mut admitted = Snapshot::default();
+    // The kinds the layer brings: served even where the cluster lacks their CRD (a static
+    // security policy must never be skipped as "not installed" and leave its route open).
+    let mut kinds = BTreeSet::new();
     macro_rules! objects {
         ($($field:ident),* $(,)?) => {$(
             let taken: BTreeSet<(String, String)> = cluster.$field.iter().map(|o| identity(&**o)).collect();
@@ -63,6 +67,7 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
                     Some(refused) => out.refused.push(refused),
                     None => {
                         out.served.insert(key(&kind, &namespace, &name));
+                        kinds.insert(kind);
                         admitted.$field.push(Arc::clone(object));
                     }
                 }
@@ -104,6 +109,7 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
             Some(refused) => out.refused.push(refused),
             None => {
                 out.served.insert(key(&kind, &namespace, &name));
+                kinds.insert(kind);
                 admitted.unreadable_routes.push(route.clone());
             }
         }
@@ -124,7 +130,10 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
                     source,
                 ) {
                     Some(refused) => out.refused.push(refused),
-                    None => admitted.$field.push(fact.clone()),
+                    None => {
+                        out.served.insert(key($kind, &namespace, &name));
+                        admitted.$field.push(fact.clone());
+                    }
                 }
             }
         };
@@ -159,6 +168,9 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     out.snapshot.extend(&admitted);
+    if let Some(installed) = &mut out.snapshot.facts.installed_kinds {
+        installed.extend(kinds);
+    }
     out.refused.sort();
     out
 }
@@ -257,6 +269,22 @@ spec:
                 .contains("both in the cluster and in the static layer (static.yaml)")
         );
         assert!(layered.served.contains("HTTPRoute/default/c"));
+    }
+
+    #[test]
+    fn the_kinds_of_static_objects_count_as_installed() {
+        let mut cluster = Snapshot::from_yaml(&route("a")).unwrap();
+        cluster.facts.installed_kinds = Some(["HTTPRoute".to_string()].into());
+        let policy = "apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {name: p, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: a}]
+  basicAuth: {users: {name: users}}
+";
+        let layered = merge(&cluster, &Snapshot::from_yaml(policy).unwrap(), "s.yaml");
+        assert!(layered.snapshot.facts.installed("TurnaSecurityPolicy"));
+        assert!(!layered.snapshot.facts.installed("XBackend"));
     }
 
     #[test]

@@ -82,9 +82,15 @@ pub async fn start(options: Options) -> Result<Local, LocalModeError> {
     let health_address = super::socket_address(&settings.health_address)?;
     let dataplane = Dataplane::new(settings.dataplane_settings(options.address));
     // Watching starts before the first read, so no change after it is missed.
-    let watch = FileWatch::new(&options.files);
-    let fingerprint = local::fingerprint(&options.files)?;
-    let mut reader = local::Reader::default();
+    let static_paths = settings.static_layer.paths.clone();
+    let watched: Vec<PathBuf> = options.files.iter().chain(&static_paths).cloned().collect();
+    let watch = FileWatch::new(&watched);
+    let fingerprint = local::fingerprint(&watched)?;
+    let mut reader = Readers {
+        files: local::Reader::default(),
+        static_layer: local::Reader::default(),
+        static_paths,
+    };
     let input = reader.read(&options.files)?;
     let mut compiled = translator::CompileCache::default();
     match apply(&dataplane, &settings, input, &mut compiled).await {
@@ -181,6 +187,39 @@ pub fn standalone_proxy(proxies: Vec<ir::Proxy>) -> ir::Proxy {
     })
 }
 
+/// The files given and the configuration's static layer (`static.paths`), each read again only
+/// where it changed.
+struct Readers {
+    files: local::Reader,
+    static_layer: local::Reader,
+    static_paths: Vec<PathBuf>,
+}
+
+impl Readers {
+    /// The files with the static layer merged in as the controller merges it beside the
+    /// cluster (the files stand for the cluster here); refusals are logged.
+    fn read(&mut self, files: &[PathBuf]) -> Result<Input, LocalError> {
+        let mut input = self.files.read(files)?;
+        if self.static_paths.is_empty() {
+            return Ok(input);
+        }
+        let layer = self.static_layer.read(&self.static_paths)?;
+        let source = (self.static_paths.iter())
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let layered = translator::layer::merge(&input.snapshot, &layer.snapshot, &source);
+        for refusal in &layered.refused {
+            tracing::error!(kind = %refusal.kind, namespace = %refusal.namespace, name = %refusal.name, "{}", refusal.message);
+        }
+        input.snapshot = layered.snapshot;
+        input
+            .material
+            .extend(&crate::layer::admitted(&layer.material, &layered.served));
+        Ok(input)
+    }
+}
+
 /// How changes of the files are found: notifications, and a poll of modification times.
 struct Changes {
     watch: FileWatch,
@@ -188,7 +227,7 @@ struct Changes {
     /// The modification times and lengths of the files last read.
     last: Vec<(PathBuf, Option<std::time::SystemTime>, u64)>,
     /// The files as last read: only changed ones are parsed again.
-    reader: local::Reader,
+    reader: Readers,
     /// The rules last compiled: only changed routes are compiled again.
     compiled: translator::CompileCache,
 }
@@ -208,7 +247,8 @@ async fn follow(
             () = changes.watch.changed() => true,
             _ = interval.tick() => false,
         };
-        let current = match local::fingerprint(&files) {
+        let watched: Vec<PathBuf> = files.iter().chain(&changes.reader.static_paths).cloned().collect();
+        let current = match local::fingerprint(&watched) {
             Ok(current) => current,
             Err(error) => {
                 tracing::warn!(%error, "cannot list the files; the last good configuration keeps serving");

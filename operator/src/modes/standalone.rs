@@ -66,13 +66,8 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane, layer: Option<La
             continue;
         }
         applied = Some(published.version);
-        let static_material = layer.as_ref().map(|l| l.current());
-        let material = material(
-            &client,
-            &published.proxy,
-            static_material.as_ref().map(|input| &input.material),
-        )
-        .await;
+        let static_material = layer.as_ref().map(Layer::material);
+        let material = material(&client, &published.proxy, static_material.as_ref()).await;
         match dataplane.apply_with(&published.proxy, &material).await {
             Ok(()) => tracing::info!(version = published.version, "standalone IR applied"),
             Err(ApplyError::Ports(errors)) => {
@@ -95,8 +90,8 @@ async fn material(client: &Client, proxy: &ir::Proxy, layer: Option<&Material>) 
     let mut bundle = Bundle::of(proxy);
     let mut material = Material::default();
     if let Some(layer) = layer {
-        // A static name never shadows a cluster one (the layer refuses those), so what the
-        // files hold is taken from them and not asked of the API.
+        // Only what the layer admitted (a refused static Secret never stands in for the
+        // cluster's), taken from its files and not asked of the API.
         bundle.secrets.retain(|r| match layer.certificates.get(r) {
             Some(certificate) => {
                 material.certificates.insert(r.clone(), certificate.clone());
