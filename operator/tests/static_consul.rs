@@ -3,7 +3,7 @@
 //! a real kube-apiserver, in standalone mode: a change of the key reaches the proxy, a malformed
 //! value keeps the previous layer, and a Consul restart loses nothing (the layer keeps serving
 //! while Consul is down and a change made after it comes back is picked up). An unreachable
-//! Consul at start-up is an error.
+//! Consul at start-up is an error; over HTTPS the key reads with the right CA only.
 
 mod common;
 #[path = "../../e2e/rust/control_plane.rs"]
@@ -38,12 +38,15 @@ fn consul_bin() -> PathBuf {
 struct Consul {
     child: Child,
     http: u16,
-    ports: [u16; 3],
+    /// serf LAN, serf WAN, server RPC and HTTPS.
+    ports: [u16; 4],
     data: PathBuf,
 }
 
 impl Consul {
-    async fn start(data: &Path, http: u16, ports: [u16; 3]) -> Consul {
+    /// HTTPS on `ports[3]` with the certificate and key in `data/../tls` (see [`tls`]).
+    async fn start(data: &Path, http: u16, ports: [u16; 4]) -> Consul {
+        let tls = data.with_extension("tls");
         let child = Command::new(consul_bin())
             .args(["agent", "-server", "-bootstrap-expect=1", "-node=turna-test"])
             .args(["-bind=127.0.0.1", "-client=127.0.0.1", "-log-level=warn"])
@@ -53,6 +56,12 @@ impl Consul {
             .arg(format!("-serf-lan-port={}", ports[0]))
             .arg(format!("-serf-wan-port={}", ports[1]))
             .arg(format!("-server-port={}", ports[2]))
+            .arg("-hcl")
+            .arg(format!(
+                "tls {{ defaults {{ cert_file = \"{0}/server.crt\" key_file = \"{0}/server.key\" }} }} ports {{ https = {1} }}",
+                tls.display(),
+                ports[3]
+            ))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -145,6 +154,32 @@ endpoints: [{{addresses: [\"{}\"], conditions: {{ready: true}}}}]
     )
 }
 
+/// A CA and a certificate for 127.0.0.1 it signed, written next to `data` for Consul's HTTPS;
+/// the CA's path. Also a second CA that signed nothing, whose path comes second.
+fn tls(data: &Path) -> (PathBuf, PathBuf) {
+    let dir = data.with_extension("tls");
+    std::fs::create_dir_all(&dir).expect("tls folder");
+    let ca = |name: &str| {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let issuer = rcgen::CertifiedIssuer::self_signed(params, key).expect("CA");
+        let path = dir.join(name);
+        std::fs::write(&path, issuer.pem()).expect("write CA");
+        (issuer, path)
+    };
+    let (issuer, ca_path) = ca("ca.crt");
+    let (_, other_path) = ca("other-ca.crt");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("params")
+        .signed_by(&key, &issuer)
+        .expect("certificate");
+    std::fs::write(dir.join("server.crt"), cert.pem()).expect("write certificate");
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write key");
+    (ca_path, other_path)
+}
+
 async fn free_ports<const N: usize>() -> [u16; N] {
     // Held together so no two are the same.
     let mut listeners = Vec::new();
@@ -158,7 +193,8 @@ async fn free_ports<const N: usize>() -> [u16; N] {
 async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_restarts() {
     let data = std::env::temp_dir().join(format!("turna-consul-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let [http, lan, wan, server] = free_ports::<4>().await;
+    let [http, lan, wan, server, https] = free_ports::<5>().await;
+    let (ca, other_ca) = tls(&data);
     let consul_address = format!("consul://127.0.0.1:{http}/turna/static");
 
     // Unreachable at start-up: an error naming it.
@@ -173,7 +209,7 @@ async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_rest
         .expect_err("Consul is not running yet");
     assert!(error.to_string().contains(&format!("127.0.0.1:{http}")), "{error}");
 
-    let mut consul = Consul::start(&data, http, [lan, wan, server]).await;
+    let mut consul = Consul::start(&data, http, [lan, wan, server, https]).await;
     let client = common::client(&plane().kubeconfig()).await;
     let ns = plane().fresh_namespace("static-consul");
     let class = format!("turna-{ns}");
@@ -197,6 +233,17 @@ spec:
         .expect("apply class and gateway");
     let outside = backend("outside").await;
     assert!(consul.put("turna/static", &value(&ns, "/first", outside)).await);
+
+    // Over HTTPS, verified against the CA given, and refused with another.
+    let over_tls = format!("consul://127.0.0.1:{https}/turna/static");
+    let tls_key = operator::consul::Key::new(&over_tls, "", &ca.display().to_string()).expect("address");
+    let read = tls_key.get(0, Duration::ZERO).await.expect("read over HTTPS");
+    assert_eq!(read.data.as_deref(), Some(value(&ns, "/first", outside).as_bytes()));
+    let untrusted = operator::consul::Key::new(&over_tls, "", &other_ca.display().to_string()).expect("address");
+    assert!(
+        untrusted.get(0, Duration::ZERO).await.is_err(),
+        "a certificate of another CA is refused"
+    );
 
     let layer = operator::layer::Layer::start(sources(), metrics.clone())
         .await
@@ -266,4 +313,5 @@ spec:
     dataplane.shutdown().await;
     drop(consul);
     let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_dir_all(data.with_extension("tls"));
 }
