@@ -40,6 +40,10 @@ pub enum ConsulError {
 
 /// Connecting and the first byte of an answer may take this long beyond the query's wait.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one blocking query waits for a change.
+const WAIT: Duration = Duration::from_secs(300);
+/// Waits between attempts while Consul is unreachable, doubling from the first to the last.
+const RETRY: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
 
 /// A key and how to reach it.
 #[derive(Clone)]
@@ -173,6 +177,51 @@ impl Key {
                 status,
                 body: String::from_utf8_lossy(&body).chars().take(200).collect(),
             }),
+        }
+    }
+}
+
+impl Key {
+    /// Follows the key with blocking queries from `index`, where `last` was read, calling
+    /// `changed` with each different value (`None`: the key was deleted) until it returns
+    /// false. While Consul is unreachable it asks again every 200 ms to 5 s, so a change made
+    /// during an outage is seen when it ends.
+    pub async fn follow(
+        &self,
+        mut index: u64,
+        mut last: Option<Bytes>,
+        mut changed: impl FnMut(Option<&Bytes>) -> bool,
+    ) {
+        let mut retry = RETRY.0;
+        let mut down = false;
+        loop {
+            let value = match self.get(index, WAIT).await {
+                Ok(value) => value,
+                Err(error) => {
+                    if !down {
+                        tracing::warn!(%error, "Consul unreachable; the last good value keeps serving");
+                    }
+                    down = true;
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY.1);
+                    continue;
+                }
+            };
+            if down {
+                tracing::info!(key = %self.address(), "Consul reachable again");
+                down = false;
+            }
+            retry = RETRY.0;
+            // Consul's rules for blocking queries: an index that went backwards (a restored or
+            // new cluster) starts over, and an index is never below 1.
+            index = value.index.max(1);
+            if value.data == last {
+                continue;
+            }
+            if !changed(value.data.as_ref()) {
+                return;
+            }
+            last = value.data;
         }
     }
 }

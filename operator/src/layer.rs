@@ -26,10 +26,6 @@ use dataplane::Material;
 
 /// How often the files are compared anyway, for file systems without notifications.
 const POLL: Duration = Duration::from_secs(2);
-/// How long one blocking query on the Consul key waits for a change.
-const CONSUL_WAIT: Duration = Duration::from_secs(300);
-/// Waits between attempts while Consul is unreachable, doubling from the first to the last.
-const CONSUL_RETRY: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
 
 /// Where the static layer comes from.
 #[derive(Debug, Default)]
@@ -218,48 +214,21 @@ async fn follow(shared: std::sync::Weak<Shared>, mut reader: Reader, metrics: Ar
     }
 }
 
-/// Follows the Consul key with blocking queries from `index`, where `last` was read: a changed
-/// value replaces the layer's Consul part; a value that does not read, or Consul unreachable,
-/// keeps the last good one.
+/// Follows the Consul key from `index`, where `last` was read: a changed value replaces the
+/// layer's Consul part; a value that does not read, or Consul unreachable, keeps the last good
+/// one (a bad value is not read again until it changes).
 async fn follow_consul(
     shared: std::sync::Weak<Shared>,
     key: consul::Key,
-    mut index: u64,
-    mut last: Option<bytes::Bytes>,
+    index: u64,
+    last: Option<bytes::Bytes>,
     metrics: Arc<Metrics>,
 ) {
-    let mut retry = CONSUL_RETRY.0;
-    let mut down = false;
-    loop {
-        let answer = key.get(index, CONSUL_WAIT).await;
+    key.follow(index, last, |data| {
         let Some(shared) = shared.upgrade() else {
-            return;
+            return false;
         };
-        let value = match answer {
-            Ok(value) => value,
-            Err(error) => {
-                if !down {
-                    tracing::warn!(%error, "Consul unreachable; the last good static layer keeps serving");
-                }
-                down = true;
-                drop(shared);
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(CONSUL_RETRY.1);
-                continue;
-            }
-        };
-        if down {
-            tracing::info!(key = %key.address(), "Consul reachable again");
-            down = false;
-        }
-        retry = CONSUL_RETRY.0;
-        // Consul's rules for blocking queries: an index that went backwards (a restored or new
-        // cluster) starts over, and an index is never below 1.
-        index = value.index.max(1);
-        if value.data == last {
-            continue;
-        }
-        match consul_input(&key, value.data.as_ref()) {
+        match consul_input(&key, data) {
             Ok(input) => {
                 tracing::info!(key = %key.address(), objects = count(&input), "static layer Consul key read again");
                 shared.replace(|parts| parts.1 = Arc::new(input));
@@ -270,9 +239,9 @@ async fn follow_consul(
                 metrics.static_reloaded("failed");
             }
         }
-        // A bad value is not read again until it changes.
-        last = value.data;
-    }
+        true
+    })
+    .await;
 }
 
 /// The objects of a Consul value (none when the key does not exist).

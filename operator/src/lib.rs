@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod api_client;
+pub mod configuration;
 pub mod consul;
 pub mod explain;
 pub mod file_watch;

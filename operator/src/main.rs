@@ -303,7 +303,34 @@ async fn static_layer(
     Ok(Some(layer))
 }
 
+/// The settings of `config`, a file or a Consul key (`consul://host:port/key`), and for a key
+/// the settings as its changes apply (see [`operator::configuration`]).
+async fn load_live(
+    config: Option<PathBuf>,
+    mode: settings::Mode,
+    metrics: &std::sync::Arc<operator::metrics::Metrics>,
+) -> anyhow::Result<(
+    settings::Kubernetes,
+    Option<tokio::sync::watch::Receiver<settings::Kubernetes>>,
+)> {
+    match config.as_deref().and_then(|c| c.to_str()) {
+        Some(address) if operator::configuration::is_consul(address) => {
+            let key = operator::configuration::key(address).context("--config")?;
+            let (settings, live) = operator::configuration::load(key, mode, metrics.clone()).await?;
+            Ok((settings, Some(live)))
+        }
+        _ => Ok((load(config, mode)?, None)),
+    }
+}
+
 fn load(config: Option<PathBuf>, mode: settings::Mode) -> anyhow::Result<settings::Kubernetes> {
+    if let Some(address) = config.as_deref().and_then(|c| c.to_str())
+        && operator::configuration::is_consul(address)
+    {
+        anyhow::bail!(
+            "--config {address}: a configuration in Consul is read by `turna controller` and `turna standalone` only"
+        );
+    }
     Ok(match config {
         Some(path) => settings::Kubernetes::load_for(&path, mode)?,
         None => settings::Kubernetes {
@@ -378,9 +405,10 @@ fn main() -> anyhow::Result<()> {
             push_service,
             push_ca_secret,
         } => {
-            let settings = load(config, settings::Mode::Controller)?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
+                let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+                let (settings, live_settings) = load_live(config, settings::Mode::Controller, &metrics).await?;
                 let mut options = operator::modes::controller::Options {
                     push_names,
                     push_url,
@@ -388,6 +416,8 @@ fn main() -> anyhow::Result<()> {
                     push_ca_secret,
                     ..operator::modes::controller::Options::from_env(settings.clone(), push_address)
                 };
+                options.reconcile.metrics = metrics;
+                options.reconcile.live_settings = live_settings;
                 options.reconcile.static_layer = static_layer(&settings, &options.reconcile.metrics).await?;
                 let client = operator::api_client::infer()
                     .await
@@ -407,18 +437,19 @@ fn main() -> anyhow::Result<()> {
             })?;
         }
         Command::Standalone { config } => {
-            let settings = load(config, settings::Mode::Standalone)?;
-            let address: std::net::IpAddr = if settings.address.is_empty() {
-                std::net::Ipv4Addr::UNSPECIFIED.into()
-            } else {
-                settings
-                    .address
-                    .parse()
-                    .with_context(|| format!("address {:?}", settings.address))?
-            };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
                 let mut options = operator::reconcile::Options::default();
+                let (settings, live_settings) = load_live(config, settings::Mode::Standalone, &options.metrics).await?;
+                options.live_settings = live_settings;
+                let address: std::net::IpAddr = if settings.address.is_empty() {
+                    std::net::Ipv4Addr::UNSPECIFIED.into()
+                } else {
+                    settings
+                        .address
+                        .parse()
+                        .with_context(|| format!("address {:?}", settings.address))?
+                };
                 options.static_layer = static_layer(&settings, &options.metrics).await?;
                 let client = operator::api_client::infer()
                     .await

@@ -90,6 +90,7 @@ pub struct Metrics {
     static_conditions: Family<StaticConditionLabels, Gauge>,
     static_refused: Gauge,
     static_reloads: Family<WriteLabels, Counter>,
+    config_reloads: Family<WriteLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -178,8 +179,15 @@ impl Metrics {
             "Reads of the static layer's files after a change: applied, or failed (the last good one kept)",
             static_reloads.clone(),
         );
+        let config_reloads = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Changes of a configuration read from Consul: applied, failed (the last good one kept) or restart_needed (settings that only apply at start-up changed)",
+            config_reloads.clone(),
+        );
         Metrics {
             registry,
+            config_reloads,
             static_conditions,
             static_refused,
             static_reloads,
@@ -275,6 +283,13 @@ impl Metrics {
     /// One read of the static layer after a change: `applied` or `failed`.
     pub fn static_reloaded(&self, result: &str) {
         self.static_reloads
+            .get_or_create(&WriteLabels { result: result.into() })
+            .inc();
+    }
+
+    /// One change of a configuration read from Consul: `applied`, `failed` or `restart_needed`.
+    pub fn config_reloaded(&self, result: &str) {
+        self.config_reloads
             .get_or_create(&WriteLabels { result: result.into() })
             .inc();
     }

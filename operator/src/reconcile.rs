@@ -66,6 +66,9 @@ pub struct Options {
     pub push_endpoint: Option<crate::provision::objects::Push>,
     /// The static layer merged into every translation (`static.paths`).
     pub static_layer: Option<Layer>,
+    /// The settings as a configuration read from Consul changes them: those that shape
+    /// translations (`backend.*`, `status.addresses`, `debounce`) apply from the next pass.
+    pub live_settings: Option<tokio::sync::watch::Receiver<Kubernetes>>,
 }
 
 impl Default for Options {
@@ -79,6 +82,7 @@ impl Default for Options {
             push: None,
             push_endpoint: None,
             static_layer: None,
+            live_settings: None,
         }
     }
 }
@@ -168,7 +172,18 @@ async fn reconcile(
     stores.synced().await;
     provisioning.synced().await;
     changes.notify();
-    let config = settings.translator_config();
+    let mut config = settings.translator_config();
+    let mut debounce = settings.debounce;
+    let mut live_settings = options.live_settings.clone();
+    // A changed configuration is a change to translate.
+    let _settings_changes = options.live_settings.clone().map(|mut live| {
+        let changes = changes.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            while live.changed().await.is_ok() {
+                changes.notify();
+            }
+        }))
+    });
     let metrics = &options.metrics;
     let mut retry = Retry::default();
     let mut snapshots = Snapshots::new(stores);
@@ -198,7 +213,15 @@ async fn reconcile(
         }))
     });
     loop {
-        changes.settled(settings.debounce).await;
+        changes.settled(debounce).await;
+        if let Some(live) = &mut live_settings
+            && live.has_changed().unwrap_or(false)
+        {
+            let live = live.borrow_and_update().clone();
+            config.backend = live.translator_config().backend;
+            config.status_addresses = live.status.addresses.clone();
+            debounce = live.debounce;
+        }
         let started = Instant::now();
         tracing::debug!("pass started");
         if !changes.take_translate() {

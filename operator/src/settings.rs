@@ -438,19 +438,32 @@ impl Kubernetes {
     /// Reads the file for a command that runs in `mode`: the file's `mode`, when it sets one,
     /// must be that one, and `enabled: false` turns the provider, and so the command, off.
     pub fn load_for(path: &Path, mode: Mode) -> Result<Kubernetes, SettingsError> {
-        let (mut settings, mode_set) = Self::read(path)?;
+        let read = Self::read(path)?;
+        Self::for_mode(read, &path.display().to_string(), mode)
+    }
+
+    /// [`Kubernetes::load_for`] of a configuration's `text` read from `origin` (a Consul key);
+    /// relative paths in it are relative to the working directory.
+    pub fn from_text_for(text: &str, origin: &str, mode: Mode) -> Result<Kubernetes, SettingsError> {
+        let read = Self::from_text(text, origin, Path::new("."))?;
+        Self::for_mode(read, origin, mode)
+    }
+
+    fn for_mode(
+        (mut settings, mode_set): (Kubernetes, bool),
+        origin: &str,
+        mode: Mode,
+    ) -> Result<Kubernetes, SettingsError> {
         if !settings.enabled {
             return Err(SettingsError::Invalid(format!(
-                "providers.kubernetes.enabled is false in {}: the Kubernetes provider is off, so `turna {}` has nothing to do",
-                path.display(),
+                "providers.kubernetes.enabled is false in {origin}: the Kubernetes provider is off, so `turna {}` has nothing to do",
                 mode.name()
             )));
         }
         if mode_set && settings.mode != mode {
             return Err(SettingsError::Invalid(format!(
-                "providers.kubernetes.mode is {} in {}, but the command is `turna {}`",
+                "providers.kubernetes.mode is {} in {origin}, but the command is `turna {}`",
                 settings.mode.name(),
-                path.display(),
                 mode.name()
             )));
         }
@@ -465,9 +478,17 @@ impl Kubernetes {
             path: display.clone(),
             source,
         })?;
-        let (file, mode_set) = parse(&text).map_err(|source| SettingsError::Parse { path: display, source })?;
+        Self::from_text(&text, &display, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    /// The settings of a configuration's `text` read from `origin`, its relative paths relative
+    /// to `folder`, and whether it sets `mode`.
+    fn from_text(text: &str, origin: &str, folder: &Path) -> Result<(Kubernetes, bool), SettingsError> {
+        let (file, mode_set) = parse(text).map_err(|source| SettingsError::Parse {
+            path: origin.to_string(),
+            source,
+        })?;
         let mut settings = file.providers.kubernetes;
-        let folder = path.parent().unwrap_or(Path::new("."));
         let mut static_layer = file.static_layer;
         for path in &mut static_layer.paths {
             *path = folder.join(&*path);
@@ -479,6 +500,53 @@ impl Kubernetes {
         }
         settings.static_layer = static_layer;
         Ok((settings.validate()?, mode_set))
+    }
+
+    /// What a running controller or standalone instance takes from `new`, a changed
+    /// configuration, without a restart: `backend.*`, `status.addresses` and `debounce`, which
+    /// only shape translations. The settings to run with, and the names of the changed
+    /// settings that need a restart (left as they were).
+    pub fn live_change(&self, new: &Kubernetes) -> (Kubernetes, Vec<&'static str>) {
+        let mut applied = self.clone();
+        applied.backend = new.backend.clone();
+        applied.status.addresses = new.status.addresses.clone();
+        applied.debounce = new.debounce;
+        let mut restart = Vec::new();
+        macro_rules! compare {
+            ($($name:literal: $field:ident),* $(,)?) => {$(
+                if self.$field != new.$field {
+                    restart.push($name);
+                }
+            )*};
+        }
+        compare!(
+            "enabled": enabled,
+            "mode": mode,
+            "controller_name": controller_name,
+            "controller_id": controller_id,
+            "namespaces": namespaces,
+            "gateway_class": gateway_class,
+            "namespace_scoped": namespace_scoped,
+            "gateways": gateways,
+            "certificate_secret": certificate_secret,
+            "port_offset": port_offset,
+            "address": address,
+            "health_address": health_address,
+            "proxy": proxy,
+            "limits": limits,
+            "access_log": access_log,
+            "access_log_format": access_log_format,
+            "access_log_path": access_log_path,
+            "passive_health": passive_health,
+            "client_address": client_address,
+            "static": static_layer,
+        );
+        let mut status = new.status.clone();
+        status.addresses = self.status.addresses.clone();
+        if status != self.status {
+            restart.push("status");
+        }
+        (applied, restart)
     }
 
     /// Checks combinations product.md forbids.

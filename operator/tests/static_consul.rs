@@ -315,3 +315,125 @@ spec:
     let _ = std::fs::remove_dir_all(&data);
     let _ = std::fs::remove_dir_all(data.with_extension("tls"));
 }
+
+/// `turna standalone --config consul://...`: the configuration file itself from a Consul key.
+/// `backend.allow_external_name` changed in Consul applies without a restart (the route to an
+/// ExternalName Service starts answering), a malformed value keeps the running configuration,
+/// and a change of a setting that only applies at start-up is reported, not applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standalone_reads_its_configuration_from_consul_and_applies_changes_live() {
+    let data = std::env::temp_dir().join(format!("turna-consul-config-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let [http, lan, wan, server, https, health] = free_ports::<6>().await;
+    tls(&data);
+    let consul = Consul::start(&data, http, [lan, wan, server, https]).await;
+
+    let ns = plane().fresh_namespace("consul-config");
+    let class = format!("turna-{ns}");
+    let port = free_port().await;
+    plane()
+        .apply_yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: {port}, protocol: HTTP}}
+---
+{}",
+            common::route_to_loopback(&ns, None, backend("app").await)
+        ))
+        .expect("apply gateway and route");
+    let config = |class: &str, allow: bool| {
+        format!(
+            "providers:
+  kubernetes:
+    gateway_class: {class}
+    port_offset: 0
+    address: 127.0.0.1
+    health_address: 127.0.0.1:{health}
+    debounce: 50ms
+    backend: {{allow_external_name: {allow}}}
+    status: {{addresses: [127.0.0.1], leader_election: {{disabled: true}}}}
+"
+        )
+    };
+    assert!(consul.put("turna/config", &config(&class, false)).await);
+
+    struct Turna(Child);
+    impl Drop for Turna {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _turna = Turna(
+        Command::new(env!("CARGO_BIN_EXE_turna"))
+            .args([
+                "standalone",
+                "--config",
+                &format!("consul://127.0.0.1:{http}/turna/config"),
+            ])
+            .env("KUBECONFIG", plane().kubeconfig())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start turna standalone"),
+    );
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    // ExternalName Services are not allowed: the route's backend does not resolve.
+    let refused = eventually("the route served without its backend", || async {
+        get(gateway, "any.test", "/x").await.filter(|r| r.0 != 404)
+    })
+    .await;
+    assert_ne!(refused.0, 200, "{refused:?}");
+
+    let metrics = SocketAddr::new(LOOPBACK, health);
+    let reloads = |result: &'static str| async move {
+        let text = get(metrics, "localhost", "/metrics")
+            .await
+            .map(|r| r.1)
+            .unwrap_or_default();
+        common::total(
+            &text,
+            "turna_operator_config_reloads_total",
+            &format!("result=\"{result}\""),
+        )
+    };
+    assert!(consul.put("turna/config", &config(&class, true)).await);
+    common::within(Duration::from_secs(5), "allow_external_name applied live", || async {
+        get(gateway, "any.test", "/x")
+            .await
+            .filter(|r| r == &(200, "app /x".to_string()))
+    })
+    .await;
+    assert_eq!(reloads("applied").await, 1.0);
+
+    // Malformed: the running configuration stays.
+    assert!(consul.put("turna/config", "providers: [broken\n").await);
+    common::within(Duration::from_secs(5), "the failed reload", || async {
+        (reloads("failed").await >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(get(gateway, "any.test", "/x").await.map(|r| r.0), Some(200));
+
+    // gateway_class applies at the next start only: reported, and the Gateway is still served.
+    assert!(consul.put("turna/config", &config("another-class", true)).await);
+    common::within(Duration::from_secs(5), "the restart_needed report", || async {
+        (reloads("restart_needed").await >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(get(gateway, "any.test", "/x").await.map(|r| r.0), Some(200));
+
+    drop(consul);
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_dir_all(data.with_extension("tls"));
+}
