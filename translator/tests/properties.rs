@@ -59,6 +59,54 @@ fn shuffled(snapshot: &Snapshot, seed: u64) -> Snapshot {
     s
 }
 
+/// The snapshot's objects split in two layers at random (side maps in both), as a cluster and
+/// a static layer holding them between them would.
+fn split(snapshot: &Snapshot, seed: u64) -> (Snapshot, Snapshot) {
+    let mut rng = SplitMix(seed ^ 0x5EED);
+    let mut cluster = snapshot.clone();
+    let mut layer = Snapshot {
+        listener_filters: snapshot.listener_filters.clone(),
+        session_persistence: snapshot.session_persistence.clone(),
+        address_routability: snapshot.address_routability.clone(),
+        ..Snapshot::default()
+    };
+    macro_rules! split {
+        ($($field:ident),*) => {$(
+            let all = std::mem::take(&mut cluster.$field);
+            for object in all {
+                if rng.below(2) == 0 {
+                    cluster.$field.push(object);
+                } else {
+                    layer.$field.push(object);
+                }
+            }
+        )*};
+    }
+    split!(
+        gateway_classes,
+        gateways,
+        listener_sets,
+        http_routes,
+        grpc_routes,
+        tls_routes,
+        tcp_routes,
+        udp_routes,
+        unreadable_routes,
+        reference_grants,
+        backend_tls_policies,
+        turna_proxies,
+        security_policies,
+        traffic_policies,
+        backend_policies,
+        services,
+        endpoint_slices,
+        namespaces,
+        secrets,
+        config_maps
+    );
+    (cluster, layer)
+}
+
 /// Whether `pattern` (a listener or route hostname) covers every host `host` names: equal, or a
 /// wildcard whose suffix `host` has (a wildcard `host` included).
 fn covers(pattern: &str, host: &str) -> bool {
@@ -294,6 +342,52 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(256))]
+
+    /// A static layer holding some of the objects beside a cluster holding the rest: every
+    /// static object is served or refused (never both, never lost), the cluster's objects all
+    /// stay, the merge does not depend on the static layer's order, and where nothing is
+    /// refused the translation is the one of all objects in one place.
+    #[test]
+    fn a_static_layer_serves_as_if_its_objects_were_in_the_cluster(scenario in scenario()) {
+        let (snapshot, output) = run(&scenario);
+        let (cluster, layer) = split(&snapshot, scenario.seed);
+        let layered = translator::layer::merge(&cluster, &layer, "static");
+        let count = |s: &Snapshot| s.gateways.len() + s.http_routes.len() + s.grpc_routes.len()
+            + s.tls_routes.len() + s.tcp_routes.len() + s.udp_routes.len() + s.services.len()
+            + s.endpoint_slices.len() + s.reference_grants.len() + s.security_policies.len()
+            + s.secrets.len() + s.config_maps.len() + s.listener_sets.len();
+        let served: usize = count(&layered.snapshot) - count(&cluster);
+        let offered = count(&layer);
+        let refused = layered.refused.iter().filter(|r| !matches!(
+            r.kind.as_str(),
+            "GatewayClass" | "TLSRoute" | "TCPRoute" | "UDPRoute" | "BackendTLSPolicy" | "TurnaProxy"
+                | "TurnaTrafficPolicy" | "TurnaBackendPolicy" | "Namespace"
+        )).count();
+        prop_assert_eq!(served + refused, offered, "static objects lost or doubled");
+        let again = translator::layer::merge(&cluster, &shuffled(&layer, scenario.seed), "static");
+        let a = serde_json::to_string(&translate(&layered.snapshot, &scenario.config)).expect("output serializes");
+        let b = serde_json::to_string(&translate(&again.snapshot, &scenario.config)).expect("output serializes");
+        prop_assert!(a == b, "the merge depends on the static layer's order:\n{}", first_difference(&a, &b));
+        if layered.refused.is_empty() && snapshot.facts.installed_kinds.is_none() {
+            let whole = serde_json::to_string(&output).expect("output serializes");
+            prop_assert!(a == whole, "a split in two layers translates differently:\n{}", first_difference(&whole, &a));
+        }
+        // Copies of cluster objects in the static layer are refused and change nothing.
+        let mut copies = layer.clone();
+        copies.http_routes.extend(cluster.http_routes.first().cloned());
+        copies.services.extend(cluster.services.first().cloned());
+        copies.secrets.extend(cluster.secrets.first().cloned());
+        copies.gateways.extend(cluster.gateways.first().cloned());
+        let added = count(&copies) - count(&layer);
+        let with_copies = translator::layer::merge(&cluster, &copies, "static");
+        prop_assert_eq!(with_copies.refused.len(), layered.refused.len() + added);
+        let c = serde_json::to_string(&translate(&with_copies.snapshot, &scenario.config)).expect("output serializes");
+        prop_assert!(a == c, "a refused copy changed the translation:\n{}", first_difference(&a, &c));
     }
 }
 
