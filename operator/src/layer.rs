@@ -129,9 +129,23 @@ impl Layer {
     }
 
     /// The cluster's snapshot with this layer merged in; refusals are logged when they change.
-    pub fn merge(&self, cluster: &translator::Snapshot) -> Layered {
+    /// In controller mode static Gateways are refused: proxies are provisioned for Gateway
+    /// objects of the cluster only.
+    pub fn merge(&self, cluster: &translator::Snapshot, mode: crate::settings::Mode) -> Layered {
         let input = self.current();
-        let layered = translator::layer::merge(cluster, &input.snapshot, &self.shared.source);
+        let layered = if mode == crate::settings::Mode::Controller && !input.snapshot.gateways.is_empty() {
+            let (kept, refused) = translator::layer::without_gateways(
+                &input.snapshot,
+                &self.shared.source,
+                "controller mode provisions proxies for the cluster's Gateways only; attach static routes to those, or run turna standalone",
+            );
+            let mut layered = translator::layer::merge(cluster, &kept, &self.shared.source);
+            layered.refused.extend(refused);
+            layered.refused.sort();
+            layered
+        } else {
+            translator::layer::merge(cluster, &input.snapshot, &self.shared.source)
+        };
         *lock(&self.shared.served) = Arc::new(layered.served.clone());
         layered
     }

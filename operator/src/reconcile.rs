@@ -250,7 +250,7 @@ async fn reconcile(
             }
             match &options.static_layer {
                 Some(layer) => {
-                    let layered = layer.merge(snapshot);
+                    let layered = layer.merge(snapshot, settings.mode);
                     let output = translator::translate_reusing(&layered.snapshot, &config, &mut compiled);
                     layer.report(&layered, &output.statuses, metrics);
                     output

@@ -248,3 +248,94 @@ stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
     dataplane.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Controller mode: a static route on the cluster's Gateway is in the IR published to that
+/// Gateway's proxy, and a static Gateway is refused (no proxy would be provisioned for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controller_mode_pushes_static_routes_and_refuses_static_gateways() {
+    let client = common::client(&plane().kubeconfig()).await;
+    let ns = plane().fresh_namespace("static-controller");
+    let class = format!("turna-{ns}");
+    plane()
+        .apply_yaml(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: {class}}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: 80, protocol: HTTP}}
+"
+        ))
+        .expect("apply class and gateway");
+    let dir: PathBuf = std::env::temp_dir().join(format!("turna-static-{ns}"));
+    std::fs::create_dir_all(&dir).expect("static folder");
+    std::fs::write(
+        dir.join("objects.yaml"),
+        static_route(&ns, "health", "/healthz")
+            + &static_service(&ns, "127.0.0.1:9".parse().expect("address"))
+            + &format!(
+                "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: {ns}}}
+spec:
+  gatewayClassName: {class}
+  listeners:
+    - {{name: http, port: 81, protocol: HTTP}}
+"
+            ),
+    )
+    .expect("write static objects");
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let sources = operator::layer::Sources {
+        paths: vec![dir.clone()],
+        consul: None,
+    };
+    let hub = operator::push::server::Hub::default();
+    let options = operator::reconcile::Options {
+        metrics: metrics.clone(),
+        static_layer: Some(
+            operator::layer::Layer::start(sources, metrics.clone())
+                .await
+                .expect("static layer reads"),
+        ),
+        push: Some(hub.clone()),
+        ..Default::default()
+    };
+    let settings = operator::settings::Kubernetes {
+        gateway_class: class.clone(),
+        status: operator::settings::Status {
+            leader_election: operator::settings::LeaderElection {
+                disabled: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run_with(
+        client.clone(),
+        settings,
+        options,
+        std::future::pending(),
+    ));
+    let proxy = eventually("the cluster Gateway's proxy IR", || async {
+        hub.latest(&format!("{ns}/web")).map(|p| p.proxy.clone())
+    })
+    .await;
+    let routes = serde_json::to_string(&proxy).expect("IR serializes");
+    assert!(routes.contains("\"name\":\"health\""), "{routes}");
+    assert!(
+        hub.latest(&format!("{ns}/edge")).is_none(),
+        "a static Gateway got a proxy IR"
+    );
+    assert_eq!(sample(&metrics, "turna_operator_static_refused"), 1.0);
+    controller.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}

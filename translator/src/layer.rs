@@ -175,6 +175,26 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
     out
 }
 
+/// The layer without its Gateways, each refused with `why`: controller mode provisions a
+/// proxy only for a Gateway object in the cluster, so a static one would be reported
+/// Programmed with nothing serving it.
+pub fn without_gateways(layer: &Snapshot, source: &str, why: &str) -> (Snapshot, Vec<Refusal>) {
+    let mut kept = layer.clone();
+    let refused = std::mem::take(&mut kept.gateways)
+        .iter()
+        .map(|g| {
+            let (namespace, name) = identity(&**g);
+            Refusal {
+                message: format!("Gateway {namespace}/{name} in the static layer ({source}): {why}"),
+                kind: "Gateway".to_string(),
+                namespace,
+                name,
+            }
+        })
+        .collect();
+    (kept, refused)
+}
+
 /// Whether a Gateway or ListenerSet `namespace/name` (as the side maps key them) is among the
 /// admitted static objects.
 fn admitted_name(admitted: &Snapshot, key: &str) -> bool {
@@ -285,6 +305,24 @@ spec:
         let layered = merge(&cluster, &Snapshot::from_yaml(policy).unwrap(), "s.yaml");
         assert!(layered.snapshot.facts.installed("TurnaSecurityPolicy"));
         assert!(!layered.snapshot.facts.installed("XBackend"));
+    }
+
+    #[test]
+    fn gateways_can_be_left_out_with_a_reason() {
+        let gateway = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: static}
+spec: {gatewayClassName: turna, listeners: [{name: http, port: 80, protocol: HTTP}]}
+";
+        let layer = Snapshot::from_yaml(&format!("{gateway}---\n{}", route("b"))).unwrap();
+        let (kept, refused) = without_gateways(&layer, "s.yaml", "no proxy here");
+        assert!(kept.gateways.is_empty());
+        assert_eq!(kept.http_routes.len(), 1);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(
+            refused[0].message,
+            "Gateway static/edge in the static layer (s.yaml): no proxy here"
+        );
     }
 
     #[test]
