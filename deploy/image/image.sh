@@ -236,7 +236,9 @@ test_image() {
 
 	# 1. The version.
 	local out
-	out="$(docker run --rm --read-only --cap-drop ALL "$tag" --version 2>&1)" || true
+	# Standard output only: Docker's own warnings (e.g. "IPv4 forwarding is disabled" on a
+	# machine with net.ipv4.ip_forward=0) go to standard error, which stays in the log.
+	out="$(docker run --rm --read-only --cap-drop ALL "$tag" --version)" || true
 	check "turna --version in the image: '$out', workspace $VERSION" test "$out" = "turna $VERSION"
 
 	# 3. turna local on the mounted examples, published on 127.0.0.1.
