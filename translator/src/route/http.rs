@@ -73,6 +73,8 @@ pub fn compile(
         policies: Vec::new(),
     };
     let mut dropped: Vec<(String, Problem)> = Vec::new();
+    // Rules whose ExternalAuth server does not resolve: kept, answering 500 (fail closed).
+    let mut closed: Vec<(String, Problem)> = Vec::new();
     // Made once: every entry of the route shares them.
     let (kind, namespace, name) = (
         SmolStr::new_static(route.kind.name()),
@@ -146,6 +148,9 @@ pub fn compile(
                 Ok(Some(f)) => filters.push(f),
                 Ok(None) => {}
                 Err(FilterError::Unresolved(p)) => {
+                    if f.r#type == FilterType::ExternalAuth {
+                        closed.push((rule.name.map_or_else(|| format!("#{index}"), str::to_string), p.clone()));
+                    }
                     outcome.unresolved.get_or_insert(p);
                     broken = true;
                 }
@@ -226,6 +231,26 @@ pub fn compile(
                 format!("Dropped Rule(s): {}", which.join(", ")),
             ));
         }
+    }
+    // Some rules fail closed for an unresolvable ExternalAuth server while others serve: the
+    // route is partially invalid (the upstream ExternalAuth conformance tests proposed in
+    // kubernetes-sigs/gateway-api#5113 expect it), though those rules are kept, answering 500,
+    // rather than dropped (dropping one could let a less specific rule serve it unprotected).
+    if let Some((_, first)) = closed.first()
+        && closed.len() < route.rules().len()
+        && outcome.partially_invalid.is_none()
+    {
+        let which: Vec<String> = closed
+            .iter()
+            .map(|(rule, p)| format!("{rule} ({})", p.message))
+            .collect();
+        outcome.partially_invalid = Some(Problem::new(
+            first.reason,
+            format!(
+                "Rule(s) failing closed (500) until their ExternalAuth server resolves: {}",
+                which.join(", ")
+            ),
+        ));
     }
     out
 }
