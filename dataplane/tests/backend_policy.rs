@@ -194,7 +194,10 @@ async fn the_circuit_breaker_answers_503_beyond_its_limit() {
         let client = client.clone();
         async move { send(&client, request(addr, "h", "GET", "/sleep/700")).await }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The held request has reached the backend: it holds the one slot.
+    while echo.requests() == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let started = std::time::Instant::now();
     let reply = get(&client, addr, "h", "/x").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "the one slot is taken");

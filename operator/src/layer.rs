@@ -320,8 +320,7 @@ pub fn admitted(material: &Material, served: &BTreeSet<String>) -> Material {
 
 /// Every condition of the served static objects, counted over their parents or ancestors.
 fn conditions(statuses: &Statuses, served: &BTreeSet<String>) -> Vec<(StaticConditionLabels, i64)> {
-    let mut counts: std::collections::BTreeMap<(String, String, String, String, String, String), i64> =
-        Default::default();
+    let mut counts: std::collections::BTreeMap<StaticConditionLabels, i64> = Default::default();
     let mut add = |kind: &str, namespace: &str, name: &str, conditions: &[translator::status::Condition]| {
         if !served.contains(&translator::layer::key(kind, namespace, name)) {
             return;
@@ -331,16 +330,15 @@ fn conditions(statuses: &Statuses, served: &BTreeSet<String>) -> Vec<(StaticCond
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
-            *counts
-                .entry((
-                    kind.into(),
-                    namespace.into(),
-                    name.into(),
-                    c.kind.to_string(),
-                    status,
-                    c.reason.to_string(),
-                ))
-                .or_default() += 1;
+            let labels = StaticConditionLabels {
+                kind: kind.into(),
+                namespace: namespace.into(),
+                name: name.into(),
+                condition: c.kind.to_string(),
+                status,
+                reason: c.reason.to_string(),
+            };
+            *counts.entry(labels).or_default() += 1;
         }
     };
     for g in &statuses.gateways {
@@ -372,22 +370,16 @@ fn conditions(statuses: &Statuses, served: &BTreeSet<String>) -> Vec<(StaticCond
             }
         }
     }
-    counts
-        .into_iter()
-        .map(|((kind, namespace, name, condition, status, reason), n)| {
-            (
-                StaticConditionLabels {
-                    kind,
-                    namespace,
-                    name,
-                    condition,
-                    status,
-                    reason,
-                },
-                n,
-            )
-        })
-        .collect()
+    counts.into_iter().collect()
+}
+
+/// Paths as messages show them: comma separated.
+pub fn shown(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn count(input: &Input) -> usize {

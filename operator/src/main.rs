@@ -192,11 +192,7 @@ fn with_static_layer(
         return Ok(snapshot);
     }
     let layer = local::snapshot(paths).context("reading the static layer (static.paths)")?;
-    let source = (paths.iter())
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let layered = translator::layer::merge(&snapshot, &layer, &source);
+    let layered = translator::layer::merge(&snapshot, &layer, &operator::layer::shown(paths));
     for refusal in &layered.refused {
         eprintln!("error: {}", refusal.message);
     }

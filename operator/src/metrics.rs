@@ -61,7 +61,7 @@ pub struct KindLabels {
 }
 
 /// One condition of a static object (the static layer has no API object to write it on).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct StaticConditionLabels {
     pub kind: String,
     pub namespace: String,

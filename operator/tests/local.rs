@@ -574,19 +574,6 @@ stringData: {{.htpasswd: \"{line}\"}}
     )
 }
 
-/// `GET path` as alice with `credentials` (base64 of `alice:password`).
-async fn get_as(addr: SocketAddr, path: &str, credentials: &str) -> Option<u16> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: local.test\r\nAuthorization: Basic {credentials}\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    String::from_utf8_lossy(&response).split(' ').nth(1)?.parse().ok()
-}
-
 /// The configuration's static layer (`static.paths`) beside the files: its routes and policies
 /// are served, its own Secrets are the policies' credentials, and what the files define too is
 /// refused there, Secrets included (the files' password works, the static one does not). An
@@ -656,8 +643,14 @@ stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
     let gateway = SocketAddr::new(LOOPBACK, port);
     assert_eq!(get(gateway, "/one").await, Some((200, "one /one".into())));
     assert_eq!(get(gateway, "/health").await.map(|r| r.0), Some(401));
-    assert_eq!(get_as(gateway, "/health", "YWxpY2U6ZmlsZXBhc3M=").await, Some(200));
-    assert_eq!(get_as(gateway, "/health", "YWxpY2U6c3RhdGljcGFzcw==").await, Some(401));
+    assert_eq!(
+        common::get_with_basic(gateway, "local.test", "/health", "YWxpY2U6ZmlsZXBhc3M=").await,
+        Some(200)
+    );
+    assert_eq!(
+        common::get_with_basic(gateway, "local.test", "/health", "YWxpY2U6c3RhdGljcGFzcw==").await,
+        Some(401)
+    );
 
     // The policy's Secret becomes the static layer's own `admins`: bob:staticpass.
     let mut generation = running.generation();
@@ -668,7 +661,13 @@ stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
     );
     wait_for(&mut generation, |g| g.applied >= 2).await;
     assert_eq!(get(gateway, "/health").await.map(|r| r.0), Some(404));
-    assert_eq!(get_as(gateway, "/status", "Ym9iOnN0YXRpY3Bhc3M=").await, Some(200));
-    assert_eq!(get_as(gateway, "/status", "YWxpY2U6ZmlsZXBhc3M=").await, Some(401));
+    assert_eq!(
+        common::get_with_basic(gateway, "local.test", "/status", "Ym9iOnN0YXRpY3Bhc3M=").await,
+        Some(200)
+    );
+    assert_eq!(
+        common::get_with_basic(gateway, "local.test", "/status", "YWxpY2U6ZmlsZXBhc3M=").await,
+        Some(401)
+    );
     running.serve(async {}).await;
 }

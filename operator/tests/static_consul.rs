@@ -214,21 +214,13 @@ async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_rest
     let ns = plane().fresh_namespace("static-consul");
     let class = format!("turna-{ns}");
     let port = free_port().await;
+    let listeners = format!("[{{name: http, port: {port}, protocol: HTTP}}]");
     plane()
-        .apply_yaml(&format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: {port}, protocol: HTTP}}
-"
+        .apply_yaml(&common::class_and_gateway(
+            &class,
+            "rakunlabs.com/turna",
+            &ns,
+            &listeners,
         ))
         .expect("apply class and gateway");
     let outside = backend("outside").await;
@@ -331,24 +323,12 @@ async fn standalone_reads_its_configuration_from_consul_and_applies_changes_live
     let ns = plane().fresh_namespace("consul-config");
     let class = format!("turna-{ns}");
     let port = free_port().await;
+    let listeners = format!("[{{name: http, port: {port}, protocol: HTTP}}]");
     plane()
-        .apply_yaml(&format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: {port}, protocol: HTTP}}
----
-{}",
-            common::route_to_loopback(&ns, None, backend("app").await)
-        ))
+        .apply_yaml(
+            &(common::class_and_gateway(&class, "rakunlabs.com/turna", &ns, &listeners)
+                + &common::route_to_loopback(&ns, None, backend("app").await)),
+        )
         .expect("apply gateway and route");
     let config = |class: &str, allow: bool| {
         format!(

@@ -60,19 +60,6 @@ endpoints:
     )
 }
 
-/// `GET path` with basic `credentials`: the status code.
-async fn get_basic(addr: SocketAddr, path: &str, credentials: &str) -> Option<u16> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: any.test\r\nAuthorization: Basic {credentials}\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    String::from_utf8_lossy(&response).split(' ').nth(1)?.parse().ok()
-}
-
 /// Writes `text` to `path` as editors do: a new file renamed over the old one.
 fn write(path: &Path, text: &str) {
     let new = path.with_extension("new");
@@ -86,20 +73,13 @@ async fn static_routes_are_served_beside_the_clusters_and_follow_their_files() {
     let ns = plane().fresh_namespace("static-layer");
     let class = format!("turna-{ns}");
     let port = free_port().await;
+    let listeners = format!("[{{name: http, port: {port}, protocol: HTTP}}]");
     plane()
-        .apply_yaml(&format!(
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: {class}}}\nspec: {{controllerName: rakunlabs.com/turna}}\n---\n{}",
-            format_args!(
-                "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: {port}, protocol: HTTP}}
----
-"
-            )
+        .apply_yaml(&common::class_and_gateway(
+            &class,
+            "rakunlabs.com/turna",
+            &ns,
+            &listeners,
         ))
         .expect("apply class and gateway");
     // The cluster's route `app` for /cluster.
@@ -179,7 +159,10 @@ stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
         Some((200, "cluster /cluster/x".into()))
     );
     // bob:staticpass
-    assert_eq!(get_basic(gateway, "/guarded", "Ym9iOnN0YXRpY3Bhc3M=").await, Some(200));
+    assert_eq!(
+        common::get_with_basic(gateway, "any.test", "/guarded", "Ym9iOnN0YXRpY3Bhc3M=").await,
+        Some(200)
+    );
     assert_eq!(get(gateway, "any.test", "/guarded").await.map(|r| r.0), Some(401));
     // The refused static `app` routes nothing.
     assert_eq!(get(gateway, "any.test", "/collide").await.map(|r| r.0), Some(404));
@@ -257,20 +240,11 @@ async fn controller_mode_pushes_static_routes_and_refuses_static_gateways() {
     let ns = plane().fresh_namespace("static-controller");
     let class = format!("turna-{ns}");
     plane()
-        .apply_yaml(&format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: {class}}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  gatewayClassName: {class}
-  listeners:
-    - {{name: http, port: 80, protocol: HTTP}}
-"
+        .apply_yaml(&common::class_and_gateway(
+            &class,
+            "rakunlabs.com/turna",
+            &ns,
+            "[{name: http, port: 80, protocol: HTTP}]",
         ))
         .expect("apply class and gateway");
     let dir: PathBuf = std::env::temp_dir().join(format!("turna-static-{ns}"));

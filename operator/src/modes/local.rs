@@ -204,11 +204,11 @@ impl Readers {
             return Ok(input);
         }
         let layer = self.static_layer.read(&self.static_paths)?;
-        let source = (self.static_paths.iter())
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let layered = translator::layer::merge(&input.snapshot, &layer.snapshot, &source);
+        let layered = translator::layer::merge(
+            &input.snapshot,
+            &layer.snapshot,
+            &crate::layer::shown(&self.static_paths),
+        );
         for refusal in &layered.refused {
             tracing::error!(kind = %refusal.kind, namespace = %refusal.namespace, name = %refusal.name, "{}", refusal.message);
         }

@@ -112,6 +112,19 @@ pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Strin
     Some((code, body))
 }
 
+/// `GET path` for `host` with basic auth `credentials` (base64 of `user:password`) over a fresh
+/// connection: the status code, `None` when it fails.
+pub async fn get_with_basic(addr: SocketAddr, host: &str, path: &str, credentials: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {credentials}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    String::from_utf8_lossy(&response).split(' ').nth(1)?.parse().ok()
+}
+
 /// A client authenticated with `token` to the API server of admin kubeconfig `kubeconfig`.
 pub async fn token_client(kubeconfig: &Path, token: &str) -> kube::Client {
     let mut kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
