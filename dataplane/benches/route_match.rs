@@ -22,6 +22,7 @@ fn rule(name: &str, path: ir::PathMatch, headers: Vec<ir::ValueMatch>) -> ir::Ht
             name: name.into(),
             rule: 0,
             rule_name: None,
+            static_layer: false,
         },
         grpc: false,
         matcher: ir::HttpMatch {

@@ -12,9 +12,11 @@ use prometheus_client::registry::Registry;
 /// Labels of a served request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    /// `namespace/gateway/listener`; empty when no listener matched.
+    /// `k8s-namespace/gateway/listener` (no `k8s-` for a static layer's Gateway); empty when
+    /// no listener matched.
     pub listener: String,
-    /// `Kind namespace/name rule N`; empty when no rule matched.
+    /// `k8s-Kind namespace/name rule N` (no `k8s-` for a static layer's route); empty when no
+    /// rule matched.
     pub route: String,
     pub code: u16,
 }

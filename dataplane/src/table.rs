@@ -391,6 +391,7 @@ mod tests {
                 name: name.into(),
                 rule: 0,
                 rule_name: None,
+                static_layer: false,
             },
             grpc: false,
             matcher: ir::HttpMatch {

@@ -59,10 +59,10 @@ async fn metrics_count_requests_latency_and_applies() {
     let health = dp.serve_health("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let text = get(&client, health, "h", "/metrics").await.body;
     for expected in [
-        r#"turna_dataplane_requests_total{listener="test/gateway/http",route="HTTPRoute test/r rule 0",code="200"} 3"#,
+        r#"turna_dataplane_requests_total{listener="test/gateway/http",route="k8s-HTTPRoute test/r rule 0",code="200"} 3"#,
         r#"turna_dataplane_requests_total{listener="test/gateway/http",route="",code="404"} 1"#,
         r#"turna_dataplane_upstream_latency_seconds_count{backend="echo"} 3"#,
-        r#"turna_dataplane_request_duration_seconds_count{listener="test/gateway/http",route="HTTPRoute test/r rule 0"} 3"#,
+        r#"turna_dataplane_request_duration_seconds_count{listener="test/gateway/http",route="k8s-HTTPRoute test/r rule 0"} 3"#,
         "turna_dataplane_tls_handshake_errors_total 0",
         "turna_dataplane_access_log_dropped_total 0",
         "turna_dataplane_config_version 1",

@@ -222,6 +222,7 @@ async fn a_port_changing_kind_is_rebound_on_the_same_local_port() {
             name: "tcp".into(),
             rule: 0,
             rule_name: None,
+            static_layer: false,
         },
         hostnames: vec![],
         backends: vec![weighted(Some("echo"), 1)],

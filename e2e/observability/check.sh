@@ -141,7 +141,7 @@ r = json.load(sys.stdin).get("data", {}).get("result", [])
 print(r[0]["value"][1] if r else "")' 2> /dev/null || true
 }
 
-requests="sum(turna_dataplane_requests_total{route=\"HTTPRoute $NS/shop rule 0\",code=\"200\"})"
+requests="sum(turna_dataplane_requests_total{route=\"k8s-HTTPRoute $NS/shop rule 0\",code=\"200\"})"
 reconciles='sum(turna_operator_reconciles_total{kind="status"})'
 controller='sum(up{component="controller"})'
 deadline=$((SECONDS + 90))

@@ -208,7 +208,7 @@ async fn prometheus_scrapes_the_operator_and_the_proxy_and_runs_the_dashboard() 
         .as_str()
         .unwrap_or_default()
         .to_string();
-    assert_eq!(listener, format!("{ns}/web/http"), "{requests:?}");
+    assert_eq!(listener, format!("k8s-{ns}/web/http"), "{requests:?}");
     eventually(
         "request durations",
         series("sum(rate(turna_dataplane_request_duration_seconds_count[30s])) > 0"),

@@ -551,7 +551,8 @@ impl<'a> Backends<'a> {
         }
         let protocol = xbackend::app_protocol(kind, settings.protocol.as_deref(), settings.tls.is_some())
             .map_err(|m| Problem::new(reason::UNSUPPORTED_PROTOCOL, format!("XBackend {ns}/{}: {m}", r.name)))?;
-        let mut id = format!("XBackend/{}:{port}", object::key(ns, r.name));
+        let prefix = self.snapshot.facts.name_prefix("XBackend", ns, r.name);
+        let mut id = format!("{prefix}XBackend/{}:{port}", object::key(ns, r.name));
         if matches!(kind, RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls) {
             id.push_str(if kind == RouteKind::Udp { "/udp" } else { "/tcp" });
         }
@@ -658,7 +659,8 @@ impl<'a> Backends<'a> {
             (None, None)
         };
         let strategy = self.strategy(kind);
-        let mut id = format!("{}:{port}", object::key(ns, name));
+        let prefix = self.snapshot.facts.name_prefix("Service", ns, name);
+        let mut id = format!("{prefix}{}:{port}", object::key(ns, name));
         if matches!(kind, RouteKind::Tcp | RouteKind::Udp | RouteKind::Tls) {
             id.push_str(if kind == RouteKind::Udp { "/udp" } else { "/tcp" });
         }

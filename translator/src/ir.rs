@@ -337,6 +337,26 @@ pub struct RouteRef {
     pub rule: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule_name: Option<SmolStr>,
+    /// The route came from the static layer: its name as logged and in metrics carries no
+    /// [`crate::layer::GENERATED_PREFIX`] ([`RouteRef::label`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub static_layer: bool,
+}
+
+impl RouteRef {
+    /// How the rule is named in logs and metrics: `k8s-HTTPRoute namespace/name rule N` for a
+    /// route from the cluster, without the prefix for one from the static layer.
+    pub fn label(&self) -> String {
+        let prefix = if self.static_layer {
+            ""
+        } else {
+            crate::layer::GENERATED_PREFIX
+        };
+        format!(
+            "{prefix}{} {}/{} rule {}",
+            self.kind, self.namespace, self.name, self.rule
+        )
+    }
 }
 
 /// One match of one rule, with the rule's behaviour.

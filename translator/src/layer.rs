@@ -168,6 +168,7 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     out.snapshot.extend(&admitted);
+    out.snapshot.facts.static_layer.extend(out.served.iter().cloned());
     if let Some(installed) = &mut out.snapshot.facts.installed_kinds {
         installed.extend(kinds);
     }
@@ -218,9 +219,16 @@ fn refusal(kind: &str, namespace: &str, name: &str, in_cluster: bool, source: &s
         format!(
             "{shown} is defined both in the cluster and in the static layer ({source}): the cluster's is served, the static one is not"
         )
-    } else if name.starts_with(GENERATED_PREFIX) {
+    } else if name.starts_with(GENERATED_PREFIX) || namespace.starts_with(GENERATED_PREFIX) {
+        // Generated IR names are the prefix then `namespace/...`: a static namespace with the
+        // prefix would name a listener or backend exactly as one generated from the cluster.
+        let which = if name.starts_with(GENERATED_PREFIX) {
+            "names"
+        } else {
+            "namespaces"
+        };
         format!(
-            "{shown} in the static layer ({source}): names starting with {GENERATED_PREFIX:?} belong to what Turna generates from the cluster; rename it"
+            "{shown} in the static layer ({source}): {which} starting with {GENERATED_PREFIX:?} belong to what Turna generates from the cluster; rename it"
         )
     } else {
         return None;
@@ -332,6 +340,29 @@ spec: {gatewayClassName: turna, listeners: [{name: http, port: 80, protocol: HTT
         assert!(layered.snapshot.http_routes.is_empty());
         assert_eq!(layered.refused[0].name, "k8s-web");
         assert!(layered.refused[0].message.contains("\"k8s-\""));
+    }
+
+    #[test]
+    fn generated_namespaces_are_refused() {
+        // `k8s-infra/web/http` is what the cluster's Gateway infra/web names its listener.
+        let layer = Snapshot::from_yaml(&route("web").replace("namespace: default", "namespace: k8s-infra")).unwrap();
+        let layered = merge(&Snapshot::default(), &layer, "s.yaml");
+        assert!(layered.snapshot.http_routes.is_empty());
+        assert!(layered.refused[0].message.contains("namespaces starting with \"k8s-\""));
+    }
+
+    #[test]
+    fn names_generated_from_the_cluster_carry_the_prefix_and_static_ones_do_not() {
+        let cluster = Snapshot::from_yaml(&route("a")).unwrap();
+        let layered = merge(&cluster, &Snapshot::from_yaml(&route("b")).unwrap(), "s.yaml");
+        let facts = &layered.snapshot.facts;
+        assert_eq!(facts.name_prefix("HTTPRoute", "default", "a"), GENERATED_PREFIX);
+        assert_eq!(facts.name_prefix("HTTPRoute", "default", "b"), "");
+        assert_eq!(
+            facts.name_prefix("Service", "default", "b"),
+            GENERATED_PREFIX,
+            "only what the layer holds"
+        );
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub struct Facts {
     /// the addresses of `Cluster` routability. A Gateway without an entry has no Service yet.
     #[serde(rename = "gatewayClusterIPs")]
     pub gateway_cluster_ips: BTreeMap<String, Vec<String>>,
+    /// `Kind/namespace/name` of the objects of the static layer ([`crate::layer::merge`]): the
+    /// IR names made from them carry no [`crate::layer::GENERATED_PREFIX`], which belongs to
+    /// what Turna generates from the cluster.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub static_layer: BTreeSet<String>,
 }
 
 /// One address a load balancer assigned.
@@ -112,6 +117,16 @@ impl Facts {
     /// Whether the CRD of `kind` is installed.
     pub fn installed(&self, kind: &str) -> bool {
         self.installed_kinds.as_ref().is_none_or(|k| k.contains(kind))
+    }
+
+    /// The prefix of the IR names made from object `kind` `namespace/name`:
+    /// [`crate::layer::GENERATED_PREFIX`] unless it came from the static layer.
+    pub fn name_prefix(&self, kind: &str, namespace: &str, name: &str) -> &'static str {
+        if !self.static_layer.is_empty() && self.static_layer.contains(&crate::layer::key(kind, namespace, name)) {
+            ""
+        } else {
+            crate::layer::GENERATED_PREFIX
+        }
     }
 }
 

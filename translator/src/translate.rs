@@ -337,6 +337,7 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
             config,
             tracing,
             rule_policies,
+            &snapshot.facts,
         );
         for (id, b) in &gateway_backends[gi] {
             if !proxy.backends.contains_key(id) {
@@ -473,6 +474,14 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
             .filter(|r| installed(r.kind) && watched(r.namespace()))
             .map(RouteModel::from_unreadable),
     );
+    let facts = &snapshot.facts;
+    if !facts.static_layer.is_empty() {
+        for route in &mut routes {
+            route.static_layer = facts
+                .name_prefix(route.kind.name(), route.namespace, route.name)
+                .is_empty();
+        }
+    }
     routes
 }
 
@@ -487,6 +496,7 @@ fn add_listeners(
     config: &Config,
     tracing: Option<ir::SmolStr>,
     policies: policy::RulePolicies<'_, '_>,
+    facts: &crate::snapshot::Facts,
 ) {
     for (li, l) in gw.listeners.iter().enumerate() {
         if !l.is_ready() {
@@ -499,12 +509,13 @@ fn add_listeners(
             Transport::Tcp
         };
         let port_number = l.spec.port as u16;
-        let owner_name = match &l.owner {
-            gateway::Owner::Gateway => gw.name.clone(),
-            gateway::Owner::ListenerSet { name, .. } => name.clone(),
+        let (owner_kind, owner_name) = match &l.owner {
+            gateway::Owner::Gateway => ("Gateway", &gw.name),
+            gateway::Owner::ListenerSet { name, .. } => ("ListenerSet", name),
         };
+        let prefix = facts.name_prefix(owner_kind, &l.namespace, owner_name);
         let mut listener = Listener {
-            name: format!("{}/{}/{}", l.namespace, owner_name, l.spec.name),
+            name: format!("{prefix}{}/{owner_name}/{}", l.namespace, l.spec.name),
             protocol,
             hostname: l.spec.hostname.clone(),
             tls: l.spec.tls_mode.map(|mode| ListenerTls {

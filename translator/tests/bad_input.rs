@@ -548,7 +548,7 @@ spec:
                         .any(|l| {
                             ["ext", "future", "garbled", "tcp"]
                                 .iter()
-                                .any(|n| l.name == format!("default/gw/{n}"))
+                                .any(|n| l.name == format!("k8s-default/gw/{n}"))
                         })
                 }),
             ],
@@ -569,7 +569,7 @@ spec:
                         .iter()
                         .flat_map(|p| &p.ports)
                         .flat_map(|p| &p.listeners)
-                        .find(|l| l.name == "default/gw/guarded")
+                        .find(|l| l.name == "k8s-default/gw/guarded")
                         .is_some_and(|l| {
                             matches!(l.filters.as_slice(), [translator::ir::Filter::ExternalAuth(a)] if a.backend.is_none())
                         })
@@ -1468,7 +1468,7 @@ fn serves_good_route(proxy: &Proxy) -> bool {
         .iter()
         .filter(|p| p.port == 80)
         .flat_map(|p| &p.listeners)
-        .filter(|l| l.name == "default/gw/http")
+        .filter(|l| l.name == "k8s-default/gw/http")
         .flat_map(|l| &l.virtual_hosts)
         .filter(|v| v.hostname == "good.example.com")
         .flat_map(|v| &v.rules)

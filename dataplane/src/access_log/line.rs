@@ -42,7 +42,7 @@ pub struct HttpLine {
     /// The backend and endpoint of the last attempt.
     pub upstream: Option<(Arc<Upstream>, usize)>,
     pub attempts: u32,
-    /// `namespace/gateway/listener`.
+    /// The listener's IR name: `k8s-namespace/gateway/listener` (no prefix for a static one).
     pub listener: String,
     /// The route and rule that served the request.
     pub route: Option<RouteRef>,
@@ -477,6 +477,7 @@ mod tests {
                 name: "shop".into(),
                 rule: 12,
                 rule_name: None,
+                static_layer: false,
             }),
             ..HttpLine::default()
         }

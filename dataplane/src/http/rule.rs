@@ -63,7 +63,7 @@ pub struct RuleBackend {
 
 /// How a rule names itself in errors and logs.
 pub fn describe(route: &ir::RouteRef) -> String {
-    format!("{} {}/{} rule {}", route.kind, route.namespace, route.name, route.rule)
+    route.label()
 }
 
 impl Rule {

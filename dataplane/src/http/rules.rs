@@ -100,6 +100,7 @@ mod tests {
                 name: format!("r{position}").into(),
                 rule: position,
                 rule_name: None,
+                static_layer: false,
             },
             grpc: false,
             matcher: ir::HttpMatch {

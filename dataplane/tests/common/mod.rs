@@ -329,6 +329,7 @@ pub fn rule(name: &str, path: ir::PathMatch, backend: &str) -> ir::HttpRule {
             name: name.into(),
             rule: 0,
             rule_name: None,
+            static_layer: false,
         },
         grpc: false,
         matcher: ir::HttpMatch {

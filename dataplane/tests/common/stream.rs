@@ -70,6 +70,7 @@ pub fn stream_route(name: &str, hostnames: &[&str], backends: Vec<ir::WeightedBa
             name: name.into(),
             rule: 0,
             rule_name: None,
+            static_layer: false,
         },
         hostnames: hostnames.iter().map(|h| h.to_string()).collect(),
         backends,

@@ -329,6 +329,7 @@ mod tests {
                     name: name.into(),
                     rule: 0,
                     rule_name: None,
+                    static_layer: false,
                 },
                 grpc: false,
                 matcher: ir::HttpMatch::default(),

@@ -88,6 +88,7 @@ pub fn compile(
             name: name.clone(),
             rule: index,
             rule_name: rule.name.map(SmolStr::new),
+            static_layer: route.static_layer,
         };
         let parts = match rule.spec {
             RuleSpec::Http(r) => http_parts(r, regexes),

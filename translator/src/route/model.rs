@@ -117,6 +117,8 @@ pub struct RouteModel<'a> {
     pub object: Option<RouteObject<'a>>,
     /// The snapshot's `sessionPersistence` settings of route rules (read from their JSON).
     pub sessions: Option<&'a Sessions>,
+    /// The route came from the static layer ([`crate::snapshot::Facts::static_layer`]).
+    pub static_layer: bool,
 }
 
 /// [`crate::snapshot::Snapshot::session_persistence`].
@@ -237,6 +239,7 @@ fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
         unreadable: None,
         object: None,
         sessions: None,
+        static_layer: false,
     }
 }
 

@@ -123,6 +123,7 @@ mod tests {
                 name: "r".into(),
                 rule,
                 rule_name: None,
+                static_layer: false,
             },
             grpc: false,
             matcher: HttpMatch {

@@ -271,7 +271,7 @@ pub fn good_route_problem(output: &Output, config: &Config) -> Option<String> {
         .iter()
         .filter(|p| p.port == 8888)
         .flat_map(|p| &p.listeners)
-        .filter(|l| l.name == "good/good/http")
+        .filter(|l| l.name == "k8s-good/good/http")
         .flat_map(|l| &l.virtual_hosts)
         .filter(|v| v.hostname == "good.example.org")
         .flat_map(|v| &v.rules)
