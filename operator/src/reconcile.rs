@@ -11,6 +11,7 @@
 //! publishes the proxies' IR and hands its statuses over, and the next change is translated at
 //! once, even while thousands of statuses are still being written.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use crate::layer::Layer;
 use crate::leader::{self, Elector, Leadership};
 use crate::metrics::Metrics;
 use crate::provision::Provisioning;
+use crate::push::material::StaticMaterial;
 use crate::settings::Kubernetes;
 use crate::status::writer;
 use crate::watch::discovery::{self, Discovery};
@@ -240,7 +242,7 @@ async fn reconcile(
             }
         }
         let leader = leadership.is_leader();
-        let output = off_the_workers(|| {
+        let mut output = off_the_workers(|| {
             let snapshot = snapshots.refresh();
             provisioning.observe(&mut snapshot.facts);
             tracing::debug!(took = ?started.elapsed(), "snapshot taken");
@@ -263,7 +265,24 @@ async fn reconcile(
         tracing::debug!(took = ?started.elapsed(), reused, recompiled, "translated");
         // Every instance serves proxies the IR it translated, leader or not.
         if let Some(hub) = &options.push {
-            hub.publish_holding(&output.proxies, &output.held);
+            match &options.static_layer {
+                // Provisioned proxies get the static material their IR names in the stream: it
+                // is never written to their bundle Secrets (the cluster).
+                Some(layer) if settings.mode == crate::settings::Mode::Controller => {
+                    let material = layer.material();
+                    let mut materials = HashMap::new();
+                    for (id, bundle) in &mut output.bundles {
+                        let selected = StaticMaterial::for_bundle(&material, bundle);
+                        if !selected.is_empty() {
+                            // Not looked for in the cluster: the bundle Secret has cluster objects only.
+                            selected.remove_from(bundle);
+                            materials.insert(id.clone(), Arc::new(selected));
+                        }
+                    }
+                    hub.publish_with_material(&output.proxies, &output.held, &materials);
+                }
+                _ => hub.publish_holding(&output.proxies, &output.held),
+            }
         }
         options.readiness.set_ready();
         if !leadership.is_leader() {
@@ -272,7 +291,6 @@ async fn reconcile(
             metrics.pass_took(started.elapsed());
             continue;
         }
-        let mut output = output;
         // What changed since the last status pass (standby passes leave it to the next one).
         let changed = snapshots.take_changed();
         if let Some(statuses) = &statuses {

@@ -233,7 +233,9 @@ stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
 }
 
 /// Controller mode: a static route on the cluster's Gateway is in the IR published to that
-/// Gateway's proxy, and a static Gateway is refused (no proxy would be provisioned for it).
+/// Gateway's proxy, and a static Gateway is refused (no proxy would be provisioned for it). The
+/// static Secret a static security policy reads reaches the proxy in the push stream, only the
+/// key the policy names, and a dataplane given that stream serves the guarded route with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn controller_mode_pushes_static_routes_and_refuses_static_gateways() {
     let client = common::client(&plane().kubeconfig()).await;
@@ -249,10 +251,28 @@ async fn controller_mode_pushes_static_routes_and_refuses_static_gateways() {
         .expect("apply class and gateway");
     let dir: PathBuf = std::env::temp_dir().join(format!("turna-static-{ns}"));
     std::fs::create_dir_all(&dir).expect("static folder");
+    let status_backend = backend("static").await;
     std::fs::write(
         dir.join("objects.yaml"),
         static_route(&ns, "health", "/healthz")
-            + &static_service(&ns, "127.0.0.1:9".parse().expect("address"))
+            + &static_route(&ns, "guarded", "/guarded")
+            + &static_service(&ns, status_backend)
+            + &format!(
+                "---
+apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {{name: guarded, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: guarded}}]
+  basicAuth:
+    users: {{name: admins}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: admins, namespace: {ns}}}
+stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\", unrelated: secret}}
+"
+            )
             + &format!(
                 "---
 apiVersion: gateway.networking.k8s.io/v1
@@ -310,6 +330,48 @@ spec:
         "a static Gateway got a proxy IR"
     );
     assert_eq!(sample(&metrics, "turna_operator_static_refused"), 1.0);
+    // Names: the cluster's listener carries the generated prefix, the static route does not.
+    assert!(routes.contains(&format!("\"name\":\"k8s-{ns}/web/http\"")), "{routes}");
+    assert!(routes.contains("\"staticLayer\":true"), "{routes}");
+
+    // The static Secret travels in the stream: the one key the policy reads, nothing else.
+    let published = hub.latest(&format!("{ns}/web")).expect("published");
+    let users = &published.material.credentials[&format!("Secret/{ns}/admins")];
+    assert_eq!(
+        users.keys().collect::<Vec<_>>(),
+        [".htpasswd"],
+        "{:?}",
+        published.material
+    );
+    let line = operator::push::protocol::whole_line(published.version, &published.proxy, &published.material);
+    let message: operator::push::protocol::Message = serde_json::from_slice(&line).expect("a message");
+    let mut last = None;
+    let version = operator::push::client::receive(&mut last, message).expect("a whole IR");
+    let mut served = version.proxy.clone();
+    let port = free_port().await;
+    served.ports[0].bind_port = port;
+    let dataplane = dataplane::Dataplane::new(dataplane::Settings::on(LOOPBACK));
+    dataplane
+        .apply_with(&served, &version.material)
+        .await
+        .expect("the pushed IR applies with its material");
+    let gateway = SocketAddr::new(LOOPBACK, port);
+    // bob:staticpass
+    assert_eq!(
+        common::get_with_basic(gateway, "any.test", "/guarded", "Ym9iOnN0YXRpY3Bhc3M=").await,
+        Some(200)
+    );
+    assert_eq!(get(gateway, "any.test", "/guarded").await.map(|r| r.0), Some(401));
+    // Without the pushed material (an older proxy) the policy fails closed.
+    dataplane
+        .apply_with(&served, &dataplane::Material::default())
+        .await
+        .ok();
+    assert_ne!(
+        common::get_with_basic(gateway, "any.test", "/guarded", "Ym9iOnN0YXRpY3Bhc3M=").await,
+        Some(200)
+    );
+    dataplane.shutdown().await;
     controller.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }

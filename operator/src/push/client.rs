@@ -159,6 +159,9 @@ async fn connect(options: &Options, host: &str, port: u16) -> Result<tokio::net:
 pub struct Version {
     pub version: u64,
     pub proxy: ir::Proxy,
+    /// The static layer's key material pushed with it ([`super::material`]), served beside the
+    /// bundle Secret's.
+    pub material: Material,
 }
 
 /// The operator's stream of IR [`Message`]s for this proxy's Gateway, deltas (narrowed to rules)
@@ -263,8 +266,13 @@ async fn follow(
 pub fn receive(last: &mut Option<Version>, message: Message) -> Result<&Version, ClientError> {
     let version = message.version;
     let refused = |why: String| ClientError::Delta { version, why };
+    let material = message.material.map(|m| m.to_material());
     match (message.proxy, message.base, message.delta) {
-        (Some(proxy), _, _) => Ok(last.insert(Version { version, proxy })),
+        (Some(proxy), _, _) => Ok(last.insert(Version {
+            version,
+            proxy,
+            material: material.unwrap_or_default(),
+        })),
         (None, Some(base), Some(delta)) => {
             let Some(mut current) = last.take_if(|c| c.version == base) else {
                 let have = last
@@ -276,14 +284,27 @@ pub fn receive(last: &mut Option<Version>, message: Message) -> Result<&Version,
             // On error, partly changed: no longer any version.
             delta.apply(&mut current.proxy).map_err(|e| refused(e.to_string()))?;
             current.version = version;
+            if let Some(material) = material {
+                current.material = material;
+            }
             Ok(last.insert(current))
         }
         _ => Err(refused("neither an IR nor a delta".into())),
     }
 }
 
-/// Applies one version; a rejection is reported to the operator (best effort).
+/// Applies one version with the bundle Secret's `material` and its own static material; a
+/// rejection is reported to the operator (best effort).
 async fn apply(options: &Options, dataplane: &Dataplane, message: &Version, material: &Material) {
+    let combined;
+    let material = if message.material == Material::default() {
+        material
+    } else {
+        let mut both = material.clone();
+        both.extend(&message.material);
+        combined = both;
+        &combined
+    };
     match dataplane.apply_with(&message.proxy, material).await {
         Ok(()) => tracing::info!(version = message.version, "IR version applied"),
         Err(ApplyError::Ports(errors)) => {
@@ -324,6 +345,7 @@ mod tests {
             }),
             base: None,
             delta: None,
+            material: None,
         }
     }
 
@@ -333,6 +355,7 @@ mod tests {
             proxy: None,
             base: Some(base),
             delta: Some(delta),
+            material: None,
         }
     }
 
@@ -368,5 +391,31 @@ mod tests {
         };
         assert!(receive(&mut last, delta(3, 2, misfit)).is_err());
         assert!(last.is_none());
+    }
+
+    #[test]
+    fn static_material_comes_with_a_whole_ir_and_stays_until_a_delta_changes_it() {
+        let material = |pem: &str| {
+            let mut m = crate::push::material::StaticMaterial::default();
+            m.ca_bundles.insert("infra/ca".into(), pem.into());
+            m
+        };
+        let mut last = None;
+        let mut first = whole(1, "gw");
+        first.material = Some(material("ONE"));
+        receive(&mut last, first).expect("a whole IR");
+        let ca = |last: &Option<Version>| {
+            last.as_ref()
+                .and_then(|v| v.material.ca_bundles.get("infra/ca").cloned())
+        };
+        assert_eq!(ca(&last).as_deref(), Some("ONE"));
+        receive(&mut last, delta(2, 1, Delta::default())).expect("applies");
+        assert_eq!(ca(&last).as_deref(), Some("ONE"), "a delta without material keeps it");
+        let mut changed = delta(3, 2, Delta::default());
+        changed.material = Some(material("TWO"));
+        receive(&mut last, changed).expect("applies");
+        assert_eq!(ca(&last).as_deref(), Some("TWO"));
+        receive(&mut last, whole(4, "gw")).expect("a whole IR");
+        assert_eq!(ca(&last), None, "a whole IR without material has none");
     }
 }

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use translator::ir;
 use translator::ir::delta::Delta;
 
+use super::material::StaticMaterial;
+
 /// `GET`: the stream of [`Message`]s for the caller's Gateway.
 pub const STREAM_PATH: &str = "/v1/ir";
 /// The query of [`STREAM_PATH`] of a proxy that applies deltas.
@@ -57,27 +59,45 @@ pub struct Message {
     pub base: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta: Option<Delta>,
+    /// The static layer's key material this proxy serves ([`StaticMaterial`]). With a whole IR,
+    /// absent means none; with a delta, absent means unchanged since `base`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub material: Option<StaticMaterial>,
 }
 
 /// The line of a whole IR, serialized from a borrowed IR (the hub keeps one copy of it).
-pub fn whole_line(version: u64, proxy: &ir::Proxy) -> Vec<u8> {
+pub fn whole_line(version: u64, proxy: &ir::Proxy, material: &StaticMaterial) -> Vec<u8> {
     #[derive(Serialize)]
     struct Whole<'a> {
         version: u64,
         proxy: &'a ir::Proxy,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        material: Option<&'a StaticMaterial>,
     }
-    line(&Whole { version, proxy })
+    let material = Some(material).filter(|m| !m.is_empty());
+    line(&Whole {
+        version,
+        proxy,
+        material,
+    })
 }
 
-/// The line of a delta from version `base`.
-pub fn delta_line(version: u64, base: u64, delta: &Delta) -> Vec<u8> {
+/// The line of a delta from version `base`, with the static material when it changed.
+pub fn delta_line(version: u64, base: u64, delta: &Delta, material: Option<&StaticMaterial>) -> Vec<u8> {
     #[derive(Serialize)]
     struct Changes<'a> {
         version: u64,
         base: u64,
         delta: &'a Delta,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        material: Option<&'a StaticMaterial>,
     }
-    line(&Changes { version, base, delta })
+    line(&Changes {
+        version,
+        base,
+        delta,
+        material,
+    })
 }
 
 fn line(message: &impl Serialize) -> Vec<u8> {
@@ -104,7 +124,8 @@ mod tests {
             id: "default/gw".into(),
             ..ir::Proxy::default()
         };
-        let whole: Message = serde_json::from_slice(&whole_line(3, &proxy)).expect("a message");
+        let whole: Message =
+            serde_json::from_slice(&whole_line(3, &proxy, &StaticMaterial::default())).expect("a message");
         assert_eq!(whole.version, 3);
         assert_eq!(whole.proxy.as_ref(), Some(&proxy));
         assert!(whole.delta.is_none() && whole.base.is_none());
@@ -112,7 +133,7 @@ mod tests {
             removed_backends: vec!["default/old:80".into()],
             ..Delta::default()
         };
-        let changes: Message = serde_json::from_slice(&delta_line(4, 3, &delta)).expect("a message");
+        let changes: Message = serde_json::from_slice(&delta_line(4, 3, &delta, None)).expect("a message");
         assert_eq!((changes.version, changes.base), (4, Some(3)));
         assert_eq!(changes.delta, Some(delta));
         assert!(changes.proxy.is_none());

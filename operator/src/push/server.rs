@@ -35,6 +35,7 @@ use translator::ir;
 use translator::ir::delta::{self, Delta, Difference};
 
 use super::authority::{Authority, AuthorityError};
+use super::material::StaticMaterial;
 use super::protocol::{self, Deltas, REJECTIONS_PATH, Rejection, STREAM_PATH};
 use crate::metrics::Push;
 use crate::provision::names::{self, Names};
@@ -72,6 +73,8 @@ pub struct Hub {
 pub struct Published {
     pub version: u64,
     pub proxy: ir::Proxy,
+    /// The static layer's key material the IR names (controller mode; empty otherwise).
+    pub material: Arc<StaticMaterial>,
     /// The version before this one and what changed since, when only routes and backends did.
     delta: Option<Change>,
     whole: OnceLock<Bytes>,
@@ -86,20 +89,28 @@ struct Change {
     hosts: Delta,
     /// `None` when narrowing changed nothing: the host-level line serves both.
     rules: Option<Delta>,
+    /// The static material changed since `base`: the delta carries it.
+    material: bool,
 }
 
 impl Change {
-    fn new(base: u64, previous: &ir::Proxy, hosts: Delta) -> Change {
+    fn new(base: u64, previous: &ir::Proxy, hosts: Delta, material: bool) -> Change {
         let rules = Some(hosts.narrowed(previous)).filter(|rules| *rules != hosts);
-        Change { base, hosts, rules }
+        Change {
+            base,
+            hosts,
+            rules,
+            material,
+        }
     }
 }
 
 impl Published {
-    fn new(version: u64, proxy: ir::Proxy, delta: Option<Change>) -> Arc<Published> {
+    fn new(version: u64, proxy: ir::Proxy, material: Arc<StaticMaterial>, delta: Option<Change>) -> Arc<Published> {
         Arc::new(Published {
             version,
             proxy,
+            material,
             delta,
             whole: OnceLock::new(),
             changes: OnceLock::new(),
@@ -112,20 +123,21 @@ impl Published {
     fn line(&self, sent: Option<u64>, deltas: Deltas) -> (Bytes, Push) {
         match &self.delta {
             Some(change) if deltas != Deltas::None && sent == Some(change.base) => {
+                let material = change.material.then_some(&*self.material);
                 let line = match (&change.rules, deltas) {
                     (Some(rules), Deltas::Rules) => self
                         .rule_changes
-                        .get_or_init(|| Bytes::from(protocol::delta_line(self.version, change.base, rules))),
-                    _ => self
-                        .changes
-                        .get_or_init(|| Bytes::from(protocol::delta_line(self.version, change.base, &change.hosts))),
+                        .get_or_init(|| Bytes::from(protocol::delta_line(self.version, change.base, rules, material))),
+                    _ => self.changes.get_or_init(|| {
+                        Bytes::from(protocol::delta_line(self.version, change.base, &change.hosts, material))
+                    }),
                 };
                 (line.clone(), Push::Delta)
             }
             _ => {
                 let line = self
                     .whole
-                    .get_or_init(|| Bytes::from(protocol::whole_line(self.version, &self.proxy)));
+                    .get_or_init(|| Bytes::from(protocol::whole_line(self.version, &self.proxy, &self.material)));
                 (line.clone(), Push::Whole)
             }
         }
@@ -142,7 +154,18 @@ impl Hub {
     /// [`Hub::publish`], keeping the last version of the `held` proxies (their Gateway's
     /// parameters cannot be used): they keep serving it.
     pub fn publish_holding(&self, proxies: &[ir::Proxy], held: &BTreeSet<String>) {
-        self.publish_proxies(proxies, held);
+        self.publish_with_material(proxies, held, &HashMap::new());
+    }
+
+    /// [`Hub::publish_holding`], with the static layer's key material of each proxy by id
+    /// (controller mode): a change of material alone is a new version too.
+    pub fn publish_with_material(
+        &self,
+        proxies: &[ir::Proxy],
+        held: &BTreeSet<String>,
+        materials: &HashMap<String, Arc<StaticMaterial>>,
+    ) {
+        self.publish_proxies(proxies, held, materials);
         self.latest.send_replace(self.version.load(Ordering::Relaxed));
     }
 
@@ -162,24 +185,36 @@ impl Hub {
         current.get(id).map(|s| s.borrow().clone())
     }
 
-    fn publish_proxies(&self, proxies: &[ir::Proxy], held: &BTreeSet<String>) {
+    fn publish_proxies(
+        &self,
+        proxies: &[ir::Proxy],
+        held: &BTreeSet<String>,
+        materials: &HashMap<String, Arc<StaticMaterial>>,
+    ) {
         let mut current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
         current.retain(|id, _| held.contains(id) || proxies.iter().any(|p| &p.id == id));
         for proxy in proxies {
+            let material = materials.get(&proxy.id).cloned().unwrap_or_default();
             match current.get(&proxy.id) {
                 Some(sender) => {
                     let previous = sender.borrow().clone();
+                    let changed = previous.material != material;
                     let delta = match delta::difference(&previous.proxy, proxy) {
-                        Difference::Same => continue,
-                        Difference::Delta(delta) => Some(Change::new(previous.version, &previous.proxy, delta)),
+                        Difference::Same if !changed => continue,
+                        Difference::Same => {
+                            Some(Change::new(previous.version, &previous.proxy, Delta::default(), true))
+                        }
+                        Difference::Delta(delta) => {
+                            Some(Change::new(previous.version, &previous.proxy, delta, changed))
+                        }
                         Difference::Whole => None,
                     };
                     let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-                    sender.send_replace(Published::new(version, proxy.clone(), delta));
+                    sender.send_replace(Published::new(version, proxy.clone(), material, delta));
                 }
                 None => {
                     let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-                    let (sender, _) = watch::channel(Published::new(version, proxy.clone(), None));
+                    let (sender, _) = watch::channel(Published::new(version, proxy.clone(), material, None));
                     current.insert(proxy.id.clone(), sender);
                 }
             }
@@ -583,6 +618,42 @@ mod tests {
         hub.publish(&[proxy("a/x", 2)]);
         let third = hub.latest("a/x").expect("published");
         assert_eq!(third.line(Some(second.version), Deltas::Rules).1, Push::Whole);
+    }
+
+    #[test]
+    fn a_change_of_static_material_alone_is_a_version_whose_delta_carries_it() {
+        let hub = Hub::default();
+        let served = proxy("a/x", 1);
+        let mut material = StaticMaterial::default();
+        material.ca_bundles.insert("infra/ca".into(), "ONE".into());
+        let materials = HashMap::from([("a/x".to_string(), Arc::new(material.clone()))]);
+        hub.publish_with_material(std::slice::from_ref(&served), &BTreeSet::new(), &materials);
+        let first = hub.latest("a/x").expect("published");
+        let whole: protocol::Message = serde_json::from_slice(&first.line(None, Deltas::Rules).0).expect("JSON");
+        assert_eq!(whole.material.as_ref(), Some(&material));
+        // Same IR, same material: no new version.
+        hub.publish_with_material(std::slice::from_ref(&served), &BTreeSet::new(), &materials);
+        assert_eq!(hub.latest("a/x").expect("published").version, first.version);
+        // Same IR, other material: a new version, a delta that changes nothing but the material.
+        material.ca_bundles.insert("infra/ca".into(), "TWO".into());
+        let materials = HashMap::from([("a/x".to_string(), Arc::new(material.clone()))]);
+        hub.publish_with_material(std::slice::from_ref(&served), &BTreeSet::new(), &materials);
+        let second = hub.latest("a/x").expect("published");
+        let (line, push) = second.line(Some(first.version), Deltas::Rules);
+        assert_eq!(push, Push::Delta);
+        let delta: protocol::Message = serde_json::from_slice(&line).expect("JSON");
+        assert_eq!(
+            (delta.base, delta.material.as_ref()),
+            (Some(first.version), Some(&material))
+        );
+        // An IR change that leaves the material alone does not send it again.
+        let mut more = served.clone();
+        more.backends.insert("b".into(), backend("b"));
+        hub.publish_with_material(std::slice::from_ref(&more), &BTreeSet::new(), &materials);
+        let third = hub.latest("a/x").expect("published");
+        let delta: protocol::Message =
+            serde_json::from_slice(&third.line(Some(second.version), Deltas::Rules).0).expect("JSON");
+        assert!(delta.delta.is_some() && delta.material.is_none());
     }
 
     fn backend(id: &str) -> ir::Backend {
