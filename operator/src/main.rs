@@ -179,20 +179,24 @@ fn translate_files(
 }
 
 /// `snapshot` (the files given, standing for the cluster) with the configuration's static layer
-/// merged in as the controller merges it; refusals are printed to standard error.
+/// (its files and its Consul key, read once) merged in as the running modes merge it; refusals
+/// are printed to standard error.
 fn with_static_layer(
     snapshot: translator::Snapshot,
     settings: &settings::Kubernetes,
 ) -> anyhow::Result<translator::Snapshot> {
-    let paths = &settings.static_layer.paths;
-    if !settings.static_layer.consul.address.is_empty() {
-        eprintln!("note: the static layer's Consul key is not read here, only its files");
-    }
-    if paths.is_empty() {
+    if settings.static_layer.is_empty() {
         return Ok(snapshot);
     }
-    let layer = local::snapshot(paths).context("reading the static layer (static.paths)")?;
-    let layered = translator::layer::merge(&snapshot, &layer, &operator::layer::shown(paths));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
+    let layered = runtime.block_on(async {
+        let layer = static_layer(settings, &metrics).await?;
+        anyhow::Ok(layer.map(|layer| layer.merge(&snapshot, settings.mode)))
+    })?;
+    let Some(layered) = layered else {
+        return Ok(snapshot);
+    };
     for refusal in &layered.refused {
         eprintln!("error: {}", refusal.message);
     }
@@ -272,7 +276,6 @@ fn only_gateway(out: &mut translator::Output, snapshot: &translator::Snapshot, g
     Ok(())
 }
 
-/// The configuration of a command that runs in `mode`: the file's, or the defaults.
 /// The static layer of the `static` section, read once now: files that do not read or an
 /// unreachable Consul are an error at start-up (later, the last good read keeps serving).
 async fn static_layer(

@@ -301,11 +301,55 @@ async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_rest
     })
     .await;
 
+    // `turna translate` and `turna explain -f` read the key too: the static route and its
+    // conditions beside the files standing for the cluster.
+    let cluster = data.with_extension("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        common::class_and_gateway(&class, "rakunlabs.com/turna", &ns, &listeners),
+    )
+    .expect("write cluster file");
+    let config = data.with_extension("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "providers:\n  kubernetes: {{gateway_class: {class}}}\nstatic:\n  consul: {{address: \"{consul_address}\"}}\n"
+        ),
+    )
+    .expect("write configuration");
+    let turna = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_turna"))
+            .args(args)
+            .output()
+            .expect("run turna");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (cluster, config) = (cluster.display().to_string(), config.display().to_string());
+    let ir = turna(&["translate", "-f", &cluster, "--config", &config, "-o", "ir"]);
+    assert!(ir.contains("name: from-consul") && ir.contains("value: /third"), "{ir}");
+    assert!(ir.contains("staticLayer: true"), "{ir}");
+    let explained = turna(&[
+        "explain",
+        "route",
+        &format!("{ns}/from-consul"),
+        "-f",
+        &cluster,
+        "--config",
+        &config,
+    ]);
+    assert!(
+        explained.contains(": attached") && explained.contains("all resolved"),
+        "{explained}"
+    );
+
     controller.abort();
     dataplane.shutdown().await;
     drop(consul);
     let _ = std::fs::remove_dir_all(&data);
     let _ = std::fs::remove_dir_all(data.with_extension("tls"));
+    let _ = std::fs::remove_file(data.with_extension("cluster.yaml"));
+    let _ = std::fs::remove_file(data.with_extension("config.yaml"));
 }
 
 /// `turna standalone --config consul://...`: the configuration file itself from a Consul key.
