@@ -180,6 +180,11 @@ impl Cache {
 }
 
 impl<'a> Backends<'a> {
+    /// The snapshot the backends are read from.
+    pub fn snapshot(&self) -> &'a Snapshot {
+        self.snapshot
+    }
+
     pub fn new(snapshot: &'a Snapshot, config: &'a Config) -> Self {
         let services = snapshot
             .services

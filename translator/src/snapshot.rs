@@ -119,6 +119,12 @@ impl Facts {
         self.installed_kinds.as_ref().is_none_or(|k| k.contains(kind))
     }
 
+    /// How logs and metrics name object `kind` `namespace/name`: `k8s-namespace/name`, or
+    /// `namespace/name` for an object of the static layer.
+    pub fn ir_name(&self, kind: &str, namespace: &str, name: &str) -> String {
+        format!("{}{namespace}/{name}", self.name_prefix(kind, namespace, name))
+    }
+
     /// The prefix of the IR names made from object `kind` `namespace/name`:
     /// [`crate::layer::GENERATED_PREFIX`] unless it came from the static layer.
     pub fn name_prefix(&self, kind: &str, namespace: &str, name: &str) -> &'static str {

@@ -278,7 +278,8 @@ proptest! {
         for proxy in &output.proxies {
             let bundle = &output.bundles[&proxy.id];
             for (id, security) in &proxy.security {
-                prop_assert_eq!(id.as_str(), security.policy.as_str());
+                // Keyed by `namespace/name`, logged with the prefix of names generated from the cluster.
+                prop_assert_eq!(Some(id.as_str()), security.policy.strip_prefix(translator::layer::GENERATED_PREFIX));
                 for c in security.basic_auth.iter().map(|b| &b.users)
                     .chain(security.api_key.iter().flat_map(|a| &a.credentials))
                 {

@@ -201,7 +201,7 @@ fn decide(policy: &XTelemetryPolicy, backends: &Backends) -> Decision {
         namespace: policy.namespace(),
     };
     let resolved = backends.resolve_for_policy(from, &reference);
-    let tracing = match settings(policy, config) {
+    let tracing = match settings(policy, config, backends.snapshot()) {
         Ok(tracing) => tracing,
         Err(problem) => {
             decision.not_accepted = Some(problem);
@@ -233,7 +233,7 @@ fn decide(policy: &XTelemetryPolicy, backends: &Backends) -> Decision {
 }
 
 /// The tracing a valid Enabled policy asks for (backend not resolved yet).
-fn settings(policy: &XTelemetryPolicy, config: &TracingConfig) -> Result<Tracing, Problem> {
+fn settings(policy: &XTelemetryPolicy, config: &TracingConfig, snapshot: &Snapshot) -> Result<Tracing, Problem> {
     let sampling = fraction(config.sampling_rate, "tracing.samplingRate")?.unwrap_or(ir::Fraction::ALL);
     let parent = config.parent_based_sampling.as_ref();
     let parent_based = match parent.and_then(|p| p.mode.as_deref()) {
@@ -295,7 +295,9 @@ fn settings(policy: &XTelemetryPolicy, config: &TracingConfig) -> Result<Tracing
         });
     }
     Ok(Tracing {
-        policy: policy.key(),
+        policy: snapshot
+            .facts
+            .ir_name("XTelemetryPolicy", policy.namespace(), policy.name()),
         backend: Default::default(),
         protocol: OtlpProtocol::HttpProtobuf,
         headers: Vec::new(),

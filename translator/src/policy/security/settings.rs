@@ -61,7 +61,9 @@ pub(super) fn model<'a>(
         uses: Vec::new(),
     };
     let mut security = ir::Security {
-        policy: policy.key(),
+        policy: snapshot
+            .facts
+            .ir_name("TurnaSecurityPolicy", policy.namespace(), policy.name()),
         ..ir::Security::default()
     };
     let has_refs = spec.basic_auth.is_some() || spec.api_key_auth.is_some() || spec.jwt.is_some();
@@ -107,7 +109,9 @@ pub(super) fn model<'a>(
     if let Some(p) = not_accepted.as_ref().or(unresolved.as_ref()) {
         // Enforced as "nothing passes": the settings are dropped, the message kept.
         security = ir::Security {
-            policy: policy.key(),
+            policy: snapshot
+                .facts
+                .ir_name("TurnaSecurityPolicy", policy.namespace(), policy.name()),
             invalid: Some(p.message.clone()),
             ..ir::Security::default()
         };

@@ -115,7 +115,10 @@ pub(super) fn model<'a>(policy: &'a TurnaTrafficPolicy, id: SmolStr, backends: &
             }
         };
         Ok(ir::Traffic {
-            policy: policy.key(),
+            policy: backends
+                .snapshot()
+                .facts
+                .ir_name("TurnaTrafficPolicy", policy.namespace(), policy.name()),
             local_rate_limit: local,
             global_rate_limit: global,
             max_request_body: spec.max_request_body_bytes,
@@ -128,7 +131,10 @@ pub(super) fn model<'a>(policy: &'a TurnaTrafficPolicy, id: SmolStr, backends: &
         Ok(traffic) => (traffic, None, None),
         Err((reference, problem)) => {
             let traffic = ir::Traffic {
-                policy: policy.key(),
+                policy: backends
+                    .snapshot()
+                    .facts
+                    .ir_name("TurnaTrafficPolicy", policy.namespace(), policy.name()),
                 invalid: Some(problem.message.clone()),
                 ..ir::Traffic::default()
             };
