@@ -470,12 +470,13 @@ impl<'a> Backends<'a> {
             policies.push(usage);
             backend.traffic = traffic;
         }
-        if let Some((usage, set)) = self.settings.lookup(ns, "Service", r.name) {
-            policies.push(usage);
+        let settings_usage = self.settings.lookup(ns, "Service", r.name).map(|(usage, set)| {
+            policies.push(usage.clone());
             backend.traffic.load_balancer = set.load_balancer;
             backend.traffic.circuit_breaker = set.circuit_breaker;
             backend.traffic.health = set.health;
-        }
+            usage
+        });
         if (protocol == AppProtocol::Wss || https) && backend.tls.is_none() {
             // TLS to the backend is configured only by a BackendTLSPolicy; without one the
             // port cannot be reached as it declares, and plain text must not be sent instead.
@@ -493,6 +494,11 @@ impl<'a> Backends<'a> {
         } else {
             protocol
         };
+        if let Some(usage) = settings_usage
+            && crate::policy::backend_targets::unprobed(&backend.traffic, backend.protocol)
+        {
+            policies.push(crate::policy::backend_targets::unprobed_key(&usage));
+        }
         Ok(Resolved {
             backend: Arc::new(backend),
             policies,
@@ -575,10 +581,13 @@ impl<'a> Backends<'a> {
             }
         }
         if let Some((usage, set)) = self.settings.lookup(ns, "XBackend", r.name) {
-            policies.push(usage);
             traffic.load_balancer = set.load_balancer;
             traffic.circuit_breaker = set.circuit_breaker;
             traffic.health = set.health;
+            if crate::policy::backend_targets::unprobed(&traffic, protocol) {
+                policies.push(crate::policy::backend_targets::unprobed_key(&usage));
+            }
+            policies.push(usage);
         }
         let backend = Backend {
             id: id.into(),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::api::telemetry::LocalPolicyTargetReference;
 use crate::config::Config;
 use crate::gateway::Problem;
-use crate::ir::BackendTraffic;
+use crate::ir::{AppProtocol, BackendTraffic};
 use crate::object::{Meta, X_GROUP};
 use crate::snapshot::Snapshot;
 use crate::status::{Condition, PolicyAncestorStatus, PolicyStatus, condition::kind, condition::reason};
@@ -32,6 +32,21 @@ pub trait BackendPolicy: Meta + Sized {
     }
     /// The policies of this kind in `snapshot`.
     fn policies(snapshot: &Snapshot) -> &[Arc<Self>];
+}
+
+/// Whether `traffic` asks for gRPC health checks that cannot run on a backend of `protocol`: a
+/// gRPC server speaks HTTP/2, and the proxy does not probe a backend it reaches over HTTP/1.1
+/// (it would mark every endpoint down). The policy's status says so.
+pub fn unprobed(traffic: &BackendTraffic, protocol: AppProtocol) -> bool {
+    let grpc = (traffic.health.as_ref())
+        .and_then(|h| h.active.as_ref())
+        .is_some_and(|a| matches!(a.probe, crate::ir::Probe::Grpc { .. }));
+    grpc && protocol != AppProtocol::H2c
+}
+
+/// The usage key recorded beside `usage` by a backend that [`unprobed`] its policy's checks.
+pub fn unprobed_key(usage: &str) -> String {
+    format!("{usage}#unprobed")
 }
 
 /// A target: namespace, kind (`Service` or `XBackend`) and name.
@@ -126,11 +141,22 @@ impl<'a, P: BackendPolicy> BackendPolicies<'a, P> {
     /// [`BackendPolicies::lookup`] to the Gateways (`namespace/name`) whose routes reached them.
     pub fn statuses(&self, usage: &BTreeMap<String, BTreeSet<String>>, config: &Config) -> Vec<PolicyStatus> {
         let mut ancestors: Vec<BTreeMap<&String, bool>> = self.models.iter().map(|_| BTreeMap::new()).collect();
+        // Targets of the applied policy whose gRPC health checks do not run, per Gateway.
+        let mut unprobed: Vec<BTreeMap<&String, Vec<String>>> = self.models.iter().map(|_| BTreeMap::new()).collect();
         for (target, indices) in &self.targets {
-            let Some(gateways) = usage.get(&Self::usage_key(target)) else {
+            let key = Self::usage_key(target);
+            let Some(gateways) = usage.get(&key) else {
                 continue;
             };
             let winner = indices.iter().copied().find(|&i| self.models[i].problem.is_none());
+            if let (Some(w), Some(unprobed_on)) = (winner, usage.get(&unprobed_key(&key))) {
+                for gw in unprobed_on {
+                    unprobed[w]
+                        .entry(gw)
+                        .or_default()
+                        .push(format!("{} {}", target.1, target.2));
+                }
+            }
             for &i in indices {
                 for gw in gateways {
                     let conflicted = ancestors[i].entry(gw).or_insert(false);
@@ -139,7 +165,7 @@ impl<'a, P: BackendPolicy> BackendPolicies<'a, P> {
             }
         }
         let mut out = Vec::new();
-        for (m, gateways) in self.models.iter().zip(ancestors) {
+        for ((m, gateways), unprobed) in self.models.iter().zip(ancestors).zip(unprobed) {
             if gateways.is_empty() {
                 continue;
             }
@@ -168,10 +194,24 @@ impl<'a, P: BackendPolicy> BackendPolicies<'a, P> {
                 .take(MAX_ANCESTORS)
                 .map(|(gw, lost)| {
                     let (namespace, name) = gw.split_once('/').unwrap_or(("", gw));
+                    let condition = match unprobed.get(gw) {
+                        _ if lost => conflicted.clone(),
+                        Some(targets) => Condition::new(
+                            kind::ACCEPTED,
+                            true,
+                            reason::ACCEPTED,
+                            format!(
+                                "Policy is accepted, but its gRPC health checks do not run on {}: gRPC needs an HTTP/2 backend (appProtocol kubernetes.io/h2c)",
+                                targets.join(", ")
+                            ),
+                            g,
+                        ),
+                        None => accepted.clone(),
+                    };
                     PolicyAncestorStatus {
                         ancestor_ref: super::gateway_ancestor(namespace, name),
                         controller_name: config.controller_name.clone(),
-                        conditions: vec![if lost { conflicted.clone() } else { accepted.clone() }],
+                        conditions: vec![condition],
                     }
                 })
                 .collect();
