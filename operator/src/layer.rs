@@ -123,6 +123,11 @@ impl Layer {
         self.shared.version.subscribe()
     }
 
+    /// The files and the Consul key, as messages name them.
+    pub fn source(&self) -> &str {
+        &self.shared.source
+    }
+
     /// The last good read.
     pub fn current(&self) -> Arc<Input> {
         lock(&self.shared.current).clone()

@@ -179,8 +179,7 @@ fn translate_files(
 }
 
 /// `snapshot` (the files given, standing for the cluster) with the configuration's static layer
-/// (its files and its Consul key, read once) merged in as the running modes merge it; refusals
-/// are printed to standard error.
+/// (its files and its Consul key, read once) merged in; refusals are printed to standard error.
 fn with_static_layer(
     snapshot: translator::Snapshot,
     settings: &settings::Kubernetes,
@@ -192,7 +191,8 @@ fn with_static_layer(
     let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
     let layered = runtime.block_on(async {
         let layer = static_layer(settings, &metrics).await?;
-        anyhow::Ok(layer.map(|layer| layer.merge(&snapshot, settings.mode)))
+        let merged = layer.map(|layer| translator::layer::merge(&snapshot, &layer.current().snapshot, layer.source()));
+        anyhow::Ok(merged)
     })?;
     let Some(layered) = layered else {
         return Ok(snapshot);
