@@ -528,7 +528,10 @@ spec:
     assert!(accepted.contains(&("ResolvedRefs", "True")), "{accepted:?}");
     let proxy = local::standalone_proxy(out.proxies);
     let policy = proxy.security.values().next().expect("the policy in the IR");
-    assert_eq!(policy.policy, "default/users-only");
+    assert_eq!(
+        policy.policy, "k8s-default/users-only",
+        "named as generated from Kubernetes objects"
+    );
     assert_eq!(policy.invalid, None);
     let users = policy.basic_auth.as_ref().expect("basic auth").users.clone();
     assert_eq!(translator::Bundle::of(&proxy).credentials, [users.clone()].into());
