@@ -235,6 +235,26 @@ fn translate_merges_the_static_layer_and_names_what_it_refuses() {
         .filter_map(|r| r["name"].as_str())
         .collect();
     assert_eq!(routes, ["api", "health", "to-https"]);
+    let out = turna(&[
+        "explain",
+        "route",
+        "infra/health",
+        "-f",
+        &cluster,
+        "--config",
+        &with_layer,
+    ]);
+    let explained = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        explained.starts_with("HTTPRoute infra/health (static layer: no API object, no status written)\n"),
+        "{explained}"
+    );
+    let out = turna(&["explain", "route", "infra/api", "-f", &cluster, "--config", &with_layer]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("HTTPRoute infra/api\n"),
+        "the cluster's route"
+    );
 
     std::fs::write(dir.join("static/broken.yaml"), "kind: HTTPRoute\nmetadata: [\n").expect("write broken file");
     refused(&["translate", "-f", &cluster, "--config", &with_layer], "static layer");

@@ -342,6 +342,7 @@ async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_rest
         explained.contains(": attached") && explained.contains("all resolved"),
         "{explained}"
     );
+    assert!(explained.contains("(static layer"), "{explained}");
 
     controller.abort();
     dataplane.shutdown().await;

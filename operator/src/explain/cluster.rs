@@ -1,6 +1,6 @@
 //! What `turna explain` needs, read from files (translated) or from a cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -24,6 +24,8 @@ pub struct Input {
     pub routes: Vec<(String, String, String, Value)>,
     pub gateways: Vec<Arc<Gateway>>,
     pub statuses: Statuses,
+    /// `Kind/namespace/name` of the objects of the static layer (files only).
+    pub static_layer: BTreeSet<String>,
 }
 
 impl Input {
@@ -39,6 +41,7 @@ impl Input {
             routes,
             gateways: snapshot.gateways.clone(),
             statuses,
+            static_layer: snapshot.facts.static_layer.clone(),
         }
     }
 
@@ -61,6 +64,7 @@ impl Input {
             routes,
             gateways: read.gateways,
             statuses: read.statuses,
+            static_layer: BTreeSet::new(),
         })
     }
 
@@ -92,14 +96,20 @@ impl Input {
             if !out.is_empty() {
                 out.push('\n');
             }
-            out.push_str(&super::route(&super::RouteFacts {
+            let text = super::route(&super::RouteFacts {
                 kind: k,
                 namespace: ns,
                 name: n,
                 object,
                 parents,
                 gateways: &gateways,
-            }));
+            });
+            if self.static_layer.contains(&translator::layer::key(k, ns, n)) {
+                // Its first line names it: say where it comes from, since no API object has it.
+                out.push_str(&text.replacen('\n', " (static layer: no API object, no status written)\n", 1));
+            } else {
+                out.push_str(&text);
+            }
         }
         if out.is_empty() {
             return Err(format!("no route {reference}"));
