@@ -65,6 +65,38 @@ pub fn wanted_credentials<'a>(credentials: impl IntoIterator<Item = &'a Credenti
     wanted
 }
 
+/// Takes out of `bundle` what the static layer's admitted material `layer` holds, and returns
+/// it: the certificates, CA bundles and credentials (only the keys named) one proxy's IR names
+/// from the layer. What stays in `bundle` is the cluster's to supply; a refused static object
+/// is not in `layer`, so it never stands in for the cluster's.
+pub fn take_static(layer: &dataplane::Material, bundle: &mut translator::Bundle) -> dataplane::Material {
+    let mut out = dataplane::Material::default();
+    bundle.secrets.retain(|name| match layer.certificates.get(name) {
+        Some(certificate) => {
+            out.certificates.insert(name.clone(), certificate.clone());
+            false
+        }
+        None => true,
+    });
+    let mut take_ca = |reference: String| match layer.ca_bundles.get(&reference) {
+        Some(pem) => {
+            out.ca_bundles.insert(reference, pem.clone());
+            false
+        }
+        None => true,
+    };
+    bundle.config_maps.retain(|name| take_ca(name.clone()));
+    (bundle.cluster_trust_bundles).retain(|name| take_ca(translator::trust_bundle::reference(name)));
+    for (object, wanted) in wanted_credentials(&bundle.credentials) {
+        if let Some(keys) = layer.credentials.get(&object) {
+            let keys = only_wanted(keys.iter().map(|(k, v)| (k, v.as_slice())), &wanted);
+            out.credentials.insert(object, keys);
+        }
+    }
+    (bundle.credentials).retain(|c| !out.credentials.contains_key(&credential_object(c)));
+    out
+}
+
 /// The keys `wanted` of an object whose keys are `all` (`None`: every key); others are never
 /// copied, so a proxy receives no more of a Secret than its policies name.
 fn only_wanted<'a>(
@@ -164,6 +196,47 @@ pub async fn fetch_trust_bundle(client: &Client, name: &str) -> Result<Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_the_bundle_names_is_taken_from_the_static_layer() {
+        let mut layer = dataplane::Material::default();
+        let certificate = TlsCertificate {
+            chain_pem: "CHAIN".into(),
+            key_pem: "KEY".into(),
+        };
+        layer.certificates.insert("infra/site".into(), certificate.clone());
+        layer.certificates.insert("infra/other".into(), certificate);
+        layer.ca_bundles.insert("infra/ca".into(), "CA".into());
+        let keys = BTreeMap::from([("alice".to_string(), b"a".to_vec()), ("bob".to_string(), b"b".to_vec())]);
+        layer.credentials.insert("Secret/infra/users".into(), keys);
+        let mut bundle = translator::Bundle {
+            secrets: ["infra/site".to_string(), "apps/cluster-secret".to_string()].into(),
+            config_maps: ["infra/ca".to_string()].into(),
+            credentials: [Credential {
+                kind: "Secret".into(),
+                object: "infra/users".into(),
+                key: Some("alice".into()),
+            }]
+            .into(),
+            ..translator::Bundle::default()
+        };
+        let taken = take_static(&layer, &mut bundle);
+        assert_eq!(taken.certificates.keys().collect::<Vec<_>>(), ["infra/site"]);
+        assert_eq!(taken.ca_bundles.keys().collect::<Vec<_>>(), ["infra/ca"]);
+        let users = &taken.credentials["Secret/infra/users"];
+        assert_eq!(
+            users.keys().collect::<Vec<_>>(),
+            ["alice"],
+            "only the key the policy names"
+        );
+        assert_eq!(
+            bundle.secrets.iter().collect::<Vec<_>>(),
+            ["apps/cluster-secret"],
+            "left to the cluster"
+        );
+        assert!(bundle.config_maps.is_empty() && bundle.credentials.is_empty());
+        assert!(take_static(&layer, &mut translator::Bundle::default()).is_empty());
+    }
     use k8s_openapi::ByteString;
 
     fn credential(kind: &str, object: &str, key: Option<&str>) -> Credential {

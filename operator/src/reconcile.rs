@@ -272,11 +272,10 @@ async fn reconcile(
                     let material = layer.material();
                     let mut materials = HashMap::new();
                     for (id, bundle) in &mut output.bundles {
-                        let selected = StaticMaterial::for_bundle(&material, bundle);
-                        if !selected.is_empty() {
-                            // Not looked for in the cluster: the bundle Secret has cluster objects only.
-                            selected.remove_from(bundle);
-                            materials.insert(id.clone(), Arc::new(selected));
+                        // Taken out of the bundle: its Secret holds the cluster's objects only.
+                        let taken = crate::material::take_static(&material, bundle);
+                        if !taken.is_empty() {
+                            materials.insert(id.clone(), Arc::new(StaticMaterial::of(&taken)));
                         }
                     }
                     hub.publish_with_material(&output.proxies, &output.held, &materials);

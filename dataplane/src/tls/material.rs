@@ -39,6 +39,10 @@ impl Material {
             .extend(other.credentials.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.certificates.is_empty() && self.ca_bundles.is_empty() && self.credentials.is_empty()
+    }
+
     /// The keys of `credential` present in the material: the one it names, or every key.
     pub fn credential(&self, credential: &translator::ir::security::Credential) -> Vec<(&str, &[u8])> {
         let Some(keys) = self

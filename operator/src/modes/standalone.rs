@@ -88,35 +88,10 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane, layer: Option<La
 /// without its credentials protects with an error).
 async fn material(client: &Client, proxy: &ir::Proxy, layer: Option<&Material>) -> Material {
     let mut bundle = Bundle::of(proxy);
-    let mut material = Material::default();
-    if let Some(layer) = layer {
-        // Only what the layer admitted (a refused static Secret never stands in for the
-        // cluster's), taken from its files and not asked of the API.
-        bundle.secrets.retain(|r| match layer.certificates.get(r) {
-            Some(certificate) => {
-                material.certificates.insert(r.clone(), certificate.clone());
-                false
-            }
-            None => true,
-        });
-        bundle.config_maps.retain(|r| match layer.ca_bundles.get(r) {
-            Some(ca) => {
-                material.ca_bundles.insert(r.clone(), ca.clone());
-                false
-            }
-            None => true,
-        });
-        bundle.credentials.retain(|credential| {
-            let object = crate::material::credential_object(credential);
-            match layer.credentials.get(&object) {
-                Some(keys) => {
-                    material.credentials.insert(object, keys.clone());
-                    false
-                }
-                None => true,
-            }
-        });
-    }
+    // The layer's own objects come from its files, not the API.
+    let mut material = layer
+        .map(|layer| crate::material::take_static(layer, &mut bundle))
+        .unwrap_or_default();
     for reference in &bundle.secrets {
         let Some((namespace, name)) = reference.split_once('/') else {
             continue;

@@ -297,7 +297,7 @@ pub fn receive(last: &mut Option<Version>, message: Message) -> Result<&Version,
 /// rejection is reported to the operator (best effort).
 async fn apply(options: &Options, dataplane: &Dataplane, message: &Version, material: &Material) {
     let combined;
-    let material = if message.material == Material::default() {
+    let material = if message.material.is_empty() {
         material
     } else {
         let mut both = material.clone();

@@ -3,7 +3,7 @@
 //! A provisioned proxy reads its cluster material from its bundle Secret, which holds only what
 //! the cluster's Secrets and ConfigMaps hold: the static layer's Secrets are read from files and
 //! never written to the cluster. So the controller sends a proxy the static material its IR
-//! names ([`StaticMaterial::for_bundle`]: the same least-privilege selection as the bundle
+//! names ([`crate::material::take_static`]: the same least-privilege selection as the bundle
 //! Secret's, after ReferenceGrant checks) in the push stream, which is TLS and authenticated
 //! per proxy. Static objects never share a name with the cluster's (the layer refuses them), so
 //! the proxy adds this material to its bundle's without either replacing the other.
@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use dataplane::{Material, TlsCertificate};
 use k8s_openapi::ByteString;
 use serde::{Deserialize, Serialize};
-use translator::Bundle;
 
 /// The static material of one proxy, keyed as [`Material`] is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,51 +38,32 @@ pub struct Certificate {
 }
 
 impl StaticMaterial {
-    /// What of `material` (the static layer's admitted material) `bundle` (what one proxy's IR
-    /// names) lists: named certificates and CA bundles, and of credentials only the keys named.
-    pub fn for_bundle(material: &Material, bundle: &Bundle) -> StaticMaterial {
-        let mut out = StaticMaterial::default();
-        for name in &bundle.secrets {
-            if let Some(c) = material.certificates.get(name) {
+    /// The wire form of `material` (what [`crate::material::take_static`] took for one proxy).
+    pub fn of(material: &Material) -> StaticMaterial {
+        let certificates = (material.certificates.iter())
+            .map(|(name, c)| {
                 let certificate = Certificate {
                     chain: c.chain_pem.clone(),
                     key: c.key_pem.clone(),
                 };
-                out.certificates.insert(name.clone(), certificate);
-            }
-        }
-        let trust_bundles = bundle
-            .cluster_trust_bundles
-            .iter()
-            .map(|n| translator::trust_bundle::reference(n));
-        for reference in bundle.config_maps.iter().cloned().chain(trust_bundles) {
-            if let Some(pem) = material.ca_bundles.get(&reference) {
-                out.ca_bundles.insert(reference, pem.clone());
-            }
-        }
-        for (object, wanted) in crate::material::wanted_credentials(&bundle.credentials) {
-            let Some(keys) = material.credentials.get(&object) else {
-                continue;
-            };
-            let keys: BTreeMap<String, ByteString> = keys
+                (name.clone(), certificate)
+            })
+            .collect();
+        let credentials = (material.credentials.iter())
+            .map(|(object, keys)| {
+                let keys = keys.iter().map(|(k, v)| (k.clone(), ByteString(v.clone()))).collect();
+                (object.clone(), keys)
+            })
+            .collect();
+        StaticMaterial {
+            certificates,
+            ca_bundles: material
+                .ca_bundles
                 .iter()
-                .filter(|(k, _)| wanted.as_ref().is_none_or(|w| w.contains(*k)))
-                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
-                .collect();
-            if !keys.is_empty() {
-                out.credentials.insert(object, keys);
-            }
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            credentials,
         }
-        out
-    }
-
-    /// Takes what this material holds out of `bundle`, leaving what the cluster must supply.
-    pub fn remove_from(&self, bundle: &mut Bundle) {
-        bundle.secrets.retain(|name| !self.certificates.contains_key(name));
-        bundle.config_maps.retain(|name| !self.ca_bundles.contains_key(name));
-        (bundle.cluster_trust_bundles)
-            .retain(|name| !self.ca_bundles.contains_key(&translator::trust_bundle::reference(name)));
-        (bundle.credentials).retain(|c| !self.credentials.contains_key(&crate::material::credential_object(c)));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -117,60 +97,24 @@ impl StaticMaterial {
 
 #[cfg(test)]
 mod tests {
-    use translator::ir::security::Credential;
-
     use super::*;
 
-    fn layer() -> Material {
+    #[test]
+    fn material_reads_back_from_the_wire() {
         let mut material = Material::default();
         let certificate = TlsCertificate {
             chain_pem: "CHAIN".into(),
             key_pem: "KEY".into(),
         };
-        material.certificates.insert("infra/site".into(), certificate.clone());
-        material.certificates.insert("infra/other".into(), certificate);
+        material.certificates.insert("infra/site".into(), certificate);
         material.ca_bundles.insert("infra/ca".into(), "CA".into());
-        let keys = BTreeMap::from([("alice".to_string(), b"a".to_vec()), ("bob".to_string(), b"b".to_vec())]);
+        let keys = BTreeMap::from([("alice".to_string(), b"a".to_vec())]);
         material.credentials.insert("Secret/infra/users".into(), keys);
-        material
-    }
-
-    #[test]
-    fn only_what_the_bundle_names_is_sent() {
-        let bundle = Bundle {
-            secrets: ["infra/site".to_string(), "apps/cluster-secret".to_string()].into(),
-            config_maps: ["infra/ca".to_string()].into(),
-            credentials: [Credential {
-                kind: "Secret".into(),
-                object: "infra/users".into(),
-                key: Some("alice".into()),
-            }]
-            .into(),
-            ..Bundle::default()
-        };
-        let selected = StaticMaterial::for_bundle(&layer(), &bundle);
-        assert_eq!(selected.certificates.keys().collect::<Vec<_>>(), ["infra/site"]);
-        assert_eq!(selected.ca_bundles.keys().collect::<Vec<_>>(), ["infra/ca"]);
-        let users = &selected.credentials["Secret/infra/users"];
-        assert_eq!(
-            users.keys().collect::<Vec<_>>(),
-            ["alice"],
-            "only the key the policy names"
-        );
-        let json = serde_json::to_string(&selected).unwrap();
+        let wire = StaticMaterial::of(&material);
+        let json = serde_json::to_string(&wire).unwrap();
         let back: StaticMaterial = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, selected);
-        let material = back.to_material();
-        assert_eq!(material.certificates["infra/site"].key_pem, "KEY");
-        assert_eq!(material.credentials["Secret/infra/users"]["alice"], b"a");
-        assert!(StaticMaterial::for_bundle(&layer(), &Bundle::default()).is_empty());
-        let mut rest = bundle.clone();
-        selected.remove_from(&mut rest);
-        assert_eq!(
-            rest.secrets.iter().collect::<Vec<_>>(),
-            ["apps/cluster-secret"],
-            "left to the cluster"
-        );
-        assert!(rest.config_maps.is_empty() && rest.credentials.is_empty());
+        assert_eq!(back, wire);
+        assert_eq!(back.to_material(), material);
+        assert!(StaticMaterial::of(&Material::default()).is_empty());
     }
 }
