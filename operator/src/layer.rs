@@ -151,7 +151,7 @@ impl Layer {
         } else {
             translator::layer::merge(cluster, &input.snapshot, &self.shared.source)
         };
-        *lock(&self.shared.served) = Arc::new(layered.served.clone());
+        *lock(&self.shared.served) = Arc::new(layered.served().clone());
         layered
     }
 
@@ -165,7 +165,7 @@ impl Layer {
     /// Logs what changed in the static objects' refusals and conditions since the last pass and
     /// exports them as metrics.
     pub fn report(&self, layered: &Layered, statuses: &Statuses, metrics: &Metrics) {
-        let conditions = conditions(statuses, &layered.served);
+        let conditions = conditions(statuses, layered.served());
         let now = Reported {
             refused: layered.refused.clone(),
             conditions,

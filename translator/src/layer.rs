@@ -35,10 +35,15 @@ pub struct Layered {
     pub snapshot: Snapshot,
     /// Sorted by kind, namespace and name.
     pub refused: Vec<Refusal>,
+}
+
+impl Layered {
     /// `Kind/namespace/name` of every static object that is served (namespace empty for
     /// cluster-scoped kinds): whose statuses belong to no API object, and whose key material
     /// (Secrets, ConfigMaps, ClusterTrustBundles) comes from the layer.
-    pub served: BTreeSet<String>,
+    pub fn served(&self) -> &BTreeSet<String> {
+        &self.snapshot.facts.static_layer
+    }
 }
 
 /// The key of one object in [`Layered::served`].
@@ -54,6 +59,7 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
         ..Layered::default()
     };
     let mut admitted = Snapshot::default();
+    let mut served = BTreeSet::new();
     // The kinds the layer brings: served even where the cluster lacks their CRD (a static
     // security policy must never be skipped as "not installed" and leave its route open).
     let mut kinds = BTreeSet::new();
@@ -66,7 +72,7 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
                 match refusal(&kind, &namespace, &name, taken.contains(&(namespace.clone(), name.clone())), source) {
                     Some(refused) => out.refused.push(refused),
                     None => {
-                        out.served.insert(key(&kind, &namespace, &name));
+                        served.insert(key(&kind, &namespace, &name));
                         kinds.insert(kind);
                         admitted.$field.push(Arc::clone(object));
                     }
@@ -108,7 +114,7 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
         match refusal(&kind, &namespace, &name, clash, source) {
             Some(refused) => out.refused.push(refused),
             None => {
-                out.served.insert(key(&kind, &namespace, &name));
+                served.insert(key(&kind, &namespace, &name));
                 kinds.insert(kind);
                 admitted.unreadable_routes.push(route.clone());
             }
@@ -131,7 +137,7 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
                 ) {
                     Some(refused) => out.refused.push(refused),
                     None => {
-                        out.served.insert(key($kind, &namespace, &name));
+                        served.insert(key($kind, &namespace, &name));
                         admitted.$field.push(fact.clone());
                     }
                 }
@@ -164,11 +170,11 @@ pub fn merge(cluster: &Snapshot, layer: &Snapshot, source: &str) -> Layered {
     admitted.session_persistence = layer
         .session_persistence
         .iter()
-        .filter(|(route, _)| out.served.contains(*route))
+        .filter(|(route, _)| served.contains(*route))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     out.snapshot.extend(&admitted);
-    out.snapshot.facts.static_layer.extend(out.served.iter().cloned());
+    out.snapshot.facts.static_layer.extend(served);
     if let Some(installed) = &mut out.snapshot.facts.installed_kinds {
         installed.extend(kinds);
     }
@@ -279,8 +285,8 @@ spec:
         let layered = merge(&cluster, &layer, "static.yaml");
         assert!(layered.refused.is_empty());
         assert_eq!(layered.snapshot.http_routes.len(), 2);
-        assert!(layered.served.contains("HTTPRoute/default/b"));
-        assert!(!layered.served.contains("HTTPRoute/default/a"));
+        assert!(layered.served().contains("HTTPRoute/default/b"));
+        assert!(!layered.served().contains("HTTPRoute/default/a"));
     }
 
     #[test]
@@ -296,7 +302,7 @@ spec:
                 .message
                 .contains("both in the cluster and in the static layer (static.yaml)")
         );
-        assert!(layered.served.contains("HTTPRoute/default/c"));
+        assert!(layered.served().contains("HTTPRoute/default/c"));
     }
 
     #[test]

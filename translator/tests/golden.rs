@@ -47,7 +47,7 @@ fn render(case: &Path) -> (String, String, String) {
         }
         layer = serde_yaml::to_string(&Layer {
             refused: &layered.refused,
-            served: &layered.served,
+            served: layered.served(),
         })
         .expect("layer serializes");
         snapshot = layered.snapshot;

@@ -212,10 +212,10 @@ impl Readers {
         for refusal in &layered.refused {
             tracing::error!(kind = %refusal.kind, namespace = %refusal.namespace, name = %refusal.name, "{}", refusal.message);
         }
-        input.snapshot = layered.snapshot;
         input
             .material
-            .extend(&crate::layer::admitted(&layer.material, &layered.served));
+            .extend(&crate::layer::admitted(&layer.material, layered.served()));
+        input.snapshot = layered.snapshot;
         Ok(input)
     }
 }
