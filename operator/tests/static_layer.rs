@@ -35,6 +35,29 @@ spec:
     )
 }
 
+/// A static HTTPRoute `guarded` for `/guarded` like [`static_route`]'s, behind a basic-auth
+/// TurnaSecurityPolicy whose users (bob, password `staticpass`) are a static Secret, which also
+/// holds the `extra` data keys (`, key: value`) no policy reads.
+fn guarded_route(ns: &str, extra: &str) -> String {
+    static_route(ns, "guarded", "/guarded")
+        + &format!(
+            "apiVersion: gateway.turna.rakunlabs.com/v1alpha1
+kind: TurnaSecurityPolicy
+metadata: {{name: guarded, namespace: {ns}}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: guarded}}]
+  basicAuth:
+    users: {{name: admins}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: admins, namespace: {ns}}}
+stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"{extra}}}
+---
+"
+        )
+}
+
 fn static_service(ns: &str, backend: SocketAddr) -> String {
     format!(
         "apiVersion: v1
@@ -103,26 +126,7 @@ async fn static_routes_are_served_beside_the_clusters_and_follow_their_files() {
     std::fs::write(dir.join("service.yaml"), static_service(&ns, status_backend)).expect("write service");
     // A static route guarded by basic auth whose users are a static Secret: read from the file,
     // never asked of the API server (which has no such Secret).
-    std::fs::write(
-        dir.join("guarded.yaml"),
-        static_route(&ns, "guarded", "/guarded")
-            + &format!(
-                "apiVersion: gateway.turna.rakunlabs.com/v1alpha1
-kind: TurnaSecurityPolicy
-metadata: {{name: guarded, namespace: {ns}}}
-spec:
-  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: guarded}}]
-  basicAuth:
-    users: {{name: admins}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: admins, namespace: {ns}}}
-stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\"}}
-"
-            ),
-    )
-    .expect("write guarded route");
+    std::fs::write(dir.join("guarded.yaml"), guarded_route(&ns, "")).expect("write guarded route");
 
     let metrics = std::sync::Arc::new(operator::metrics::Metrics::new());
     let sources = operator::layer::Sources {
@@ -255,24 +259,8 @@ async fn controller_mode_pushes_static_routes_and_refuses_static_gateways() {
     std::fs::write(
         dir.join("objects.yaml"),
         static_route(&ns, "health", "/healthz")
-            + &static_route(&ns, "guarded", "/guarded")
+            + &guarded_route(&ns, ", unrelated: secret")
             + &static_service(&ns, status_backend)
-            + &format!(
-                "---
-apiVersion: gateway.turna.rakunlabs.com/v1alpha1
-kind: TurnaSecurityPolicy
-metadata: {{name: guarded, namespace: {ns}}}
-spec:
-  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: guarded}}]
-  basicAuth:
-    users: {{name: admins}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: admins, namespace: {ns}}}
-stringData: {{.htpasswd: \"bob:{{SHA}}Sqbmjb6387Php7VLIUlfH/hHTqg=\", unrelated: secret}}
-"
-            )
             + &format!(
                 "---
 apiVersion: gateway.networking.k8s.io/v1
