@@ -223,37 +223,30 @@ pub fn compile(
             outcome.not_accepted.get_or_insert(first.clone());
         } else if outcome.partially_invalid.is_none() {
             // The spec requires the "Dropped Rule" prefix and which rules were dropped.
-            let which: Vec<String> = dropped
-                .iter()
-                .map(|(rule, p)| format!("{rule} ({})", p.message))
-                .collect();
-            outcome.partially_invalid = Some(Problem::new(
-                first.reason,
-                format!("Dropped Rule(s): {}", which.join(", ")),
-            ));
+            outcome.partially_invalid = Some(rules_problem("Dropped Rule(s)", &dropped));
         }
     }
     // Some rules fail closed for an unresolvable ExternalAuth server while others serve: the
     // route is partially invalid (the upstream ExternalAuth conformance tests proposed in
     // kubernetes-sigs/gateway-api#5113 expect it), though those rules are kept, answering 500,
     // rather than dropped (dropping one could let a less specific rule serve it unprotected).
-    if let Some((_, first)) = closed.first()
-        && closed.len() < route.rules().len()
-        && outcome.partially_invalid.is_none()
-    {
-        let which: Vec<String> = closed
-            .iter()
-            .map(|(rule, p)| format!("{rule} ({})", p.message))
-            .collect();
-        outcome.partially_invalid = Some(Problem::new(
-            first.reason,
-            format!(
-                "Rule(s) failing closed (500) until their ExternalAuth server resolves: {}",
-                which.join(", ")
-            ),
+    if !closed.is_empty() && closed.len() < route.rules().len() && outcome.partially_invalid.is_none() {
+        outcome.partially_invalid = Some(rules_problem(
+            "Rule(s) failing closed (500) until their ExternalAuth server resolves",
+            &closed,
         ));
     }
     out
+}
+
+/// One problem for some rules of a route, `rules` non-empty: the first's reason, and a message
+/// naming each rule with its own message after `what`.
+fn rules_problem(what: &str, rules: &[(String, Problem)]) -> Problem {
+    let which: Vec<String> = rules
+        .iter()
+        .map(|(rule, p)| format!("{rule} ({})", p.message))
+        .collect();
+    Problem::new(rules[0].1.reason, format!("{what}: {}", which.join(", ")))
 }
 
 /// Resolves a backendRef, recording the backend and any problem. `None` for an invalid ref.
