@@ -104,15 +104,17 @@ pub fn intersects_any(listener: Option<&str>, route_hostnames: &[String]) -> boo
 /// Orders hostnames from most to least specific: exact before wildcard, then more characters,
 /// then alphabetically; `*` (any) last.
 pub fn by_specificity(a: &str, b: &str) -> Ordering {
-    let rank = |h: &str| match h {
+    specificity_key(a).cmp(&specificity_key(b))
+}
+
+/// [`by_specificity`] as a sort key, to compute once per hostname when sorting many.
+pub fn specificity_key(h: &str) -> (u8, std::cmp::Reverse<usize>, &str) {
+    let rank = match h {
         "*" => 2,
         h if h.starts_with('*') => 1,
         _ => 0,
     };
-    rank(a)
-        .cmp(&rank(b))
-        .then_with(|| b.len().cmp(&a.len()))
-        .then_with(|| a.cmp(b))
+    (rank, std::cmp::Reverse(h.len()), h)
 }
 
 /// Orders optional listener hostnames most specific first (`None` last).

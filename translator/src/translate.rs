@@ -63,7 +63,12 @@ fn threads_for(snapshot: &Snapshot) -> usize {
 /// [`translate`], with the work per route on `threads` threads ([`crate::parallel`]) and
 /// compiled rules reused from `cache`; the output is the same for any number of threads and
 /// with or without a cache.
-pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache: Option<&mut CompileCache>) -> Output {
+pub fn translate_on(
+    snapshot: &Snapshot,
+    config: &Config,
+    threads: usize,
+    mut cache: Option<&mut CompileCache>,
+) -> Output {
     let namespace_labels: BTreeMap<String, BTreeMap<String, String>> = snapshot
         .namespaces
         .iter()
@@ -84,14 +89,10 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
     // is much faster on large snapshots than in name order. Only statuses need name order.
-    let (routes, by_name) = unique_routes(collect_routes(snapshot, config, threads));
+    let previous_order = cache.as_deref().map_or(&[][..], |c| c.name_order.as_slice());
+    let (routes, by_name) = unique_routes(collect_routes(snapshot, config, threads), previous_order);
     // Age rank of each route, oldest first: precedence between routes.
-    let mut by_age: Vec<usize> = (0..routes.len()).collect();
-    by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
-    let mut age_rank = vec![0; routes.len()];
-    for (rank, i) in by_age.iter().enumerate() {
-        age_rank[*i] = rank;
-    }
+    let (by_age, age_rank) = age_ranks(&routes);
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
@@ -117,7 +118,6 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
     let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age);
-    let mut cache = cache;
     if let Some(cache) = cache.as_deref_mut() {
         cache.check(snapshot, config);
     }
@@ -134,6 +134,10 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
     );
     if let Some(cache) = cache.as_deref_mut() {
         cache.keep(&routes, &compiled_routes);
+        cache.name_order.clear();
+        cache
+            .name_order
+            .extend(by_name.iter().map(|&i| name_address(&routes[i])));
     }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
     // the backends and policies it uses, kept if it is accepted.
@@ -364,18 +368,40 @@ pub fn translate_on(snapshot: &Snapshot, config: &Config, threads: usize, cache:
 }
 
 /// The routes without duplicates (the first of each kind, namespace and name is kept), in
-/// their given order, and their positions in order of kind, namespace and name.
-fn unique_routes(mut routes: Vec<RouteModel<'_>>) -> (Vec<RouteModel<'_>>, Vec<usize>) {
+/// their given order, and their positions in order of kind, namespace and name. `previous`
+/// (the addresses of the last translation's route names, in name order) only arranges the
+/// routes before sorting, so that the sort finds them almost in order and merges the few new
+/// ones: the result is the same for any `previous`.
+fn unique_routes<'a>(mut routes: Vec<RouteModel<'a>>, previous: &[usize]) -> (Vec<RouteModel<'a>>, Vec<usize>) {
     fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
         (r.kind, r.namespace, r.name)
     }
-    let mut by_name: Vec<usize> = (0..routes.len()).collect();
-    by_name.sort_by(|a, b| key(&routes[*a]).cmp(&key(&routes[*b])));
-    let duplicate: Vec<usize> = by_name
-        .windows(2)
-        .filter(|w| key(&routes[w[0]]) == key(&routes[w[1]]))
-        .map(|w| w[1])
-        .collect();
+    // The keys sit beside the positions, so comparisons do not reach into the routes; the
+    // position breaks ties, as a stable sort of the positions would.
+    let mut keyed: Vec<((RouteKind, &str, &str), usize)> = Vec::with_capacity(routes.len());
+    if previous.is_empty() {
+        keyed.extend(routes.iter().enumerate().map(|(i, r)| (key(r), i)));
+    } else {
+        let position: foldhash::HashMap<usize, usize> =
+            (routes.iter().enumerate()).map(|(i, r)| (name_address(r), i)).collect();
+        let mut placed = vec![false; routes.len()];
+        for address in previous {
+            if let Some(&i) = position.get(address)
+                && !placed[i]
+            {
+                placed[i] = true;
+                keyed.push((key(&routes[i]), i));
+            }
+        }
+        keyed.extend(
+            (routes.iter().enumerate())
+                .filter(|(i, _)| !placed[*i])
+                .map(|(i, r)| (key(r), i)),
+        );
+    }
+    keyed.sort();
+    let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
+    let by_name: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     if duplicate.is_empty() {
         return (routes, by_name);
     }
@@ -402,6 +428,13 @@ fn unique_routes(mut routes: Vec<RouteModel<'_>>) -> (Vec<RouteModel<'_>>, Vec<u
         .map(|i| renumbered[i])
         .collect();
     (routes, by_name)
+}
+
+/// A route's identity from one translation to the next: the address of its name, which the
+/// object holds while the snapshot shares it (an address reused by another object only arranges
+/// [`unique_routes`]' input differently).
+fn name_address(route: &RouteModel<'_>) -> usize {
+    route.name.as_ptr() as usize
 }
 
 fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -> Vec<RouteModel<'a>> {
@@ -592,7 +625,7 @@ fn virtual_hosts(
     age_rank: &[usize],
 ) -> Vec<VirtualHost> {
     // Hosts list (contribution, the route's own hostname that produced the effective one).
-    // Unordered: the virtual hosts are sorted by specificity, a total order, at the end.
+    // Unordered: the hosts are sorted by specificity, a total order, before they are built.
     let mut hosts: foldhash::HashMap<&str, Vec<(usize, &str)>> =
         foldhash::HashMap::with_capacity_and_hasher(contributions.len(), Default::default());
     let mut owners = Vec::with_capacity(contributions.len());
@@ -608,44 +641,51 @@ fn virtual_hosts(
         owners.push(c.route);
         entries.push(c.rules);
     }
-    let mut out: Vec<VirtualHost> = hosts
-        .into_iter()
-        .map(|(hostname, mut served)| {
-            // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
-            let oldest_kind = served
-                .iter()
-                .min_by_key(|(ci, _)| age_rank[owners[*ci]])
-                .map(|(ci, _)| routes[owners[*ci]].kind);
-            served.retain(|(ci, _)| Some(routes[owners[*ci]].kind) == oldest_kind);
-            // The route's own hostname first (exact over wildcard, longer first), then matches.
-            // Keys are computed once: the entries lie all over memory. The few distinct route
-            // hostnames are ranked first, so the sort compares numbers only.
-            let mut originals: Vec<&str> = served.iter().map(|(_, original)| *original).collect();
-            originals.sort_unstable_by(|a, b| hostname::by_specificity(a, b));
-            originals.dedup();
-            let mut order: Vec<(usize, PrecedenceKey, usize, usize)> = served
-                .iter()
-                .flat_map(|&(ci, original)| {
-                    let host_rank = originals
-                        .binary_search_by(|o| hostname::by_specificity(o, original))
-                        .unwrap_or_default();
-                    let age = age_rank[owners[ci]];
-                    entries[ci]
-                        .iter()
-                        .enumerate()
-                        .map(move |(k, rule)| (host_rank, precedence_key(rule, age), ci, k))
-                })
-                .collect();
-            // Stable: a rule's matches keep their order.
-            order.sort_by_key(|&(host_rank, key, _, _)| (host_rank, key));
-            let rules = order.into_iter().map(|(_, _, ci, k)| entries[ci][k].clone()).collect();
-            VirtualHost {
-                hostname: hostname.to_string(),
-                rules,
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| hostname::by_specificity(&a.hostname, &b.hostname));
+    // Scratch reused from host to host: most hosts are served by a few routes.
+    let mut originals: Vec<&str> = Vec::new();
+    let mut order: Vec<(u32, PrecedenceKey, u32, u32)> = Vec::new();
+    // Most specific first: hostnames are distinct, so the order is total.
+    let mut hosts: Vec<(&str, Vec<(usize, &str)>)> = hosts.into_iter().collect();
+    hosts.sort_unstable_by_key(|(h, _)| hostname::specificity_key(h));
+    let mut out: Vec<VirtualHost> = Vec::with_capacity(hosts.len());
+    for (hostname, mut served) in hosts {
+        // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
+        let oldest_kind = served
+            .iter()
+            .min_by_key(|(ci, _)| age_rank[owners[*ci]])
+            .map(|(ci, _)| routes[owners[*ci]].kind);
+        served.retain(|(ci, _)| Some(routes[owners[*ci]].kind) == oldest_kind);
+        // The route's own hostname first (exact over wildcard, longer first), then matches.
+        // Keys are computed once: the entries lie all over memory. The few distinct route
+        // hostnames are ranked first, so the sort compares numbers only.
+        originals.clear();
+        originals.extend(served.iter().map(|(_, original)| *original));
+        originals.sort_unstable_by(|a, b| hostname::by_specificity(a, b));
+        originals.dedup();
+        order.clear();
+        for &(ci, original) in &served {
+            let host_rank = match originals.as_slice() {
+                [_] => 0,
+                _ => originals
+                    .binary_search_by(|o| hostname::by_specificity(o, original))
+                    .unwrap_or_default(),
+            };
+            let age = age_rank[owners[ci]];
+            order.extend(
+                (entries[ci].iter().enumerate())
+                    .map(|(k, rule)| (host_rank as u32, precedence_key(rule, age), ci as u32, k as u32)),
+            );
+        }
+        // Stable: a rule's matches keep their order.
+        order.sort_by_key(|&(host_rank, key, _, _)| (host_rank, key));
+        let rules = (order.iter())
+            .map(|&(_, _, ci, k)| entries[ci as usize][k as usize].clone())
+            .collect();
+        out.push(VirtualHost {
+            hostname: hostname.to_string(),
+            rules,
+        });
+    }
     route::http::inherit_less_specific(&mut out);
     out
 }
@@ -700,4 +740,61 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
         gateway_class: class_name.clone(),
         gateway_class_uid: class.metadata.uid.clone()?,
     })
+}
+
+fn age_ranks(routes: &[RouteModel<'_>]) -> (Vec<usize>, Vec<usize>) {
+    let mut by_age: Vec<usize> = (0..routes.len()).collect();
+    by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
+    let mut age_rank = vec![0; routes.len()];
+    for (rank, i) in by_age.iter().enumerate() {
+        age_rank[*i] = rank;
+    }
+    (by_age, age_rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The name order and the duplicates dropped are the same whatever arrangement the last
+    /// translation's order suggests: none, the right one, reversed, or addresses of nothing.
+    #[test]
+    fn unique_routes_ignore_how_the_last_order_arranges_them() {
+        let mut yaml = String::new();
+        for (namespace, name) in [("b", "x"), ("a", "y"), ("a", "x"), ("b", "x"), ("c", "a"), ("a", "y")] {
+            yaml.push_str(&format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: {name}, namespace: {namespace}}}\nspec: {{}}\n"
+            ));
+        }
+        let mut snapshot = Snapshot::from_yaml(&yaml).expect("objects parse");
+        // Hand-written snapshots may repeat an object: the first copy is kept.
+        let copies = snapshot.http_routes.clone();
+        snapshot.http_routes.extend(copies);
+        let config = Config::default();
+        let names = |(routes, by_name): (Vec<RouteModel<'_>>, Vec<usize>)| -> Vec<(String, String, usize)> {
+            by_name
+                .iter()
+                .map(|&i| (routes[i].namespace.to_string(), routes[i].name.to_string(), i))
+                .collect()
+        };
+        let fresh = names(unique_routes(collect_routes(&snapshot, &config, 1), &[]));
+        let expected: Vec<(String, String)> = [("a", "x"), ("a", "y"), ("b", "x"), ("c", "a")]
+            .iter()
+            .map(|(n, m)| (n.to_string(), m.to_string()))
+            .collect();
+        assert_eq!(
+            fresh.iter().map(|(n, m, _)| (n.clone(), m.clone())).collect::<Vec<_>>(),
+            expected
+        );
+        let routes = collect_routes(&snapshot, &config, 1);
+        let (kept, by_name) = unique_routes(collect_routes(&snapshot, &config, 1), &[]);
+        let right: Vec<usize> = by_name.iter().map(|&i| name_address(&kept[i])).collect();
+        let reversed: Vec<usize> = routes.iter().rev().map(name_address).collect();
+        let doubled: Vec<usize> = routes.iter().chain(&routes).map(name_address).collect();
+        for previous in [right, reversed, doubled, vec![1, 2, 3]] {
+            let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &previous));
+            assert_eq!(arranged, fresh);
+        }
+    }
 }

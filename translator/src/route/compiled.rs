@@ -164,6 +164,9 @@ pub struct CompileCache {
     last: (usize, usize),
     /// The route statuses of the last translation.
     pub(crate) statuses: super::settled::Settled,
+    /// The last translation's routes in name order, by the address of their names: the next
+    /// one starts its name sort from there (`translate::unique_routes`).
+    pub(crate) name_order: Vec<usize>,
 }
 
 /// Everything besides the route that compiling reads, as the snapshot shares it.

@@ -2,7 +2,7 @@
 //! route hostname that ranks them, and the fall-through from a hostname to the wildcards that
 //! also cover it. The dataplane takes the first matching entry of the most specific host.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -27,28 +27,25 @@ pub fn precedence_key(rule: &HttpRule, age: usize) -> PrecedenceKey {
         PathMatch::RegularExpression(v) => (if rule.grpc { 2 } else { 1 }, v.len()),
         PathMatch::Prefix(v) => (if rule.grpc { 1 } else { 2 }, v.len()),
     };
-    PrecedenceKey {
-        path_kind: kind,
-        path_len: Reverse(len),
-        method: Reverse(rule.matcher.method.is_some()),
-        headers: Reverse(rule.matcher.headers.len()),
-        query_params: Reverse(rule.matcher.query_params.len()),
-        age,
-        rule: rule.route.rule,
-    }
+    // Longer, with a method, with more headers and query params first: stored inverted. Each
+    // field saturates far above what a route can hold (paths of 1,024 characters, 16 matches).
+    let field = |value: usize, bits: u32| (value as u128).min((1 << bits) - 1);
+    let inverted = |value: usize, bits: u32| ((1 << bits) - 1) - field(value, bits);
+    PrecedenceKey(
+        (kind as u128) << 126
+            | inverted(len, 32) << 94
+            | u128::from(rule.matcher.method.is_none()) << 93
+            | inverted(rule.matcher.headers.len(), 16) << 77
+            | inverted(rule.matcher.query_params.len(), 16) << 61
+            | field(age, 37) << 24
+            | field(rule.route.rule, 24),
+    )
 }
 
-/// See [`precedence_key`]; fields compare in declaration order.
+/// See [`precedence_key`]: path kind, path length, method, headers, query params, the route's
+/// age and the rule's index, packed into one number so that sorting compares one word pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PrecedenceKey {
-    path_kind: u8,
-    path_len: Reverse<usize>,
-    method: Reverse<bool>,
-    headers: Reverse<usize>,
-    query_params: Reverse<usize>,
-    age: usize,
-    rule: usize,
-}
+pub struct PrecedenceKey(u128);
 
 /// Appends to each virtual host the entries of the less specific virtual hosts that also cover
 /// its hostname (`*.example.com` and `*` for `a.example.com`), most specific first. A request
@@ -145,6 +142,60 @@ mod tests {
             session_persistence: None,
             security: None,
             traffic: None,
+        }
+    }
+
+    /// The packed key orders as the fields it packs, compared one after the other (the key
+    /// was a struct of them): every pair of a grid of values that differ in each field.
+    #[test]
+    fn packed_key_orders_as_its_fields() {
+        let mut cases = Vec::new();
+        for path in [
+            PathMatch::Exact("/a".into()),
+            PathMatch::Prefix("/".into()),
+            PathMatch::Prefix("/abc".into()),
+            PathMatch::RegularExpression("/a.*".into()),
+        ] {
+            for grpc in [false, true] {
+                for method in [None, Some("GET")] {
+                    for headers in [0, 1, 16] {
+                        for queries in [0, 2] {
+                            for index in [0, 15] {
+                                let mut r = rule(path.clone(), method, headers, index);
+                                r.grpc = grpc;
+                                r.matcher.query_params = r.matcher.headers.iter().take(queries).cloned().collect();
+                                for age in [0, 1, 100_000] {
+                                    cases.push((r.clone(), age));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let fields = |r: &HttpRule, age: usize| {
+            let (kind, len) = match &r.matcher.path {
+                PathMatch::Exact(v) => (0, v.len()),
+                PathMatch::RegularExpression(v) => (if r.grpc { 2 } else { 1 }, v.len()),
+                PathMatch::Prefix(v) => (if r.grpc { 1 } else { 2 }, v.len()),
+            };
+            (
+                kind,
+                std::cmp::Reverse(len),
+                std::cmp::Reverse(r.matcher.method.is_some()),
+                std::cmp::Reverse(r.matcher.headers.len()),
+                std::cmp::Reverse(r.matcher.query_params.len()),
+                age,
+                r.route.rule,
+            )
+        };
+        for (a, age_a) in &cases {
+            for (b, age_b) in &cases {
+                assert_eq!(
+                    precedence_key(a, *age_a).cmp(&precedence_key(b, *age_b)),
+                    fields(a, *age_a).cmp(&fields(b, *age_b)),
+                );
+            }
         }
     }
 
