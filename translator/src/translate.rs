@@ -15,7 +15,7 @@ use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute,
 use crate::object::Meta;
 use crate::policy;
 use crate::route::compiled::CompileCache;
-use crate::route::http::{PrecedenceKey, precedence_key};
+use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
 use crate::snapshot::Snapshot;
 use crate::status::Statuses;
@@ -41,7 +41,8 @@ pub const STANDALONE: &str = "standalone";
 /// What one route contributes to one listener.
 struct Contribution {
     route: usize,
-    rules: Vec<Arc<ir::HttpRule>>,
+    /// Its compiled rules (shared with the other listeners it attached to and the cache).
+    rules: Arc<Compiled>,
     stream: Option<StreamRoute>,
 }
 
@@ -194,30 +195,24 @@ pub fn translate_on(
                 attached.iter().map(|(g, _)| gateways[*g].client_certificate.as_deref()),
             );
             let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
-            let (mut rules, streams, compiled) = match route.kind {
-                RouteKind::Http | RouteKind::Grpc => {
-                    let mut c = compiled_routes.take(ri, client_certificate, &mut outcome);
-                    (std::mem::take(&mut c.rules), BTreeMap::new(), c)
-                }
+            let (compiled, streams) = match route.kind {
+                RouteKind::Http | RouteKind::Grpc => (
+                    compiled_routes.take(ri, client_certificate, &mut outcome),
+                    BTreeMap::new(),
+                ),
                 RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {
                     let modes = listeners.iter().map(terminated).collect();
                     let (entries, c) =
                         route::stream::compile(route, &backends, &modes, client_certificate, &mut outcome);
-                    (Vec::new(), entries, c)
+                    (Arc::new(c), entries)
                 }
             };
-            used_backends.extend(compiled.backends.into_iter().map(|b| (*gi, b)));
-            used_policies.extend(compiled.policies.into_iter().map(|p| (p, gw.key())));
-            for (k, li) in listeners.iter().enumerate() {
-                // The last listener takes the entries, the others a copy.
-                let rules = if k + 1 == listeners.len() {
-                    std::mem::take(&mut rules)
-                } else {
-                    rules.clone()
-                };
+            used_backends.extend(compiled.backends.iter().map(|b| (*gi, b.clone())));
+            used_policies.extend(compiled.policies.iter().map(|p| (p.clone(), gw.key())));
+            for li in listeners.iter() {
                 contributions[*gi].entry(*li).or_default().push(Contribution {
                     route: ri,
-                    rules,
+                    rules: compiled.clone(),
                     stream: streams.get(&terminated(li)).cloned(),
                 });
             }
@@ -630,7 +625,7 @@ fn virtual_hosts(
         foldhash::HashMap::with_capacity_and_hasher(contributions.len(), Default::default());
     let mut owners = Vec::with_capacity(contributions.len());
     // Shared by every host that serves them.
-    let mut entries: Vec<Vec<Arc<ir::HttpRule>>> = Vec::with_capacity(contributions.len());
+    let mut entries: Vec<Arc<Compiled>> = Vec::with_capacity(contributions.len());
     for (ci, c) in contributions.into_iter().enumerate() {
         let route_hostnames = routes[c.route].hostnames;
         let effective = hostname::effective(listener_hostname, route_hostnames);
@@ -672,14 +667,14 @@ fn virtual_hosts(
             };
             let age = age_rank[owners[ci]];
             order.extend(
-                (entries[ci].iter().enumerate())
+                (entries[ci].rules.iter().enumerate())
                     .map(|(k, rule)| (host_rank as u32, precedence_key(rule, age), ci as u32, k as u32)),
             );
         }
         // Stable: a rule's matches keep their order.
         order.sort_by_key(|&(host_rank, key, _, _)| (host_rank, key));
         let rules = (order.iter())
-            .map(|&(_, _, ci, k)| entries[ci as usize][k as usize].clone())
+            .map(|&(_, _, ci, k)| entries[ci as usize].rules[k as usize].clone())
             .collect();
         out.push(VirtualHost {
             hostname: hostname.to_string(),

@@ -34,7 +34,7 @@ struct Entry {
     /// Shared with the [`CompileCache`] that keeps it.
     compiled: Arc<Compiled>,
     outcome: RouteOutcome,
-    /// Gateways that still take it: the last one moves it, the others copy it.
+    /// Gateways that still take it.
     uses: usize,
 }
 
@@ -73,22 +73,18 @@ impl CompiledRoutes {
     }
 
     /// Route `ri`'s rules for `client_certificate`, its problems added to `outcome`; empty
-    /// for a route that was not compiled.
-    pub fn take(&mut self, ri: usize, client_certificate: Option<&str>, outcome: &mut RouteOutcome) -> Compiled {
+    /// for a route that was not compiled. Shared: the listeners the route attached to and the
+    /// cache hold the same rules.
+    pub fn take(&mut self, ri: usize, client_certificate: Option<&str>, outcome: &mut RouteOutcome) -> Arc<Compiled> {
         let Some(entry) = self.0[ri]
             .iter_mut()
             .find(|e| e.client_certificate.as_deref() == client_certificate && e.uses > 0)
         else {
-            return Compiled::default();
+            return Arc::default();
         };
         outcome.add(&entry.outcome);
         entry.uses -= 1;
-        if entry.uses == 0 {
-            // Moved out unless a cache shares it.
-            Arc::unwrap_or_clone(std::mem::take(&mut entry.compiled))
-        } else {
-            Compiled::clone(&entry.compiled)
-        }
+        entry.compiled.clone()
     }
 }
 
