@@ -143,8 +143,12 @@ impl Table {
                 metrics,
                 passive_health,
             )?;
-            upstreams.insert(key.to_string(), upstream);
+            upstreams.insert(String::from(key.as_str()), upstream);
         }
+        // Every upstream the table before's (routes changed, backends did not): rules reused
+        // from it need not look theirs up one by one.
+        let same_upstreams = upstreams.len() == previous.upstreams.len()
+            && (upstreams.iter()).all(|(id, u)| previous.upstreams.get(id).is_some_and(|p| Arc::ptr_eq(p, u)));
         let security = SecurityPolicy::compile_all(proxy, material, &upstreams, &previous.security);
         let traffic = TrafficPolicy::compile_all(proxy, &upstreams, &previous.traffic);
         let policies = Policies {
@@ -183,7 +187,10 @@ impl Table {
             if !https.listeners.is_empty() {
                 https_configs.insert(port.port, tls::server_config(&https, material, tls::Alpn::Http)?);
                 let before = previous.http_ports.get(&port.port);
-                http_ports.insert(port.port, PortRoutes::compile(&https, &upstreams, policies, before)?);
+                http_ports.insert(
+                    port.port,
+                    PortRoutes::compile(&https, &upstreams, policies, before, same_upstreams)?,
+                );
                 validation = validation_fingerprint(port, material);
             }
             let terminates = |l: &ir::Listener| {
@@ -196,7 +203,10 @@ impl Table {
             match kind {
                 SocketKind::Http => {
                     let before = previous.http_ports.get(&port.port);
-                    http_ports.insert(port.port, PortRoutes::compile(port, &upstreams, policies, before)?);
+                    http_ports.insert(
+                        port.port,
+                        PortRoutes::compile(port, &upstreams, policies, before, same_upstreams)?,
+                    );
                 }
                 SocketKind::Https => {}
                 _ => {
@@ -508,6 +518,22 @@ mod tests {
         }
         // The same rules in a listener of another name are compiled for it, not shared.
         assert!(!Arc::ptr_eq(&rules(&second, "http")[0], &rules(&second, "other")[0]));
+        // Only a rule added, every upstream the same (the shortcut that does not look the
+        // reused rules' upstreams up): every other rule is reused, on the new table's upstreams.
+        let mut more = ir.clone();
+        for listener in &mut more.ports[0].listeners {
+            listener.virtual_hosts[0].rules.push(rule("more", "two"));
+        }
+        let fourth = build(&more, &second);
+        for listener in ["http", "other"] {
+            let (before, after) = (rules(&second, listener), rules(&fourth, listener));
+            assert_eq!(after.len(), 4);
+            for (b, a) in before.iter().zip(&after) {
+                assert!(Arc::ptr_eq(b, a), "{listener}: reused");
+            }
+            let upstream = after[2].backends[0].upstream.as_ref().unwrap();
+            assert!(Arc::ptr_eq(upstream, &fourth.upstreams["two"]));
+        }
         // An IR rule equal to the old one but not the same value is compiled again.
         let copy = Arc::new(ir::HttpRule::clone(&kept));
         let third = build(&proxy(&[copy], vec![backend("one", 1)]), &second);

@@ -85,19 +85,21 @@ pub struct RequestView<'a> {
 
 impl PortRoutes {
     /// Compiles the HTTP listeners of `port`, reusing the rules of `previous` (the port in the
-    /// table before) that did not change.
+    /// table before) that did not change. `same_upstreams`: every upstream is the one of the
+    /// table before, so a reused rule's need not be looked up again.
     pub fn compile(
         port: &ir::Port,
         upstreams: &HashMap<String, Arc<Upstream>>,
         policies: Policies<'_>,
         previous: Option<&PortRoutes>,
+        same_upstreams: bool,
     ) -> Result<Self, ValidationError> {
         let mut listeners = port
             .listeners
             .iter()
             .map(|l| {
                 let previous = previous.and_then(|p| p.listeners.iter().find(|p| p.name == l.name));
-                ListenerRoutes::compile(l, upstreams, policies, previous)
+                ListenerRoutes::compile(l, upstreams, policies, previous, same_upstreams)
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Stable: listeners of equal specificity keep the IR's order.
@@ -148,6 +150,7 @@ impl ListenerRoutes {
         upstreams: &HashMap<String, Arc<Upstream>>,
         policies: Policies<'_>,
         previous: Option<&ListenerRoutes>,
+        same_upstreams: bool,
     ) -> Result<Self, ValidationError> {
         let security = |id: Option<&ir::SmolStr>| -> Result<Option<&Arc<SecurityPolicy>>, ValidationError> {
             named(policies.security, id, &listener.name, |context, policy| {
@@ -181,12 +184,13 @@ impl ListenerRoutes {
             virtual_hosts: Vec::with_capacity(listener.virtual_hosts.len()),
         };
         // The previous compilations by the address of their IR rule, which they keep alive.
-        let compiled: HashMap<*const ir::HttpRule, &Arc<Rule>> = previous
-            .iter()
-            .flat_map(|p| &p.virtual_hosts)
-            .flat_map(Rules::iter)
-            .map(|r| (Arc::as_ptr(r.source()), r))
-            .collect();
+        let earlier = previous.iter().flat_map(|p| &p.virtual_hosts);
+        let mut compiled: foldhash::HashMap<*const ir::HttpRule, &Arc<Rule>> =
+            foldhash::HashMap::with_capacity_and_hasher(
+                earlier.clone().map(|r| r.iter().count()).sum(),
+                Default::default(),
+            );
+        compiled.extend(earlier.flat_map(Rules::iter).map(|r| (Arc::as_ptr(r.source()), r)));
         for vhost in &listener.virtual_hosts {
             let index = routes.virtual_hosts.len();
             let rules = vhost
@@ -203,7 +207,9 @@ impl ListenerRoutes {
                         None => listener_traffic,
                     };
                     match compiled.get(&Arc::as_ptr(r)) {
-                        Some(previous) if Rule::reuse(r, previous, upstreams, security, traffic) => {
+                        Some(previous)
+                            if Rule::reuse(r, previous, (!same_upstreams).then_some(upstreams), security, traffic) =>
+                        {
                             Ok(Arc::clone(previous))
                         }
                         _ => Rule::compile(r, &listener.name, upstreams, security, traffic).map(Arc::new),

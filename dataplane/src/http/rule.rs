@@ -68,12 +68,13 @@ pub fn describe(route: &ir::RouteRef) -> String {
 
 impl Rule {
     /// `previous`, the compilation of the same IR rule for the same listener in the table
-    /// before, when every upstream it uses is still the same one in `upstreams`: rebuilding a
-    /// table of thousands of rules after one changed then compiles one.
+    /// before, when every upstream it uses is still the same one in `upstreams` (`None`: every
+    /// upstream is the table before's): rebuilding a table of thousands of rules after one
+    /// changed then compiles one.
     pub fn reuse(
         rule: &Arc<ir::HttpRule>,
         previous: &Arc<Rule>,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: Option<&HashMap<String, Arc<Upstream>>>,
         security: Option<&Arc<SecurityPolicy>>,
         traffic: Option<&Arc<TrafficPolicy>>,
     ) -> bool {
@@ -87,9 +88,11 @@ impl Rule {
         Arc::ptr_eq(&previous.source, rule)
             && same(previous.access.security(), security)
             && same(previous.traffic.as_ref(), traffic)
-            && previous
-                .upstreams()
-                .all(|u| upstreams.get(u.id.as_str()).is_some_and(|next| Arc::ptr_eq(next, u)))
+            && upstreams.is_none_or(|upstreams| {
+                previous
+                    .upstreams()
+                    .all(|u| upstreams.get(u.id.as_str()).is_some_and(|next| Arc::ptr_eq(next, u)))
+            })
     }
 
     /// The IR rule this compiles.

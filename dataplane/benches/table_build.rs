@@ -1,0 +1,180 @@
+//! Building a proxy's table from its IR, as every new IR version does: first from nothing,
+//! then again after one route was added, with the last table's compilations to reuse (the
+//! shape of the translator's benchmark: one listener, two routes of 4 rules per hostname,
+//! 2,000 backends of 3 endpoints).
+//!
+//! `TURNA_BENCH_ROUTES=1000,5000,10000 TURNA_BENCH_RUNS=5 target/release/deps/table_build-<hash>`
+//! prints the best times; `valgrind --tool=callgrind --toggle-collect='*build_again*'` counts
+//! the instructions of one rebuild.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::Arc;
+
+use dataplane::metrics::Metrics;
+use dataplane::table::Table;
+use dataplane::{Material, PassiveHealth};
+use translator::config::Strategy;
+use translator::ir;
+
+/// The allocator of the `turna` binary, so the benchmark measures what ships.
+#[global_allocator]
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
+
+const BACKENDS: usize = 2_000;
+const RULES: usize = 4;
+
+fn backend_id(i: usize) -> String {
+    format!("k8s-ns-{}/svc-{}:8080", i % 20, i / 20)
+}
+
+/// Rule `k` of route `i`.
+fn rule(i: usize, k: usize) -> Arc<ir::HttpRule> {
+    let path = match k {
+        0 => ir::PathMatch::Prefix(format!("/api/v{i}").into()),
+        1 => ir::PathMatch::Exact(format!("/exact/{i}").into()),
+        _ => ir::PathMatch::Prefix(format!("/static/{i}").into()),
+    };
+    Arc::new(ir::HttpRule {
+        route: ir::RouteRef {
+            kind: "HTTPRoute".into(),
+            namespace: format!("ns-{}", i % 20).into(),
+            name: format!("route-{i}").into(),
+            rule: k,
+            rule_name: None,
+            static_layer: false,
+        },
+        grpc: false,
+        matcher: ir::HttpMatch {
+            path,
+            ..Default::default()
+        },
+        filters: vec![],
+        backends: vec![ir::WeightedBackend {
+            backend: Some(backend_id((i * RULES + k) % BACKENDS).into()),
+            weight: 1,
+            filters: vec![],
+        }],
+        timeouts: ir::Timeouts::default(),
+        retry: None,
+        session_persistence: None,
+        security: None,
+        traffic: None,
+    })
+}
+
+fn proxy(virtual_hosts: Vec<ir::VirtualHost>) -> ir::Proxy {
+    let backends = (0..BACKENDS)
+        .map(|i| {
+            let backend = ir::Backend {
+                id: backend_id(i).into(),
+                service: format!("ns-{}/svc-{}", i % 20, i / 20),
+                port: 8080,
+                protocol: ir::AppProtocol::Http,
+                endpoints: (0..3)
+                    .map(|e| ir::Endpoint {
+                        address: format!("10.{}.{}.{}", i / 250, i % 250, e + 1),
+                        port: 3000,
+                    })
+                    .collect(),
+                tls: None,
+                strategy: Strategy::RoundRobin,
+                traffic: Default::default(),
+            };
+            (backend.id.clone(), backend)
+        })
+        .collect::<BTreeMap<_, _>>();
+    ir::Proxy {
+        schema: ir::SCHEMA_VERSION,
+        id: "standalone".into(),
+        gateways: vec!["infra/edge".into()],
+        ports: vec![ir::Port {
+            transport: ir::Transport::Tcp,
+            port: 80,
+            bind_port: 8080,
+            listeners: vec![ir::Listener {
+                name: "k8s-infra/edge/http".into(),
+                protocol: ir::Protocol::Http,
+                hostname: None,
+                tls: None,
+                virtual_hosts,
+                stream_routes: vec![],
+                tracing: None,
+                filters: Vec::new(),
+                security: None,
+                traffic: None,
+            }],
+            frontend_validation: None,
+        }],
+        backends,
+        connect_retries: 2,
+        infrastructure: None,
+        tracing: Default::default(),
+        security: Default::default(),
+        traffic: Default::default(),
+    }
+}
+
+/// Two routes per hostname.
+fn virtual_hosts(routes: usize) -> Vec<ir::VirtualHost> {
+    (0..routes.div_ceil(2))
+        .map(|h| ir::VirtualHost {
+            hostname: format!("app-{h}.example.com"),
+            rules: (2 * h..(2 * h + 2).min(routes))
+                .flat_map(|i| (0..RULES).map(move |k| rule(i, k)))
+                .collect(),
+        })
+        .collect()
+}
+
+fn build(proxy: &ir::Proxy, previous: &Table) -> Table {
+    Table::build(
+        proxy,
+        &Material::default(),
+        previous,
+        &Metrics::default(),
+        PassiveHealth::default(),
+    )
+    .expect("valid IR")
+}
+
+/// One rebuild, apart so that callgrind can count it alone.
+#[inline(never)]
+fn build_again(proxy: &ir::Proxy, previous: &Table) -> Table {
+    build(black_box(proxy), black_box(previous))
+}
+
+fn main() {
+    allocator::reset_instead_of_decommit();
+    let sizes: Vec<usize> = std::env::var("TURNA_BENCH_ROUTES")
+        .unwrap_or_else(|_| "1000,5000,10000".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    let runs: usize = std::env::var("TURNA_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    for routes in sizes {
+        let before = proxy(virtual_hosts(routes));
+        let (mut first, mut again) = (f64::INFINITY, f64::INFINITY);
+        for run in 0..runs.max(1) {
+            let start = std::time::Instant::now();
+            let table = build(&before, &Table::default());
+            first = first.min(start.elapsed().as_secs_f64() * 1e3);
+            // One more route on a hostname of its own; every other rule is the same IR rule.
+            let mut after = before.clone();
+            let listener = &mut after.ports[0].listeners[0];
+            listener.virtual_hosts.push(ir::VirtualHost {
+                hostname: format!("added-{run}.example.com"),
+                rules: (0..RULES).map(|k| rule(routes + run, k)).collect(),
+            });
+            let start = std::time::Instant::now();
+            black_box(build_again(&after, &table));
+            again = again.min(start.elapsed().as_secs_f64() * 1e3);
+        }
+        eprintln!(
+            "{routes} routes: table built in {first:.1} ms; after one route added {again:.1} ms (best of {runs})"
+        );
+    }
+}
