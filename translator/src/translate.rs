@@ -14,6 +14,7 @@ use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
+use crate::route::assembled::{Assembled, Hosts};
 use crate::route::compiled::CompileCache;
 use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
@@ -259,7 +260,7 @@ pub fn translate_on(
         let last = settled.and_then(|s| s.get(route, attachments, outcome, &controller_name));
         Some(last.unwrap_or_else(|| Arc::new(route::status(route, attachments, outcome, &controller_name))))
     });
-    if let Some(cache) = cache {
+    if let Some(cache) = cache.as_deref_mut() {
         (cache.statuses).keep(&routes, &all_attachments, &outcomes, &route_statuses, &controller_name);
     }
 
@@ -290,6 +291,10 @@ pub fn translate_on(
         .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
 
     let mut proxies: BTreeMap<String, Proxy> = BTreeMap::new();
+    let mut assembled = cache.map(|c| &mut c.assembled);
+    if let Some(assembled) = assembled.as_deref_mut() {
+        assembled.start();
+    }
     for (gi, gw) in gateways.iter().enumerate() {
         // A Gateway whose addresses Turna can give none of gets no proxy (and so no address of
         // a scope it did not ask for).
@@ -337,12 +342,16 @@ pub fn translate_on(
             tracing,
             rule_policies,
             &snapshot.facts,
+            assembled.as_deref_mut(),
         );
         for (id, b) in &gateway_backends[gi] {
             if !proxy.backends.contains_key(id) {
                 proxy.backends.insert(id.clone(), ir::Backend::clone(b));
             }
         }
+    }
+    if let Some(assembled) = assembled {
+        assembled.sweep();
     }
     for proxy in proxies.values_mut() {
         policy::security::add_to_proxy(proxy, &security);
@@ -525,6 +534,7 @@ fn add_listeners(
     tracing: Option<ir::SmolStr>,
     policies: policy::RulePolicies<'_, '_>,
     facts: &crate::snapshot::Facts,
+    mut assembled: Option<&mut Assembled>,
 ) {
     for (li, l) in gw.listeners.iter().enumerate() {
         if !l.is_ready() {
@@ -570,7 +580,8 @@ fn add_listeners(
                 let own = matches!(l.owner, gateway::Owner::Gateway).then_some(l.spec.name.as_str());
                 listener.security = (policies.security).for_listener(&gw.namespace, &gw.name, own);
                 listener.traffic = (policies.traffic).for_listener(&gw.namespace, &gw.name, own);
-                listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank);
+                let kept = assembled.as_deref_mut().map(|a| a.listener(&listener.name));
+                listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank, kept);
             }
             Protocol::Tls | Protocol::Tcp | Protocol::Udp => {
                 let attached = list
@@ -612,12 +623,14 @@ fn add_listeners(
     }
 }
 
-/// Groups HTTP entries by effective hostname and orders each group by precedence.
+/// Groups HTTP entries by effective hostname and orders each group by precedence; a host
+/// `kept` from the last translation with the same sources is not ordered again.
 fn virtual_hosts(
     listener_hostname: Option<&str>,
     contributions: Vec<Contribution>,
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
+    mut kept: Option<Hosts<'_>>,
 ) -> Vec<VirtualHost> {
     // Hosts list (contribution, the route's own hostname that produced the effective one).
     // Unordered: the hosts are sorted by specificity, a total order, before they are built.
@@ -638,6 +651,7 @@ fn virtual_hosts(
     }
     // Scratch reused from host to host: most hosts are served by a few routes.
     let mut originals: Vec<&str> = Vec::new();
+    let mut sources: Vec<(&Arc<Compiled>, usize, &str)> = Vec::new();
     let mut order: Vec<(u32, PrecedenceKey, u32, u32)> = Vec::new();
     // Most specific first: hostnames are distinct, so the order is total.
     let mut hosts: Vec<(&str, Vec<(usize, &str)>)> = hosts.into_iter().collect();
@@ -650,6 +664,15 @@ fn virtual_hosts(
             .min_by_key(|(ci, _)| age_rank[owners[*ci]])
             .map(|(ci, _)| routes[owners[*ci]].kind);
         served.retain(|(ci, _)| Some(routes[owners[*ci]].kind) == oldest_kind);
+        sources.clear();
+        sources.extend((served.iter()).map(|&(ci, original)| (&entries[ci], age_rank[owners[ci]], original)));
+        if let Some(rules) = kept.as_mut().and_then(|k| k.get(hostname, &sources)) {
+            out.push(VirtualHost {
+                hostname: hostname.to_string(),
+                rules,
+            });
+            continue;
+        }
         // The route's own hostname first (exact over wildcard, longer first), then matches.
         // Keys are computed once: the entries lie all over memory. The few distinct route
         // hostnames are ranked first, so the sort compares numbers only.
@@ -673,9 +696,12 @@ fn virtual_hosts(
         }
         // Stable: a rule's matches keep their order.
         order.sort_by_key(|&(host_rank, key, _, _)| (host_rank, key));
-        let rules = (order.iter())
+        let rules: Vec<Arc<ir::HttpRule>> = (order.iter())
             .map(|&(_, _, ci, k)| entries[ci as usize].rules[k as usize].clone())
             .collect();
+        if let Some(kept) = kept.as_mut() {
+            kept.keep(hostname, &sources, &rules);
+        }
         out.push(VirtualHost {
             hostname: hostname.to_string(),
             rules,

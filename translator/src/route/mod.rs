@@ -10,6 +10,7 @@
 //! the older route (then the first by `namespace/name`) keeps the parent, the other gets
 //! Accepted=False for it.
 
+pub mod assembled;
 pub mod by_object;
 pub mod compiled;
 pub mod http;

@@ -1,0 +1,147 @@
+//! The virtual hosts the last translation assembled, kept so that the next one orders again
+//! only the hosts whose routes changed: a host's rules follow from the compiled rules of the
+//! routes it serves, their ages and the route hostnames that put them there, so a host served
+//! by the same of each gets the same rules. Each kept host holds the compiled rules it was
+//! assembled from, so their addresses are not reused by other rules while it lives.
+
+use std::sync::Arc;
+
+use smol_str::SmolStr;
+
+use super::http::Compiled;
+use crate::ir::HttpRule;
+
+/// Kept hosts by listener name and hostname. Listener names are unique within a proxy; if two
+/// proxies shared one, their hosts would only be assembled again more often, never wrongly,
+/// since a host is reused only for exactly what it was assembled from.
+#[derive(Default)]
+pub struct Assembled {
+    listeners: foldhash::HashMap<String, foldhash::HashMap<String, Host>>,
+    pass: u64,
+}
+
+struct Host {
+    served: Vec<Served>,
+    rules: Vec<Arc<HttpRule>>,
+    /// The last pass that used it.
+    pass: u64,
+}
+
+/// One route a host serves: its compiled rules, its age rank and the route hostname that
+/// made it serve the host.
+struct Served {
+    compiled: Arc<Compiled>,
+    age: usize,
+    original: SmolStr,
+}
+
+/// What a host is assembled from, in the order the host lists its routes.
+pub type Sources<'a> = [(&'a Arc<Compiled>, usize, &'a str)];
+
+impl Assembled {
+    /// Starts a pass: hosts it does not use go at [`Assembled::sweep`].
+    pub fn start(&mut self) {
+        self.pass += 1;
+    }
+
+    /// The kept hosts of listener `name`.
+    pub fn listener(&mut self, name: &str) -> Hosts<'_> {
+        if !self.listeners.contains_key(name) {
+            self.listeners.insert(name.to_string(), foldhash::HashMap::default());
+        }
+        Hosts {
+            hosts: self.listeners.get_mut(name).expect("just inserted"),
+            pass: self.pass,
+        }
+    }
+
+    /// Drops the hosts (and listeners) the pass did not use.
+    pub fn sweep(&mut self) {
+        let pass = self.pass;
+        self.listeners.retain(|_, hosts| {
+            hosts.retain(|_, h| h.pass == pass);
+            !hosts.is_empty()
+        });
+    }
+}
+
+/// The kept hosts of one listener, during a pass.
+pub struct Hosts<'a> {
+    hosts: &'a mut foldhash::HashMap<String, Host>,
+    pass: u64,
+}
+
+impl Hosts<'_> {
+    /// The rules kept for `hostname` when they were assembled from exactly `sources`.
+    pub fn get(&mut self, hostname: &str, sources: &Sources<'_>) -> Option<Vec<Arc<HttpRule>>> {
+        let host = self.hosts.get_mut(hostname)?;
+        let same = host.served.len() == sources.len()
+            && (host.served.iter().zip(sources)).all(|(kept, (compiled, age, original))| {
+                Arc::ptr_eq(&kept.compiled, compiled) && kept.age == *age && kept.original == *original
+            });
+        if !same {
+            return None;
+        }
+        host.pass = self.pass;
+        Some(host.rules.clone())
+    }
+
+    /// Keeps `rules`, assembled for `hostname` from `sources`.
+    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, rules: &[Arc<HttpRule>]) {
+        let host = Host {
+            served: (sources.iter())
+                .map(|(compiled, age, original)| Served {
+                    compiled: Arc::clone(compiled),
+                    age: *age,
+                    original: SmolStr::new(original),
+                })
+                .collect(),
+            rules: rules.to_vec(),
+            pass: self.pass,
+        };
+        match self.hosts.get_mut(hostname) {
+            Some(kept) => *kept = host,
+            None => {
+                self.hosts.insert(hostname.to_string(), host);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compiled() -> Arc<Compiled> {
+        Arc::new(Compiled::default())
+    }
+
+    /// A host is reused only for the same compiled rules, ages and route hostnames, in the same
+    /// order; hosts and listeners a pass did not use are dropped.
+    #[test]
+    fn hosts_are_reused_only_for_what_they_were_assembled_from() {
+        let (a, b) = (compiled(), compiled());
+        let mut assembled = Assembled::default();
+        assembled.start();
+        let sources: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&a, 0, "x.test"), (&b, 1, "*.test")];
+        assembled.listener("l").keep("x.test", &sources, &[]);
+        assert!(assembled.listener("l").get("x.test", &sources).is_some());
+        assert!(assembled.listener("other").get("x.test", &sources).is_none());
+        for changed in [
+            vec![(&a, 0, "x.test")],
+            vec![(&b, 1, "*.test"), (&a, 0, "x.test")],
+            vec![(&a, 0, "x.test"), (&b, 2, "*.test")],
+            vec![(&a, 0, "x.test"), (&b, 1, "x.test")],
+            vec![(&a, 0, "x.test"), (&a, 1, "*.test")],
+        ] {
+            assert!(assembled.listener("l").get("x.test", &changed).is_none(), "{changed:?}");
+        }
+        // Used in the next pass: kept; not used in the one after: dropped.
+        assembled.start();
+        assert!(assembled.listener("l").get("x.test", &sources).is_some());
+        assembled.sweep();
+        assembled.start();
+        assembled.sweep();
+        assert!(assembled.listeners.is_empty());
+    }
+}
