@@ -1,7 +1,7 @@
 # Turna: build, test and run. `make test` is what CI runs.
 CARGO ?= cargo
 
-.PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-operator bench-local bench-standalone bench-fleet \
+.PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-table bench-operator bench-local bench-standalone bench-fleet \
 	bench-dataplane bench-dataplane-instructions bench-protocols bench-security fuzz deploy-tools deploy-check \
 	image image-test
 
@@ -74,6 +74,12 @@ golden-bless:
 bench-translator:
 	$(CARGO) bench -p turna-translator --bench translate
 
+## bench-table: a proxy's table built from the IR of 1k/5k/10k HTTPRoutes, and rebuilt after
+## one route was added (what each new IR version costs the proxy). TURNA_BENCH_ROUTES and
+## TURNA_BENCH_RUNS tune it.
+bench-table:
+	$(CARGO) bench -p turna-dataplane --bench table_build
+
 ## bench-dataplane: Turna's proxy against nginx and HAProxy (req/s, p99, ratios); installs
 ## wrk, h2load, nginx and haproxy when missing. THREADS, DURATION and ROUNDS tune it; the proxy
 ## is built profile-guided like the shipped binary (PGO=0: plain release build).
@@ -130,7 +136,7 @@ bench-local:
 ## 55 minutes on 2 cores; the first run also builds the control plane): translation, the proxy
 ## against nginx and HAProxy (HTTP/1.1 and h2c, then the other protocols), turna local, turna
 ## standalone, controller convergence and the push fleet. Each has its own target to run it alone.
-bench: bench-translator bench-dataplane bench-protocols bench-security bench-local bench-standalone bench-operator bench-fleet
+bench: bench-translator bench-table bench-dataplane bench-protocols bench-security bench-local bench-standalone bench-operator bench-fleet
 
 # ---- e2e: a real control plane built from Go modules (e2e/README.md) ----
 E2E_CLUSTER_DIR ?= $(CURDIR)/e2e/.cache/controlplane
