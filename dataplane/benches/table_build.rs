@@ -4,7 +4,7 @@
 //! 2,000 backends of 3 endpoints).
 //!
 //! `TURNA_BENCH_ROUTES=1000,5000,10000 TURNA_BENCH_RUNS=5 target/release/deps/table_build-<hash>`
-//! prints the best times; `valgrind --tool=callgrind --toggle-collect='*build_again*'` counts
+//! prints the best times (`TURNA_BENCH_ONE_HOST=1`: every route on one hostname); `valgrind --tool=callgrind --toggle-collect='*build_again*'` counts
 //! the instructions of one rebuild.
 
 use std::collections::BTreeMap;
@@ -115,8 +115,15 @@ fn proxy(virtual_hosts: Vec<ir::VirtualHost>) -> ir::Proxy {
     }
 }
 
-/// Two routes per hostname.
+/// Two routes per hostname; every route on one with `TURNA_BENCH_ONE_HOST` set (the shape of
+/// the operator's benchmarks: one virtual host of thousands of rules, indexed by path).
 fn virtual_hosts(routes: usize) -> Vec<ir::VirtualHost> {
+    if one_host() {
+        return vec![ir::VirtualHost {
+            hostname: "app.example.com".into(),
+            rules: (0..routes).flat_map(|i| (0..RULES).map(move |k| rule(i, k))).collect(),
+        }];
+    }
     (0..routes.div_ceil(2))
         .map(|h| ir::VirtualHost {
             hostname: format!("app-{h}.example.com"),
@@ -125,6 +132,10 @@ fn virtual_hosts(routes: usize) -> Vec<ir::VirtualHost> {
                 .collect(),
         })
         .collect()
+}
+
+fn one_host() -> bool {
+    std::env::var_os("TURNA_BENCH_ONE_HOST").is_some()
 }
 
 fn build(proxy: &ir::Proxy, previous: &Table) -> Table {
@@ -162,13 +173,19 @@ fn main() {
             let start = std::time::Instant::now();
             let table = build(&before, &Table::default());
             first = first.min(start.elapsed().as_secs_f64() * 1e3);
-            // One more route on a hostname of its own; every other rule is the same IR rule.
+            // One more route, on a hostname of its own (or the one host); every other rule is
+            // the same IR rule.
             let mut after = before.clone();
             let listener = &mut after.ports[0].listeners[0];
-            listener.virtual_hosts.push(ir::VirtualHost {
-                hostname: format!("added-{run}.example.com"),
-                rules: (0..RULES).map(|k| rule(routes + run, k)).collect(),
-            });
+            let added = (0..RULES).map(|k| rule(routes + run, k));
+            if one_host() {
+                listener.virtual_hosts[0].rules.extend(added);
+            } else {
+                listener.virtual_hosts.push(ir::VirtualHost {
+                    hostname: format!("added-{run}.example.com"),
+                    rules: added.collect(),
+                });
+            }
             let start = std::time::Instant::now();
             black_box(build_again(&after, &table));
             again = again.min(start.elapsed().as_secs_f64() * 1e3);

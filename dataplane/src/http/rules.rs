@@ -1,8 +1,9 @@
 //! The ordered rules of a virtual host, indexed by path so that a lookup among thousands of
 //! rules checks only the few that can match.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use translator::ir::SmolStr;
 
 use super::router::RequestView;
 use super::rule::Rule;
@@ -22,8 +23,11 @@ pub struct Rules {
 /// regular expression are always candidates.
 #[derive(Debug, Default)]
 struct PathIndex {
-    exact: HashMap<String, Vec<usize>>,
-    prefix: HashMap<String, Vec<usize>>,
+    // Inline strings and a fast hash: a host of thousands of rules is indexed again whenever
+    // one of them changes. The keys come from the IR; a request's path is only looked up,
+    // which cannot crowd the table whatever it hashes to.
+    exact: foldhash::HashMap<SmolStr, Vec<usize>>,
+    prefix: foldhash::HashMap<SmolStr, Vec<usize>>,
     always: Vec<usize>,
 }
 
@@ -37,11 +41,19 @@ pub enum PathKey<'a> {
 impl Rules {
     pub fn new(rules: Vec<Arc<Rule>>) -> Self {
         let index = (rules.len() >= INDEX_FROM).then(|| {
-            let mut index = PathIndex::default();
+            // Sized up front: grown from empty, a large index is hashed again at every doubling.
+            let exact = (rules.iter())
+                .filter(|r| matches!(r.matcher.path_key(), PathKey::Exact(_)))
+                .count();
+            let mut index = PathIndex {
+                exact: foldhash::HashMap::with_capacity_and_hasher(exact, Default::default()),
+                prefix: foldhash::HashMap::with_capacity_and_hasher(rules.len() - exact, Default::default()),
+                always: Vec::new(),
+            };
             for (position, rule) in rules.iter().enumerate() {
                 match rule.matcher.path_key() {
-                    PathKey::Exact(path) => index.exact.entry(path.to_string()).or_default().push(position),
-                    PathKey::Prefix(prefix) => index.prefix.entry(prefix.to_string()).or_default().push(position),
+                    PathKey::Exact(path) => index.exact.entry(SmolStr::new(path)).or_default().push(position),
+                    PathKey::Prefix(prefix) => index.prefix.entry(SmolStr::new(prefix)).or_default().push(position),
                     PathKey::Other => index.always.push(position),
                 }
             }
