@@ -15,7 +15,8 @@
 //! is then translated again after one more route, reusing the others' compiled rules as the
 //! operator does (`*translate_added*` for callgrind); `TURNA_BENCH_THREADS=1` keeps all of it on
 //! the calling thread, where callgrind counts it, and `TURNA_BENCH_COLD=1` evicts the CPU caches
-//! first, as the work between two changes of a cluster does.
+//! first, as the work between two changes of a cluster does. `TURNA_BENCH_ONE_HOST=1` puts every
+//! route on one hostname (one virtual host of 4N rules, the shape of the operator's benchmarks).
 
 use std::hint::black_box;
 
@@ -93,8 +94,13 @@ fn service_objects(n: usize, j: usize) -> [Value; 2] {
     ]
 }
 
-/// HTTPRoute `route-{i}`: two routes share each hostname, so precedence sorting has work to do.
+/// HTTPRoute `route-{i}`: two routes share each hostname, so precedence sorting has work to do;
+/// with `TURNA_BENCH_ONE_HOST` set, every route shares one (as in the operator's benchmarks).
 fn route_object(i: usize) -> Value {
+    let hostname = match std::env::var_os("TURNA_BENCH_ONE_HOST") {
+        Some(_) => "app.example.com".to_string(),
+        None => format!("app-{}.example.com", i / 2),
+    };
     let n = i % NAMESPACES;
     let rules: Vec<Value> = (0..RULES)
         .map(|k| {
@@ -132,7 +138,7 @@ fn route_object(i: usize) -> Value {
         },
         "spec": {
             "parentRefs": [{"name": "edge", "namespace": "infra"}],
-            "hostnames": [format!("app-{}.example.com", i / 2)],
+            "hostnames": [hostname],
             "rules": rules,
         },
     })

@@ -677,9 +677,14 @@ fn virtual_hosts(
         // Keys are computed once: the entries lie all over memory. The few distinct route
         // hostnames are ranked first, so the sort compares numbers only.
         originals.clear();
-        originals.extend(served.iter().map(|(_, original)| *original));
+        for &(_, original) in &served {
+            // Few distinct route hostnames lead to one host (itself, the wildcards above it,
+            // none): a short list, where sorting every route's would compare them all.
+            if !originals.iter().any(|o| std::ptr::eq(*o, original) || *o == original) {
+                originals.push(original);
+            }
+        }
         originals.sort_unstable_by(|a, b| hostname::by_specificity(a, b));
-        originals.dedup();
         order.clear();
         for &(ci, original) in &served {
             let host_rank = match originals.as_slice() {
@@ -694,8 +699,18 @@ fn virtual_hosts(
                     .map(|(k, rule)| (host_rank as u32, precedence_key(rule, age), ci as u32, k as u32)),
             );
         }
-        // Stable: a rule's matches keep their order.
-        order.sort_by_key(|&(host_rank, key, _, _)| (host_rank, key));
+        // Whole tuples, all distinct: equal keys are the matches of one rule, which then keep
+        // their order (contribution, entry). The result does not depend on the order sorted
+        // from, so a large host starts from its last order, and the sort (which finds runs)
+        // only merges what changed.
+        if let Some(previous) = kept.as_ref().and_then(|k| k.previous(hostname))
+            && order.len() >= ARRANGE_FROM
+        {
+            arrange(&mut order, previous, |&(_, _, ci, k)| {
+                Arc::as_ptr(&entries[ci as usize].rules[k as usize])
+            });
+        }
+        order.sort();
         let rules: Vec<Arc<ir::HttpRule>> = (order.iter())
             .map(|&(_, _, ci, k)| entries[ci as usize].rules[k as usize].clone())
             .collect();
@@ -709,6 +724,31 @@ fn virtual_hosts(
     }
     route::http::inherit_less_specific(&mut out);
     out
+}
+
+/// Below this many entries a host is sorted from the order it was collected in.
+const ARRANGE_FROM: usize = 64;
+
+/// Reorders `items` so that those whose rule (`rule_of`) `previous` lists come first, in its
+/// order; the others follow in their order.
+fn arrange<T: Copy>(items: &mut Vec<T>, previous: &[Arc<ir::HttpRule>], rule_of: impl Fn(&T) -> *const ir::HttpRule) {
+    let position: foldhash::HashMap<*const ir::HttpRule, usize> =
+        (items.iter().enumerate()).map(|(i, item)| (rule_of(item), i)).collect();
+    let mut taken = vec![false; items.len()];
+    let mut arranged = Vec::with_capacity(items.len());
+    for rule in previous {
+        if let Some(&i) = position.get(&Arc::as_ptr(rule))
+            && !std::mem::replace(&mut taken[i], true)
+        {
+            arranged.push(items[i]);
+        }
+    }
+    arranged.extend(
+        (items.iter().zip(&taken))
+            .filter(|(_, taken)| !**taken)
+            .map(|(item, _)| *item),
+    );
+    *items = arranged;
 }
 
 /// Sorts what needs a canonical order.
@@ -763,6 +803,8 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
     })
 }
 
+/// The positions of `routes` oldest first, and each route's rank in that order (precedence
+/// between routes).
 fn age_ranks(routes: &[RouteModel<'_>]) -> (Vec<usize>, Vec<usize>) {
     let mut by_age: Vec<usize> = (0..routes.len()).collect();
     by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
@@ -776,6 +818,57 @@ fn age_ranks(routes: &[RouteModel<'_>]) -> (Vec<usize>, Vec<usize>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host large enough to be sorted from its last order (routes added, removed, changed
+    /// and reordered between translations that share the unchanged ones) gets what a fresh
+    /// translation gives it.
+    #[test]
+    fn large_hosts_sorted_from_their_last_order_translate_as_fresh_ones() {
+        let head = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n\
+                    metadata: {name: turna}\nspec: {controllerName: rakunlabs.com/turna}\n\
+                    ---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+                    metadata: {name: edge, namespace: infra}\nspec:\n  gatewayClassName: turna\n\
+                    \x20 listeners: [{name: http, port: 80, protocol: HTTP}]\n";
+        let route = |i: usize| {
+            let path = format!("/p{}", (i * 7919) % 37);
+            format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: r{i}, namespace: infra, creationTimestamp: '2026-01-01T00:00:{:02}Z'}}\n\
+                 spec:\n  parentRefs: [{{name: edge}}]\n  hostnames: [app.test]\n  rules:\n\
+                 \x20 - matches: [{{path: {{type: PathPrefix, value: {path}}}}}, {{path: {{type: Exact, value: {path}/x}}}}]\n",
+                (i * 13) % 60
+            )
+        };
+        let routes = |range: std::ops::Range<usize>| -> Vec<Arc<crate::api::HttpRoute>> {
+            let yaml: String = range.map(route).collect();
+            Snapshot::from_yaml(&yaml).expect("routes parse").http_routes
+        };
+        let mut snapshot = Snapshot::from_yaml(head).expect("objects parse");
+        snapshot.http_routes = routes(0..60);
+        let mut steps = vec![snapshot.clone()];
+        // One more route; then one gone and one changed (a new object); then their order
+        // reversed; then back to the first.
+        snapshot.http_routes.extend(routes(60..61));
+        steps.push(snapshot.clone());
+        snapshot.http_routes.remove(7);
+        snapshot.http_routes[20] = routes(20..21).remove(0);
+        steps.push(snapshot.clone());
+        snapshot.http_routes.reverse();
+        steps.push(snapshot.clone());
+        steps.push(steps[0].clone());
+        let config = Config::default();
+        let mut cache = CompileCache::default();
+        for (step, snapshot) in steps.iter().enumerate() {
+            let reused = translate_on(snapshot, &config, 1, Some(&mut cache));
+            let rules = reused.proxies[0].ports[0].listeners[0].virtual_hosts[0].rules.len();
+            assert!(rules >= ARRANGE_FROM, "step {step}: {rules} rules");
+            assert_eq!(
+                serde_json::to_string(&reused).expect("serializes"),
+                serde_json::to_string(&translate(snapshot, &config)).expect("serializes"),
+                "step {step}"
+            );
+        }
+    }
 
     /// The name order and the duplicates dropped are the same whatever arrangement the last
     /// translation's order suggests: none, the right one, reversed, or addresses of nothing.

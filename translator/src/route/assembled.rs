@@ -86,6 +86,12 @@ impl Hosts<'_> {
         Some(host.rules.clone())
     }
 
+    /// The rules last kept for `hostname`, whatever they were assembled from: an order to
+    /// start sorting the next ones from.
+    pub fn previous(&self, hostname: &str) -> Option<&[Arc<HttpRule>]> {
+        self.hosts.get(hostname).map(|h| h.rules.as_slice())
+    }
+
     /// Keeps `rules`, assembled for `hostname` from `sources`.
     pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, rules: &[Arc<HttpRule>]) {
         let host = Host {
