@@ -5,12 +5,12 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use dataplane::http::router::RequestView;
-use dataplane::metrics::Metrics;
 use dataplane::table::Table;
-use dataplane::{Material, PassiveHealth};
 use http::{HeaderMap, Method};
 use translator::config::Strategy;
 use translator::ir;
+
+mod shared;
 
 const ROUTES: usize = 10_000;
 
@@ -58,43 +58,10 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
         strategy: Strategy::RoundRobin,
         traffic: Default::default(),
     };
-    let proxy = ir::Proxy {
-        schema: ir::SCHEMA_VERSION,
-        id: "bench/gateway".into(),
-        gateways: vec!["bench/gateway".into()],
-        ports: vec![ir::Port {
-            transport: ir::Transport::Tcp,
-            port: 80,
-            bind_port: 8080,
-            listeners: vec![ir::Listener {
-                name: "bench/gateway/http".into(),
-                protocol: ir::Protocol::Http,
-                hostname: None,
-                tls: None,
-                virtual_hosts,
-                stream_routes: vec![],
-                tracing: None,
-                filters: Vec::new(),
-                security: None,
-                traffic: None,
-            }],
-            frontend_validation: None,
-        }],
-        backends: BTreeMap::from([(backend.id.clone(), backend)]),
-        connect_retries: 2,
-        infrastructure: None,
-        tracing: Default::default(),
-        security: Default::default(),
-        traffic: Default::default(),
-    };
-    Table::build(
-        &proxy,
-        &Material::default(),
+    shared::build(
+        &shared::http_proxy(virtual_hosts, BTreeMap::from([(backend.id.clone(), backend)])),
         &Table::default(),
-        &Metrics::default(),
-        PassiveHealth::default(),
     )
-    .expect("valid IR")
 }
 
 fn lookup(c: &mut Criterion, name: &str, table: &Table, host: &str, path: &str, headers: &HeaderMap) {

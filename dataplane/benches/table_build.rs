@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use dataplane::metrics::Metrics;
 use dataplane::table::Table;
-use dataplane::{Material, PassiveHealth};
 use translator::config::Strategy;
 use translator::ir;
+
+mod shared;
 
 /// The allocator of the `turna` binary, so the benchmark measures what ships.
 #[global_allocator]
@@ -84,35 +84,7 @@ fn proxy(virtual_hosts: Vec<ir::VirtualHost>) -> ir::Proxy {
             (backend.id.clone(), backend)
         })
         .collect::<BTreeMap<_, _>>();
-    ir::Proxy {
-        schema: ir::SCHEMA_VERSION,
-        id: "standalone".into(),
-        gateways: vec!["infra/edge".into()],
-        ports: vec![ir::Port {
-            transport: ir::Transport::Tcp,
-            port: 80,
-            bind_port: 8080,
-            listeners: vec![ir::Listener {
-                name: "k8s-infra/edge/http".into(),
-                protocol: ir::Protocol::Http,
-                hostname: None,
-                tls: None,
-                virtual_hosts,
-                stream_routes: vec![],
-                tracing: None,
-                filters: Vec::new(),
-                security: None,
-                traffic: None,
-            }],
-            frontend_validation: None,
-        }],
-        backends,
-        connect_retries: 2,
-        infrastructure: None,
-        tracing: Default::default(),
-        security: Default::default(),
-        traffic: Default::default(),
-    }
+    shared::http_proxy(virtual_hosts, backends)
 }
 
 /// Two routes per hostname; every route on one with `TURNA_BENCH_ONE_HOST` set (the shape of
@@ -138,21 +110,10 @@ fn one_host() -> bool {
     std::env::var_os("TURNA_BENCH_ONE_HOST").is_some()
 }
 
-fn build(proxy: &ir::Proxy, previous: &Table) -> Table {
-    Table::build(
-        proxy,
-        &Material::default(),
-        previous,
-        &Metrics::default(),
-        PassiveHealth::default(),
-    )
-    .expect("valid IR")
-}
-
 /// One rebuild, apart so that callgrind can count it alone.
 #[inline(never)]
 fn build_again(proxy: &ir::Proxy, previous: &Table) -> Table {
-    build(black_box(proxy), black_box(previous))
+    shared::build(black_box(proxy), black_box(previous))
 }
 
 fn main() {
@@ -171,7 +132,7 @@ fn main() {
         let (mut first, mut again) = (f64::INFINITY, f64::INFINITY);
         for run in 0..runs.max(1) {
             let start = std::time::Instant::now();
-            let table = build(&before, &Table::default());
+            let table = shared::build(&before, &Table::default());
             first = first.min(start.elapsed().as_secs_f64() * 1e3);
             // One more route, on a hostname of its own (or the one host); every other rule is
             // the same IR rule.

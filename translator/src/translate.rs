@@ -14,7 +14,7 @@ use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
-use crate::route::assembled::{Assembled, Hosts};
+use crate::route::assembled::{Assembled, Hosts, Kept};
 use crate::route::compiled::CompileCache;
 use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
@@ -91,8 +91,8 @@ pub fn translate_on(
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
     // is much faster on large snapshots than in name order. Only statuses need name order.
-    let previous_order = cache.as_deref().map_or(&[][..], |c| c.name_order.as_slice());
-    let (routes, by_name) = unique_routes(collect_routes(snapshot, config, threads), previous_order);
+    let last_names = cache.as_deref().map_or(&[][..], |c| c.name_order.as_slice());
+    let (routes, by_name) = unique_routes(collect_routes(snapshot, config, threads), last_names);
     // Age rank of each route, oldest first: precedence between routes.
     let (by_age, age_rank) = age_ranks(&routes);
 
@@ -386,22 +386,8 @@ fn unique_routes<'a>(mut routes: Vec<RouteModel<'a>>, previous: &[usize]) -> (Ve
     if previous.is_empty() {
         keyed.extend(routes.iter().enumerate().map(|(i, r)| (key(r), i)));
     } else {
-        let position: foldhash::HashMap<usize, usize> =
-            (routes.iter().enumerate()).map(|(i, r)| (name_address(r), i)).collect();
-        let mut placed = vec![false; routes.len()];
-        for address in previous {
-            if let Some(&i) = position.get(address)
-                && !placed[i]
-            {
-                placed[i] = true;
-                keyed.push((key(&routes[i]), i));
-            }
-        }
-        keyed.extend(
-            (routes.iter().enumerate())
-                .filter(|(i, _)| !placed[*i])
-                .map(|(i, r)| (key(r), i)),
-        );
+        let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
+        keyed.extend(order.into_iter().map(|i| (key(&routes[i]), i)));
     }
     keyed.sort();
     let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
@@ -666,13 +652,17 @@ fn virtual_hosts(
         served.retain(|(ci, _)| Some(routes[owners[*ci]].kind) == oldest_kind);
         sources.clear();
         sources.extend((served.iter()).map(|&(ci, original)| (&entries[ci], age_rank[owners[ci]], original)));
-        if let Some(rules) = kept.as_mut().and_then(|k| k.get(hostname, &sources)) {
-            out.push(VirtualHost {
-                hostname: hostname.to_string(),
-                rules,
-            });
-            continue;
-        }
+        let previous = match kept.as_mut().map(|k| k.lookup(hostname, &sources)) {
+            Some(Kept::Same(rules)) => {
+                out.push(VirtualHost {
+                    hostname: hostname.to_string(),
+                    rules,
+                });
+                continue;
+            }
+            Some(Kept::Changed(rules)) => Some(rules),
+            Some(Kept::New) | None => None,
+        };
         // The route's own hostname first (exact over wildcard, longer first), then matches.
         // Keys are computed once: the entries lie all over memory. The few distinct route
         // hostnames are ranked first, so the sort compares numbers only.
@@ -703,7 +693,7 @@ fn virtual_hosts(
         // their order (contribution, entry). The result does not depend on the order sorted
         // from, so a large host starts from its last order, and the sort (which finds runs)
         // only merges what changed.
-        if let Some(previous) = kept.as_ref().and_then(|k| k.previous(hostname))
+        if let Some(previous) = previous
             && order.len() >= ARRANGE_FROM
         {
             arrange(&mut order, previous, |&(_, _, ci, k)| {
@@ -732,23 +722,31 @@ const ARRANGE_FROM: usize = 64;
 /// Reorders `items` so that those whose rule (`rule_of`) `previous` lists come first, in its
 /// order; the others follow in their order.
 fn arrange<T: Copy>(items: &mut Vec<T>, previous: &[Arc<ir::HttpRule>], rule_of: impl Fn(&T) -> *const ir::HttpRule) {
-    let position: foldhash::HashMap<*const ir::HttpRule, usize> =
-        (items.iter().enumerate()).map(|(i, item)| (rule_of(item), i)).collect();
-    let mut taken = vec![false; items.len()];
-    let mut arranged = Vec::with_capacity(items.len());
-    for rule in previous {
-        if let Some(&i) = position.get(&Arc::as_ptr(rule))
+    let order = previous_order(items.iter().map(rule_of), previous.iter().map(Arc::as_ptr));
+    *items = order.into_iter().map(|i| items[i]).collect();
+}
+
+/// The positions of items (given by their identities, in their order) arranged in a previous
+/// order: first those `previous` names, in its order (an identity it repeats counts once), then
+/// the rest in their order. Sorts that start from the result find the last order's runs and
+/// only merge what changed; identities are addresses, which a sort's result never depends on.
+fn previous_order<K: std::hash::Hash + Eq>(
+    identities: impl ExactSizeIterator<Item = K>,
+    previous: impl IntoIterator<Item = K>,
+) -> Vec<usize> {
+    let len = identities.len();
+    let position: foldhash::HashMap<K, usize> = identities.enumerate().map(|(i, k)| (k, i)).collect();
+    let mut taken = vec![false; len];
+    let mut order = Vec::with_capacity(len);
+    for identity in previous {
+        if let Some(&i) = position.get(&identity)
             && !std::mem::replace(&mut taken[i], true)
         {
-            arranged.push(items[i]);
+            order.push(i);
         }
     }
-    arranged.extend(
-        (items.iter().zip(&taken))
-            .filter(|(_, taken)| !**taken)
-            .map(|(item, _)| *item),
-    );
-    *items = arranged;
+    order.extend((0..len).filter(|&i| !taken[i]));
+    order
 }
 
 /// Sorts what needs a canonical order.
@@ -910,5 +908,17 @@ mod tests {
             let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &previous));
             assert_eq!(arranged, fresh);
         }
+    }
+
+    /// Named items come first in the previous order, once each; unknown names are skipped; the
+    /// rest keep their order.
+    #[test]
+    fn previous_order_puts_the_named_first_then_the_rest() {
+        let items = ["a", "b", "c", "d", "e"];
+        let order = |previous: &[&'static str]| previous_order(items.iter().copied(), previous.iter().copied());
+        assert_eq!(order(&[]), [0, 1, 2, 3, 4]);
+        assert_eq!(order(&["d", "x", "b", "d"]), [3, 1, 0, 2, 4]);
+        assert_eq!(order(&["e", "d", "c", "b", "a"]), [4, 3, 2, 1, 0]);
+        assert_eq!(previous_order(std::iter::empty::<&str>(), ["a"]), Vec::<usize>::new());
     }
 }

@@ -65,6 +65,16 @@ impl Assembled {
     }
 }
 
+/// What [`Hosts::lookup`] found for a hostname.
+pub enum Kept<'a> {
+    /// The host's rules: it was assembled from the same sources.
+    Same(Vec<Arc<HttpRule>>),
+    /// The host's last rules, assembled from other sources.
+    Changed(&'a [Arc<HttpRule>]),
+    /// Nothing kept for the hostname.
+    New,
+}
+
 /// The kept hosts of one listener, during a pass.
 pub struct Hosts<'a> {
     hosts: &'a mut foldhash::HashMap<String, Host>,
@@ -72,24 +82,21 @@ pub struct Hosts<'a> {
 }
 
 impl Hosts<'_> {
-    /// The rules kept for `hostname` when they were assembled from exactly `sources`.
-    pub fn get(&mut self, hostname: &str, sources: &Sources<'_>) -> Option<Vec<Arc<HttpRule>>> {
-        let host = self.hosts.get_mut(hostname)?;
+    /// What is kept for `hostname`: its rules when they were assembled from exactly `sources`,
+    /// else the rules last kept for it (an order to start sorting the new ones from).
+    pub fn lookup(&mut self, hostname: &str, sources: &Sources<'_>) -> Kept<'_> {
+        let Some(host) = self.hosts.get_mut(hostname) else {
+            return Kept::New;
+        };
         let same = host.served.len() == sources.len()
             && (host.served.iter().zip(sources)).all(|(kept, (compiled, age, original))| {
                 Arc::ptr_eq(&kept.compiled, compiled) && kept.age == *age && kept.original == *original
             });
         if !same {
-            return None;
+            return Kept::Changed(&host.rules);
         }
         host.pass = self.pass;
-        Some(host.rules.clone())
-    }
-
-    /// The rules last kept for `hostname`, whatever they were assembled from: an order to
-    /// start sorting the next ones from.
-    pub fn previous(&self, hostname: &str) -> Option<&[Arc<HttpRule>]> {
-        self.hosts.get(hostname).map(|h| h.rules.as_slice())
+        Kept::Same(host.rules.clone())
     }
 
     /// Keeps `rules`, assembled for `hostname` from `sources`.
@@ -131,8 +138,14 @@ mod tests {
         assembled.start();
         let sources: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&a, 0, "x.test"), (&b, 1, "*.test")];
         assembled.listener("l").keep("x.test", &sources, &[]);
-        assert!(assembled.listener("l").get("x.test", &sources).is_some());
-        assert!(assembled.listener("other").get("x.test", &sources).is_none());
+        assert!(matches!(
+            assembled.listener("l").lookup("x.test", &sources),
+            Kept::Same(_)
+        ));
+        assert!(matches!(
+            assembled.listener("other").lookup("x.test", &sources),
+            Kept::New
+        ));
         for changed in [
             vec![(&a, 0, "x.test")],
             vec![(&b, 1, "*.test"), (&a, 0, "x.test")],
@@ -140,11 +153,17 @@ mod tests {
             vec![(&a, 0, "x.test"), (&b, 1, "x.test")],
             vec![(&a, 0, "x.test"), (&a, 1, "*.test")],
         ] {
-            assert!(assembled.listener("l").get("x.test", &changed).is_none(), "{changed:?}");
+            assert!(
+                matches!(assembled.listener("l").lookup("x.test", &changed), Kept::Changed(_)),
+                "{changed:?}"
+            );
         }
         // Used in the next pass: kept; not used in the one after: dropped.
         assembled.start();
-        assert!(assembled.listener("l").get("x.test", &sources).is_some());
+        assert!(matches!(
+            assembled.listener("l").lookup("x.test", &sources),
+            Kept::Same(_)
+        ));
         assembled.sweep();
         assembled.start();
         assembled.sweep();
