@@ -96,7 +96,7 @@ impl Proxy {
 
 /// What a Gateway's proxy does with traces: W3C trace context, spans for each request and each
 /// upstream attempt, exported over OTLP.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Tracing {
     /// The XTelemetryPolicy, `namespace/name`.
@@ -215,7 +215,7 @@ pub enum Transport {
 }
 
 /// One socket and the listeners sharing it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Port {
     pub transport: Transport,
@@ -242,7 +242,7 @@ pub enum Protocol {
 }
 
 /// One accepted Gateway or ListenerSet listener.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Listener {
     /// `namespace/gateway/listener` or `namespace/listenerset/listener`.
@@ -279,7 +279,7 @@ pub struct Listener {
 }
 
 /// TLS handling of a listener.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListenerTls {
     pub mode: TlsMode,
@@ -313,7 +313,7 @@ pub enum FrontendValidationMode {
 }
 
 /// The routes of one hostname on a listener.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualHost {
     /// Exact, `*.`-wildcard, or `*` for any host.
@@ -360,7 +360,7 @@ impl RouteRef {
 }
 
 /// One match of one rule, with the rule's behaviour.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRule {
     pub route: RouteRef,
@@ -423,7 +423,7 @@ pub enum SessionKind {
 }
 
 /// Request predicates; all must hold.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpMatch {
     pub path: PathMatch,
@@ -472,7 +472,7 @@ pub enum ValueMatchKind {
 }
 
 /// A request or response transformation.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum Filter {
     RequestHeaderModifier(HeaderModifier),
@@ -572,7 +572,7 @@ pub struct UrlRewrite {
 }
 
 /// A copy of the request sent to another backend; its response is discarded.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Mirror {
     /// `None` when the mirror's backendRef is invalid: nothing is mirrored.
@@ -630,7 +630,7 @@ pub struct Retry {
 }
 
 /// A share of a rule's traffic.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WeightedBackend {
     /// Key into [`Proxy::backends`]; `None` for an invalid backendRef, whose share fails
@@ -643,7 +643,7 @@ pub struct WeightedBackend {
 }
 
 /// TLS, TCP or UDP route entry.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamRoute {
     pub route: RouteRef,
@@ -671,7 +671,7 @@ pub enum AppProtocol {
 }
 
 /// A Service port, or an XBackend, and where its traffic goes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Backend {
     /// Stable key: `namespace/service:port` (`XBackend/namespace/name:port` for an XBackend),

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use super::{Backend, HttpRule, Listener, Port, Proxy, SmolStr, VirtualHost};
 
 /// How a proxy's IR differs from the version before it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Difference {
     Same,
     /// Only virtual hosts and backends changed.
@@ -31,7 +31,7 @@ pub enum Difference {
 }
 
 /// The changes that turn one version of a proxy's IR into the next.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Delta {
     /// Per listener, the run of virtual hosts replaced.
@@ -50,7 +50,7 @@ pub struct Delta {
 }
 
 /// `remove` virtual hosts of one listener from position `at` replaced by `insert`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Splice {
     /// Index into [`Proxy::ports`].
@@ -64,7 +64,7 @@ pub struct Splice {
 }
 
 /// `remove` rules of one virtual host from position `at` replaced by `insert`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleSplice {
     /// Index into [`Proxy::ports`].
