@@ -17,6 +17,8 @@
 //! the calling thread, where callgrind counts it, and `TURNA_BENCH_COLD=1` evicts the CPU caches
 //! first, as the work between two changes of a cluster does. `TURNA_BENCH_ONE_HOST=1` puts every
 //! route on one hostname (one virtual host of 4N rules, the shape of the operator's benchmarks).
+//! `TURNA_BENCH_SCRAMBLED=1` lists the routes in the snapshot in a scrambled order, as the
+//! operator's watch stores give them, instead of oldest first.
 
 use std::hint::black_box;
 
@@ -153,7 +155,13 @@ fn snapshot(routes: usize) -> Snapshot {
             objects.extend(service_objects(n, j));
         }
     }
-    objects.extend((0..routes).map(route_object));
+    if std::env::var_os("TURNA_BENCH_SCRAMBLED").is_some() {
+        // A fixed permutation (7919 is prime, so coprime to every size but its multiples).
+        let step = if routes.is_multiple_of(7919) { 1 } else { 7919 };
+        objects.extend((0..routes).map(|i| route_object(i * step % routes)));
+    } else {
+        objects.extend((0..routes).map(route_object));
+    }
     let mut snapshot = Snapshot::default();
     for (index, object) in objects.into_iter().enumerate() {
         snapshot.add_value(index, object).expect("generated objects are valid");

@@ -94,7 +94,8 @@ pub fn translate_on(
     let last_names = cache.as_deref().map_or(&[][..], |c| c.name_order.as_slice());
     let (routes, by_name) = unique_routes(collect_routes(snapshot, config, threads), last_names);
     // Age rank of each route, oldest first: precedence between routes.
-    let (by_age, age_rank) = age_ranks(&routes);
+    let last_ages = cache.as_deref().map_or(&[][..], |c| c.age_order.as_slice());
+    let (by_age, age_rank) = age_ranks(&routes, last_ages);
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
@@ -140,6 +141,8 @@ pub fn translate_on(
         cache
             .name_order
             .extend(by_name.iter().map(|&i| name_address(&routes[i])));
+        cache.age_order.clear();
+        cache.age_order.extend(by_age.iter().map(|&i| name_address(&routes[i])));
     }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
     // the backends and policies it uses, kept if it is accepted.
@@ -802,10 +805,22 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
 }
 
 /// The positions of `routes` oldest first, and each route's rank in that order (precedence
-/// between routes).
-fn age_ranks(routes: &[RouteModel<'_>]) -> (Vec<usize>, Vec<usize>) {
-    let mut by_age: Vec<usize> = (0..routes.len()).collect();
-    by_age.sort_by(|a, b| routes[*a].age_key().cmp(&routes[*b].age_key()));
+/// between routes). Creation time, namespace and name order them; their position breaks the
+/// rare remaining ties (routes of two kinds with one name, created in the same second), so that
+/// the order does not depend on the one sorted from. `previous` (the last translation's routes
+/// oldest first, by name address) arranges them first, so that the sort finds them almost in
+/// order and merges the few new ones.
+fn age_ranks(routes: &[RouteModel<'_>], previous: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    // Keys beside the positions: comparisons do not reach into the routes.
+    let key = |i: usize| (routes[i].age_key(), i);
+    let mut keyed: Vec<_> = if previous.is_empty() {
+        (0..routes.len()).map(key).collect()
+    } else {
+        let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
+        order.into_iter().map(key).collect()
+    };
+    keyed.sort();
+    let by_age: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     let mut age_rank = vec![0; routes.len()];
     for (rank, i) in by_age.iter().enumerate() {
         age_rank[*i] = rank;
@@ -907,6 +922,54 @@ mod tests {
         for previous in [right, reversed, doubled, vec![1, 2, 3]] {
             let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &previous));
             assert_eq!(arranged, fresh);
+        }
+    }
+
+    /// The age order is the same whatever arrangement the last translation's order suggests,
+    /// ties (no creation time; an HTTPRoute and a GRPCRoute of one name) included.
+    #[test]
+    fn age_ranks_ignore_how_the_last_order_arranges_them() {
+        let mut yaml = String::new();
+        for (kind, namespace, name, created) in [
+            ("HTTPRoute", "b", "x", Some("2026-01-02T00:00:00Z")),
+            ("GRPCRoute", "b", "x", Some("2026-01-02T00:00:00Z")),
+            ("HTTPRoute", "a", "y", None),
+            ("HTTPRoute", "a", "x", Some("2026-01-01T00:00:00Z")),
+            ("GRPCRoute", "a", "x", None),
+            ("HTTPRoute", "c", "a", Some("2026-01-02T00:00:00Z")),
+        ] {
+            let created = created.map_or(String::new(), |c| format!(", creationTimestamp: \"{c}\""));
+            yaml.push_str(&format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1\nkind: {kind}\n\
+                 metadata: {{name: {name}, namespace: {namespace}{created}}}\nspec: {{}}\n"
+            ));
+        }
+        let snapshot = Snapshot::from_yaml(&yaml).expect("objects parse");
+        let config = Config::default();
+        let routes = collect_routes(&snapshot, &config, 1);
+        assert_eq!(routes.len(), 6);
+        let fresh = age_ranks(&routes, &[]);
+        let oldest: Vec<(RouteKind, &str, &str)> = (fresh.0.iter())
+            .map(|&i| (routes[i].kind, routes[i].namespace, routes[i].name))
+            .collect();
+        use RouteKind::{Grpc, Http};
+        // No creation time first; then by time, namespace and name; the tie in collection order.
+        assert_eq!(
+            oldest,
+            [
+                (Grpc, "a", "x"),
+                (Http, "a", "y"),
+                (Http, "a", "x"),
+                (Http, "b", "x"),
+                (Grpc, "b", "x"),
+                (Http, "c", "a")
+            ]
+        );
+        let right: Vec<usize> = fresh.0.iter().map(|&i| name_address(&routes[i])).collect();
+        let reversed: Vec<usize> = right.iter().rev().copied().collect();
+        let doubled: Vec<usize> = right.iter().chain(&reversed).copied().collect();
+        for previous in [right, reversed, doubled, vec![1, 2, 3]] {
+            assert_eq!(age_ranks(&routes, &previous), fresh);
         }
     }
 

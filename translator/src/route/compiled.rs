@@ -163,6 +163,8 @@ pub struct CompileCache {
     /// The last translation's routes in name order, by the address of their names: the next
     /// one starts its name sort from there (`translate::unique_routes`).
     pub(crate) name_order: Vec<usize>,
+    /// The same routes oldest first (`translate::age_ranks`).
+    pub(crate) age_order: Vec<usize>,
     /// The virtual hosts of the last translation.
     pub(crate) assembled: super::assembled::Assembled,
 }
