@@ -44,7 +44,8 @@ struct Contribution {
     route: usize,
     /// Its compiled rules (shared with the other listeners it attached to and the cache).
     rules: Arc<Compiled>,
-    stream: Option<StreamRoute>,
+    /// Boxed: listeners collect thousands of HTTP contributions, which have none.
+    stream: Option<Box<StreamRoute>>,
 }
 
 /// Translates a snapshot.
@@ -217,7 +218,7 @@ pub fn translate_on(
                 contributions[*gi].entry(*li).or_default().push(Contribution {
                     route: ri,
                     rules: compiled.clone(),
-                    stream: streams.get(&terminated(li)).cloned(),
+                    stream: streams.get(&terminated(li)).cloned().map(Box::new),
                 });
             }
         }
@@ -579,7 +580,7 @@ fn add_listeners(
                         Some(route::stream::Attached {
                             hostnames: routes[c.route].hostnames,
                             age: age_rank[c.route],
-                            entry: c.stream?,
+                            entry: *c.stream?,
                         })
                     })
                     .collect();
@@ -679,6 +680,7 @@ fn virtual_hosts(
         }
         originals.sort_unstable_by(|a, b| hostname::by_specificity(a, b));
         order.clear();
+        order.reserve(served.iter().map(|&(ci, _)| entries[ci].rules.len()).sum());
         for &(ci, original) in &served {
             let host_rank = match originals.as_slice() {
                 [_] => 0,
