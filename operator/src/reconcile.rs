@@ -425,9 +425,11 @@ impl StatusWriter {
                     // A new leader writes everything from its own first pass.
                     continue;
                 }
+                let started = Instant::now();
                 let written =
                     writer::write(&client, &stores, &statuses, &controller_name, &changed, &mut unchanged).await;
                 tracing::debug!(
+                    took = ?started.elapsed(),
                     applied = written.applied,
                     unchanged = written.unchanged,
                     failed = written.failed,
