@@ -88,7 +88,8 @@ struct Seen {
 /// status each was compared with. Only the objects found so by the last pass are kept.
 #[derive(Default)]
 pub struct Unchanged {
-    objects: HashMap<TypeId, HashMap<String, HashMap<String, Seen>>>,
+    /// Fast hashes: a pass looks up every route's name (thousands), SipHash was most of it.
+    objects: foldhash::HashMap<TypeId, foldhash::HashMap<String, foldhash::HashMap<String, Seen>>>,
     pass: u64,
 }
 

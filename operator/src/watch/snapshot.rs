@@ -7,7 +7,7 @@
 //! many passes hold it.
 
 use std::any::TypeId;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Watched;
@@ -21,7 +21,7 @@ use super::{Stores, lock};
 /// namespace (empty for cluster-scoped kinds) and name: the status writer compares only these
 /// with the store, and trusts what it found before for the rest.
 #[derive(Debug, Default)]
-pub struct Changed(HashMap<TypeId, HashMap<String, HashSet<String>>>);
+pub struct Changed(foldhash::HashMap<TypeId, foldhash::HashMap<String, foldhash::HashSet<String>>>);
 
 impl Changed {
     /// Adds the objects of `other` (the changes of a pass whose statuses were never written).
@@ -60,15 +60,16 @@ fn address<K>(object: &Arc<K>) -> usize {
 
 /// Where each stored object sits in its [`Snapshot`] vector, in step with its reflector store.
 struct Mirror<K> {
-    /// Position of each object in the vector, by [`address`].
-    positions: HashMap<usize, usize>,
+    /// Position of each object in the vector, by [`address`] (a fast hash: every pass looks
+    /// up every stored object).
+    positions: foldhash::HashMap<usize, usize>,
     kind: std::marker::PhantomData<K>,
 }
 
 impl<K> Default for Mirror<K> {
     fn default() -> Self {
         Mirror {
-            positions: HashMap::new(),
+            positions: foldhash::HashMap::default(),
             kind: std::marker::PhantomData,
         }
     }
