@@ -107,7 +107,7 @@ fn virtual_hosts(routes: usize) -> Vec<ir::VirtualHost> {
 }
 
 fn one_host() -> bool {
-    std::env::var_os("TURNA_BENCH_ONE_HOST").is_some()
+    std::env::var_os("TURNA_BENCH_ONE_HOST").is_some_and(|v| !v.is_empty())
 }
 
 /// One rebuild, apart so that callgrind can count it alone.

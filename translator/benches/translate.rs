@@ -97,12 +97,18 @@ fn service_objects(n: usize, j: usize) -> [Value; 2] {
     ]
 }
 
+/// Whether option `name` is set to something (an empty value leaves it off).
+fn option(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
+}
+
 /// HTTPRoute `route-{i}`: two routes share each hostname, so precedence sorting has work to do;
 /// with `TURNA_BENCH_ONE_HOST` set, every route shares one (as in the operator's benchmarks).
 fn route_object(i: usize) -> Value {
-    let hostname = match std::env::var_os("TURNA_BENCH_ONE_HOST") {
-        Some(_) => "app.example.com".to_string(),
-        None => format!("app-{}.example.com", i / 2),
+    let hostname = if option("TURNA_BENCH_ONE_HOST") {
+        "app.example.com".to_string()
+    } else {
+        format!("app-{}.example.com", i / 2)
     };
     let n = i % NAMESPACES;
     let rules: Vec<Value> = (0..RULES)
@@ -155,7 +161,7 @@ fn snapshot(routes: usize) -> Snapshot {
             objects.extend(service_objects(n, j));
         }
     }
-    if std::env::var_os("TURNA_BENCH_SCRAMBLED").is_some() {
+    if option("TURNA_BENCH_SCRAMBLED") {
         // A fixed permutation (7919 is prime, so coprime to every size but its multiples).
         let step = if routes.is_multiple_of(7919) { 1 } else { 7919 };
         objects.extend((0..routes).map(|i| route_object(i * step % routes)));
@@ -277,7 +283,7 @@ fn once(sizes: &[usize]) {
             added
                 .add_value(usize::MAX - run, route_object(routes + run))
                 .expect("generated objects are valid");
-            if std::env::var_os("TURNA_BENCH_COLD").is_some() {
+            if option("TURNA_BENCH_COLD") {
                 // Evicts the CPU caches, as the work between two changes does.
                 let mut scratch = vec![0u8; 64 << 20];
                 for i in (0..scratch.len()).step_by(64) {
