@@ -359,7 +359,9 @@ impl RouteRef {
     }
 }
 
-/// One match of one rule, with the rule's behaviour.
+/// One match of one rule, with the rule's behaviour. `Eq` matters: with it, comparing two
+/// `Arc<HttpRule>` that share an allocation (rules the translator reused) stops at the address,
+/// which is what keeps comparing two IR versions cheap (`delta::difference`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRule {

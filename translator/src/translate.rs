@@ -386,13 +386,8 @@ fn unique_routes<'a>(mut routes: Vec<RouteModel<'a>>, previous: &[usize]) -> (Ve
     }
     // The keys sit beside the positions, so comparisons do not reach into the routes; the
     // position breaks ties, as a stable sort of the positions would.
-    let mut keyed: Vec<((RouteKind, &str, &str), usize)> = Vec::with_capacity(routes.len());
-    if previous.is_empty() {
-        keyed.extend(routes.iter().enumerate().map(|(i, r)| (key(r), i)));
-    } else {
-        let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
-        keyed.extend(order.into_iter().map(|i| (key(&routes[i]), i)));
-    }
+    let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
+    let mut keyed: Vec<((RouteKind, &str, &str), usize)> = order.into_iter().map(|i| (key(&routes[i]), i)).collect();
     keyed.sort();
     let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
     let by_name: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
@@ -735,11 +730,15 @@ fn arrange<T: Copy>(items: &mut Vec<T>, previous: &[Arc<ir::HttpRule>], rule_of:
 /// order: first those `previous` names, in its order (an identity it repeats counts once), then
 /// the rest in their order. Sorts that start from the result find the last order's runs and
 /// only merge what changed; identities are addresses, which a sort's result never depends on.
+/// Without a previous order (a first translation) the items keep theirs, with no lookups.
 fn previous_order<K: std::hash::Hash + Eq>(
     identities: impl ExactSizeIterator<Item = K>,
-    previous: impl IntoIterator<Item = K>,
+    previous: impl ExactSizeIterator<Item = K>,
 ) -> Vec<usize> {
     let len = identities.len();
+    if previous.len() == 0 {
+        return (0..len).collect();
+    }
     let position: foldhash::HashMap<K, usize> = identities.enumerate().map(|(i, k)| (k, i)).collect();
     let mut taken = vec![false; len];
     let mut order = Vec::with_capacity(len);
@@ -814,13 +813,8 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
 /// order and merges the few new ones.
 fn age_ranks(routes: &[RouteModel<'_>], previous: &[usize]) -> (Vec<usize>, Vec<usize>) {
     // Keys beside the positions: comparisons do not reach into the routes.
-    let key = |i: usize| (routes[i].age_key(), i);
-    let mut keyed: Vec<_> = if previous.is_empty() {
-        (0..routes.len()).map(key).collect()
-    } else {
-        let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
-        order.into_iter().map(key).collect()
-    };
+    let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
+    let mut keyed: Vec<_> = order.into_iter().map(|i| (routes[i].age_key(), i)).collect();
     keyed.sort();
     let by_age: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     let mut age_rank = vec![0; routes.len()];
@@ -984,6 +978,9 @@ mod tests {
         assert_eq!(order(&[]), [0, 1, 2, 3, 4]);
         assert_eq!(order(&["d", "x", "b", "d"]), [3, 1, 0, 2, 4]);
         assert_eq!(order(&["e", "d", "c", "b", "a"]), [4, 3, 2, 1, 0]);
-        assert_eq!(previous_order(std::iter::empty::<&str>(), ["a"]), Vec::<usize>::new());
+        assert_eq!(
+            previous_order(std::iter::empty::<&str>(), ["a"].into_iter()),
+            Vec::<usize>::new()
+        );
     }
 }
