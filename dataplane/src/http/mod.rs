@@ -1,6 +1,7 @@
 //! HTTP serving: routing, filters and proxying of requests to backends.
 
 pub mod access;
+mod earlier;
 mod exchange;
 pub mod filters;
 pub mod host;

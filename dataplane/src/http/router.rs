@@ -9,6 +9,7 @@ use translator::ir;
 
 use super::access::Access;
 use super::access::security::{SecurityPolicies, SecurityPolicy};
+use super::earlier::EarlierListener;
 use super::host::HostPattern;
 use super::rule::Rule;
 use super::rules::Rules;
@@ -183,16 +184,13 @@ impl ListenerRoutes {
             any: None,
             virtual_hosts: Vec::with_capacity(listener.virtual_hosts.len()),
         };
-        // The previous compilations by the address of their IR rule, which they keep alive.
-        let earlier = previous.iter().flat_map(|p| &p.virtual_hosts);
-        let mut compiled: foldhash::HashMap<*const ir::HttpRule, &Arc<Rule>> =
-            foldhash::HashMap::with_capacity_and_hasher(
-                earlier.clone().map(|r| r.iter().count()).sum(),
-                Default::default(),
-            );
-        compiled.extend(earlier.flat_map(Rules::iter).map(|r| (Arc::as_ptr(r.source()), r)));
+        // The compilations of the same listener before, which keep their IR rules alive.
+        let mut listener_before = EarlierListener::new(previous.map_or(&[][..], |p| &p.virtual_hosts));
         for vhost in &listener.virtual_hosts {
             let index = routes.virtual_hosts.len();
+            let pattern = HostPattern::parse(&vhost.hostname).ok_or_else(|| invalid(&vhost.hostname))?;
+            let before = previous.and_then(|p| p.host_index(&pattern));
+            let mut earlier = listener_before.host(before, vhost.rules.len());
             let rules = vhost
                 .rules
                 .iter()
@@ -206,7 +204,7 @@ impl ListenerRoutes {
                         Some(_) => traffic(r.traffic.as_ref())?,
                         None => listener_traffic,
                     };
-                    match compiled.get(&Arc::as_ptr(r)) {
+                    match earlier.find(r) {
                         Some(previous)
                             if Rule::reuse(r, previous, (!same_upstreams).then_some(upstreams), security, traffic) =>
                         {
@@ -218,7 +216,7 @@ impl ListenerRoutes {
                 .collect::<Result<Vec<_>, _>>()?;
             routes.virtual_hosts.push(Rules::new(rules));
             // The first virtual host of a name wins.
-            match HostPattern::parse(&vhost.hostname).ok_or_else(|| invalid(&vhost.hostname))? {
+            match pattern {
                 HostPattern::Exact(name) => {
                     routes.exact.entry(name).or_insert(index);
                 }
@@ -237,6 +235,15 @@ impl ListenerRoutes {
     /// have changed: the listener is not chosen again.
     pub fn route(&self, req: &RequestView<'_>) -> Option<&Rule> {
         self.virtual_host(req.host)?.first_match(req)
+    }
+
+    /// The position of the virtual host of hostname `pattern`.
+    fn host_index(&self, pattern: &HostPattern) -> Option<usize> {
+        match pattern {
+            HostPattern::Exact(name) => self.exact.get(name).copied(),
+            HostPattern::Wildcard(suffix) => self.wildcards.get(suffix).copied(),
+            HostPattern::Any => self.any,
+        }
     }
 
     /// Rules of the virtual host for `host`: exact name, longest wildcard suffix, then `*`.

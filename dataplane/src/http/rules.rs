@@ -26,9 +26,42 @@ struct PathIndex {
     // Inline strings and a fast hash: a host of thousands of rules is indexed again whenever
     // one of them changes. The keys come from the IR; a request's path is only looked up,
     // which cannot crowd the table whatever it hashes to.
-    exact: foldhash::HashMap<SmolStr, Vec<usize>>,
-    prefix: foldhash::HashMap<SmolStr, Vec<usize>>,
+    exact: foldhash::HashMap<SmolStr, Positions>,
+    prefix: foldhash::HashMap<SmolStr, Positions>,
     always: Vec<usize>,
+}
+
+/// The positions of the rules of one path. Most paths are one rule's: its position is kept
+/// inline, so that indexing thousands of rules allocates no list per path.
+#[derive(Debug)]
+enum Positions {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Positions {
+    fn add(map: &mut foldhash::HashMap<SmolStr, Positions>, path: &str, position: usize) {
+        use std::collections::hash_map::Entry;
+        match map.entry(SmolStr::new(path)) {
+            Entry::Vacant(e) => {
+                e.insert(Positions::One(position));
+            }
+            Entry::Occupied(mut e) => match e.get_mut() {
+                Positions::One(first) => {
+                    let first = *first;
+                    e.insert(Positions::Many(vec![first, position]));
+                }
+                Positions::Many(all) => all.push(position),
+            },
+        }
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        match self {
+            Positions::One(position) => std::slice::from_ref(position),
+            Positions::Many(all) => all,
+        }
+    }
 }
 
 /// What the index knows about a rule's path predicate.
@@ -52,8 +85,8 @@ impl Rules {
             };
             for (position, rule) in rules.iter().enumerate() {
                 match rule.matcher.path_key() {
-                    PathKey::Exact(path) => index.exact.entry(SmolStr::new(path)).or_default().push(position),
-                    PathKey::Prefix(prefix) => index.prefix.entry(SmolStr::new(prefix)).or_default().push(position),
+                    PathKey::Exact(path) => Positions::add(&mut index.exact, path, position),
+                    PathKey::Prefix(prefix) => Positions::add(&mut index.prefix, prefix, position),
                     PathKey::Other => index.always.push(position),
                 }
             }
@@ -71,7 +104,7 @@ impl Rules {
         };
         let mut candidates: Vec<usize> = index.always.clone();
         if let Some(exact) = index.exact.get(req.path) {
-            candidates.extend_from_slice(exact);
+            candidates.extend_from_slice(exact.as_slice());
         }
         // Prefixes a path can match: "" (for "/"), every segment boundary, and the whole path.
         let boundaries = req
@@ -81,7 +114,7 @@ impl Rules {
             .map(|(i, _)| &req.path[..i]);
         for prefix in std::iter::once("").chain(boundaries).chain(std::iter::once(req.path)) {
             if let Some(positions) = index.prefix.get(prefix) {
-                candidates.extend_from_slice(positions);
+                candidates.extend_from_slice(positions.as_slice());
             }
         }
         candidates.sort_unstable();
@@ -92,6 +125,11 @@ impl Rules {
     /// The rules, in precedence order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Rule>> {
         self.rules.iter()
+    }
+
+    /// The rules, in precedence order.
+    pub fn as_slice(&self) -> &[Arc<Rule>] {
+        &self.rules
     }
 }
 
