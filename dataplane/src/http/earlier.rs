@@ -202,7 +202,11 @@ mod tests {
             ),
             ("one removed", [&before[..10], &before[11..]].concat(), 0),
             ("16 removed in a row", [&before[..10], &before[26..]].concat(), 0),
-            ("17 removed in a row", [&before[..10], &before[27..]].concat(), LOST_AFTER - 1),
+            (
+                "17 removed in a row",
+                [&before[..10], &before[27..]].concat(),
+                LOST_AFTER - 1,
+            ),
             (
                 "40 removed in a row",
                 [&before[..10], &before[50..]].concat(),

@@ -191,29 +191,28 @@ impl ListenerRoutes {
             let pattern = HostPattern::parse(&vhost.hostname).ok_or_else(|| invalid(&vhost.hostname))?;
             let before = previous.and_then(|p| p.host_index(&pattern));
             let mut earlier = listener_before.host(before, vhost.rules.len());
-            let rules = vhost
-                .rules
-                .iter()
-                .map(|r| {
-                    // The rule's own policies win over its listener's.
-                    let security = match &r.security {
-                        Some(_) => security(r.security.as_ref())?,
-                        None => listener_security,
-                    };
-                    let traffic = match &r.traffic {
-                        Some(_) => traffic(r.traffic.as_ref())?,
-                        None => listener_traffic,
-                    };
-                    match earlier.find(r) {
-                        Some(previous)
-                            if Rule::reuse(r, previous, (!same_upstreams).then_some(upstreams), security, traffic) =>
-                        {
-                            Ok(Arc::clone(previous))
-                        }
-                        _ => Rule::compile(r, &listener.name, upstreams, security, traffic).map(Arc::new),
+            // Sized once: collected through a `Result`, a host of thousands of rules grew by
+            // doubling, copying them each time.
+            let mut rules = Vec::with_capacity(vhost.rules.len());
+            for r in &vhost.rules {
+                // The rule's own policies win over its listener's.
+                let security = match &r.security {
+                    Some(_) => security(r.security.as_ref())?,
+                    None => listener_security,
+                };
+                let traffic = match &r.traffic {
+                    Some(_) => traffic(r.traffic.as_ref())?,
+                    None => listener_traffic,
+                };
+                rules.push(match earlier.find(r) {
+                    Some(previous)
+                        if Rule::reuse(r, previous, (!same_upstreams).then_some(upstreams), security, traffic) =>
+                    {
+                        Arc::clone(previous)
                     }
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+                    _ => Arc::new(Rule::compile(r, &listener.name, upstreams, security, traffic)?),
+                });
+            }
             routes.virtual_hosts.push(Rules::new(rules));
             // The first virtual host of a name wins.
             match pattern {

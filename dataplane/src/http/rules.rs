@@ -1,9 +1,10 @@
 //! The ordered rules of a virtual host, indexed by path so that a lookup among thousands of
 //! rules checks only the few that can match.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
-
-use translator::ir::SmolStr;
 
 use super::router::RequestView;
 use super::rule::Rule;
@@ -21,14 +22,47 @@ pub struct Rules {
 
 /// Rule positions by exact path and by prefix (without trailing slash); rules matching by
 /// regular expression are always candidates.
+///
+/// Keyed by the paths' hashes, not the paths: a host of thousands of rules is indexed again
+/// whenever one of them changes, and copying every path into a key was a fifth of rebuilding
+/// it. Two paths of one hash only add candidates, which are matched in full. The seed is the
+/// index's own and the keys come from the IR; a request's path is only looked up, which cannot
+/// crowd the table whatever it hashes to.
 #[derive(Debug, Default)]
 struct PathIndex {
-    // Inline strings and a fast hash: a host of thousands of rules is indexed again whenever
-    // one of them changes. The keys come from the IR; a request's path is only looked up,
-    // which cannot crowd the table whatever it hashes to.
-    exact: foldhash::HashMap<SmolStr, Positions>,
-    prefix: foldhash::HashMap<SmolStr, Positions>,
+    paths: foldhash::fast::RandomState,
+    exact: PositionsByHash,
+    prefix: PositionsByHash,
     always: Vec<usize>,
+}
+
+type PositionsByHash = HashMap<u64, Positions, BuildHasherDefault<Prehashed>>;
+
+impl PathIndex {
+    fn hash(&self, path: &str) -> u64 {
+        self.paths.hash_one(path)
+    }
+}
+
+/// The hasher of keys that are hashes already: they are used as they are.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+
+    /// Only `u64` keys are hashed; anything else is mixed in as well as it can be.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
 }
 
 /// The positions of the rules of one path. Most paths are one rule's: its position is kept
@@ -40,9 +74,8 @@ enum Positions {
 }
 
 impl Positions {
-    fn add(map: &mut foldhash::HashMap<SmolStr, Positions>, path: &str, position: usize) {
-        use std::collections::hash_map::Entry;
-        match map.entry(SmolStr::new(path)) {
+    fn add(map: &mut PositionsByHash, hash: u64, position: usize) {
+        match map.entry(hash) {
             Entry::Vacant(e) => {
                 e.insert(Positions::One(position));
             }
@@ -79,14 +112,17 @@ impl Rules {
                 .filter(|r| matches!(r.matcher.path_key(), PathKey::Exact(_)))
                 .count();
             let mut index = PathIndex {
-                exact: foldhash::HashMap::with_capacity_and_hasher(exact, Default::default()),
-                prefix: foldhash::HashMap::with_capacity_and_hasher(rules.len() - exact, Default::default()),
+                paths: foldhash::fast::RandomState::default(),
+                exact: HashMap::with_capacity_and_hasher(exact, Default::default()),
+                prefix: HashMap::with_capacity_and_hasher(rules.len() - exact, Default::default()),
                 always: Vec::new(),
             };
             for (position, rule) in rules.iter().enumerate() {
                 match rule.matcher.path_key() {
-                    PathKey::Exact(path) => Positions::add(&mut index.exact, path, position),
-                    PathKey::Prefix(prefix) => Positions::add(&mut index.prefix, prefix, position),
+                    PathKey::Exact(path) => Positions::add(&mut index.exact, index.paths.hash_one(path), position),
+                    PathKey::Prefix(prefix) => {
+                        Positions::add(&mut index.prefix, index.paths.hash_one(prefix), position)
+                    }
                     PathKey::Other => index.always.push(position),
                 }
             }
@@ -103,7 +139,7 @@ impl Rules {
             return self.rules.iter().map(Arc::as_ref).find(matches);
         };
         let mut candidates: Vec<usize> = index.always.clone();
-        if let Some(exact) = index.exact.get(req.path) {
+        if let Some(exact) = index.exact.get(&index.hash(req.path)) {
             candidates.extend_from_slice(exact.as_slice());
         }
         // Prefixes a path can match: "" (for "/"), every segment boundary, and the whole path.
@@ -113,7 +149,7 @@ impl Rules {
             .filter(|(i, c)| *c == '/' && *i > 0)
             .map(|(i, _)| &req.path[..i]);
         for prefix in std::iter::once("").chain(boundaries).chain(std::iter::once(req.path)) {
-            if let Some(positions) = index.prefix.get(prefix) {
+            if let Some(positions) = index.prefix.get(&index.hash(prefix)) {
                 candidates.extend_from_slice(positions.as_slice());
             }
         }
