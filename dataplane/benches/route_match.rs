@@ -59,7 +59,10 @@ fn table(virtual_hosts: Vec<ir::VirtualHost>) -> Table {
         traffic: Default::default(),
     };
     shared::build(
-        &shared::http_proxy(virtual_hosts, BTreeMap::from([(backend.id.clone(), backend)])),
+        &shared::http_proxy(
+            virtual_hosts,
+            BTreeMap::from([(backend.id.clone(), std::sync::Arc::new(backend))]),
+        ),
         &Table::default(),
     )
 }

@@ -81,7 +81,7 @@ fn proxy(virtual_hosts: Vec<ir::VirtualHost>) -> ir::Proxy {
                 strategy: Strategy::RoundRobin,
                 traffic: Default::default(),
             };
-            (backend.id.clone(), backend)
+            (backend.id.clone(), Arc::new(backend))
         })
         .collect::<BTreeMap<_, _>>();
     shared::http_proxy(virtual_hosts, backends)

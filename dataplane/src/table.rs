@@ -452,7 +452,7 @@ mod tests {
             }],
             backends: backends
                 .into_iter()
-                .map(|b| (b.id.clone(), b))
+                .map(|b| (b.id.clone(), Arc::new(b)))
                 .collect::<BTreeMap<_, _>>(),
             connect_retries: 2,
             infrastructure: None,

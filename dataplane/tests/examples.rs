@@ -13,7 +13,7 @@ async fn example_ir_is_valid_and_serves() {
     let echo = EchoBackend::start("app").await;
     proxy.ports[0].bind_port = 0;
     if let Some(backend) = proxy.backends.get_mut("example/app:80") {
-        backend.endpoints = vec![echo.endpoint()];
+        std::sync::Arc::make_mut(backend).endpoints = vec![echo.endpoint()];
     }
     let (_dp, addr) = start(proxy).await;
     let reply = get(&client(), addr, "example.com", "/x").await;
@@ -38,7 +38,7 @@ async fn benchmark_irs_are_valid_and_serve() {
         let mut proxy: ir::Proxy = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         proxy.ports[0].bind_port = 0;
         for backend in proxy.backends.values_mut() {
-            backend.endpoints = vec![echo.endpoint()];
+            std::sync::Arc::make_mut(backend).endpoints = vec![echo.endpoint()];
         }
         let dataplane = dataplane::Dataplane::new(dataplane::Settings::on([127, 0, 0, 1].into()));
         dataplane.apply(proxy).await.unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -89,7 +89,7 @@ prop_compose! {
         r.backends = vec![weighted(backend_ref.as_deref(), 1)];
         let b = backend("b", vec![ir::Endpoint { address: endpoint, port: 80 }]);
         let mut p = proxy(vec![http_port(80, vec![listener("l", listener_host.as_deref(), vec![vhost_of(&vhost, r)])])], vec![]);
-        p.backends = BTreeMap::from([("b".into(), b)]);
+        p.backends = BTreeMap::from([("b".into(), std::sync::Arc::new(b))]);
         p
     }
 }

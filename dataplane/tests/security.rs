@@ -619,7 +619,7 @@ async fn a_remote_jwks_is_fetched_through_the_proxy_cached_and_rotated() {
         ..Default::default()
     };
     let mut proxy = protected(&echo, security);
-    proxy.backends.insert(jwks_backend.id.clone(), jwks_backend);
+    proxy.backends.insert(jwks_backend.id.clone(), Arc::new(jwks_backend));
     let (_dp, addr) = start_secured(proxy, &Material::default()).await;
     let client = client();
     assert_eq!(server.fetches(), 0, "fetched when a token needs it, not before");

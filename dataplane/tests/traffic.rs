@@ -278,7 +278,7 @@ async fn error_responses_replace_the_backends_and_the_proxys_own() {
     proxy.ports[0].listeners[0].virtual_hosts[0]
         .rules
         .insert(0, Arc::new(to_gone));
-    proxy.backends.insert("gone".into(), gone);
+    proxy.backends.insert("gone".into(), Arc::new(gone));
     let (_dp, addr) = start_with(proxy, &Material::default()).await;
     let client = client();
     let reply = get(&client, addr, "h", "/status/503").await;

@@ -47,8 +47,10 @@ pub struct Proxy {
     pub gateways: Vec<String>,
     /// Sockets by transport and port, ascending.
     pub ports: Vec<Port>,
-    /// Backends referenced by the routes, by [`Backend::id`].
-    pub backends: BTreeMap<SmolStr, Backend>,
+    /// Backends referenced by the routes, by [`Backend::id`]. Shared: the translator resolves
+    /// each once per pass for every route and proxy using it, and an unchanged one is found
+    /// unchanged by its address (the push's comparison, a proxy's upstreams).
+    pub backends: BTreeMap<SmolStr, Arc<Backend>>,
     /// Retries on another endpoint when one is unreachable, for rules without a route retry.
     pub connect_retries: u32,
     /// Controller mode: what provisioning needs from the Gateway.

@@ -332,7 +332,7 @@ pub fn translate_on(
             let key = ir::SmolStr::new(gw.key());
             proxy.tracing.insert(key.clone(), tracing.clone());
             if !proxy.backends.contains_key(&backend.id) {
-                proxy.backends.insert(backend.id.clone(), ir::Backend::clone(backend));
+                proxy.backends.insert(backend.id.clone(), backend.clone());
             }
             key
         });
@@ -348,9 +348,13 @@ pub fn translate_on(
             &snapshot.facts,
             assembled.as_deref_mut(),
         );
-        for (id, b) in &gateway_backends[gi] {
-            if !proxy.backends.contains_key(id) {
-                proxy.backends.insert(id.clone(), ir::Backend::clone(b));
+        let backends = std::mem::take(&mut gateway_backends[gi]);
+        if proxy.backends.is_empty() {
+            // One Gateway per proxy, untraced: its backends are the proxy's, as they are.
+            proxy.backends = backends;
+        } else {
+            for (id, b) in backends {
+                proxy.backends.entry(id).or_insert(b);
             }
         }
     }

@@ -1475,7 +1475,7 @@ fn serves_good_route(proxy: &Proxy) -> bool {
         .filter(|r| r.route.namespace == "default" && r.route.name == "good")
         .flat_map(|r| &r.backends)
         .filter_map(|b| b.backend.as_ref())
-        .any(|id| proxy.backends.get(id).is_some_and(backend_ok))
+        .any(|id| proxy.backends.get(id).is_some_and(|b| backend_ok(b)))
 }
 
 /// Whether any proxy has an HTTP entry or a stream route of route `kind namespace/name`.

@@ -9,7 +9,10 @@ use dataplane::{Material, PassiveHealth};
 use translator::ir;
 
 /// One proxy, one port, one HTTP listener without a hostname.
-pub fn http_proxy(virtual_hosts: Vec<ir::VirtualHost>, backends: BTreeMap<ir::SmolStr, ir::Backend>) -> ir::Proxy {
+pub fn http_proxy(
+    virtual_hosts: Vec<ir::VirtualHost>,
+    backends: BTreeMap<ir::SmolStr, std::sync::Arc<ir::Backend>>,
+) -> ir::Proxy {
     ir::Proxy {
         schema: ir::SCHEMA_VERSION,
         id: "bench/gateway".into(),

@@ -64,7 +64,8 @@ use tls::BackendTls;
 #[derive(Debug)]
 pub struct Upstream {
     pub id: String,
-    spec: ir::Backend,
+    /// Shared with the IR: the next version's is found unchanged by its address.
+    spec: Arc<ir::Backend>,
     endpoints: Vec<Endpoint>,
     /// Round-robin position, kept across swaps.
     cursor: Arc<AtomicUsize>,
@@ -119,7 +120,7 @@ impl Upstream {
     /// Builds the upstream for `spec`, reusing `previous` (same id) when nothing changed, and its
     /// pool and balancing state when only endpoints changed.
     pub fn build(
-        spec: &ir::Backend,
+        spec: &Arc<ir::Backend>,
         previous: Option<&Arc<Upstream>>,
         material: &Material,
         metrics: &Metrics,

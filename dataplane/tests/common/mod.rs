@@ -277,7 +277,7 @@ pub fn proxy(ports: Vec<ir::Port>, backends: Vec<ir::Backend>) -> ir::Proxy {
         ports,
         backends: backends
             .into_iter()
-            .map(|b| (b.id.clone(), b))
+            .map(|b| (b.id.clone(), Arc::new(b)))
             .collect::<BTreeMap<_, _>>(),
         connect_retries: 2,
         infrastructure: None,

@@ -602,10 +602,10 @@ mod tests {
     fn a_stream_gets_a_delta_only_from_the_version_it_was_sent() {
         let hub = Hub::default();
         let mut served = proxy("a/x", 1);
-        served.backends.insert("b".into(), backend("b"));
+        served.backends.insert("b".into(), Arc::new(backend("b")));
         hub.publish(std::slice::from_ref(&served));
         let first = hub.latest("a/x").expect("published").version;
-        served.backends.insert("c".into(), backend("c"));
+        served.backends.insert("c".into(), Arc::new(backend("c")));
         hub.publish(std::slice::from_ref(&served));
         let second = hub.latest("a/x").expect("published");
         assert_eq!(second.line(Some(first), Deltas::Hosts).1, Push::Delta);
@@ -648,7 +648,7 @@ mod tests {
         );
         // An IR change that leaves the material alone does not send it again.
         let mut more = served.clone();
-        more.backends.insert("b".into(), backend("b"));
+        more.backends.insert("b".into(), Arc::new(backend("b")));
         hub.publish_with_material(std::slice::from_ref(&more), &BTreeSet::new(), &materials);
         let third = hub.latest("a/x").expect("published");
         let delta: protocol::Message =

@@ -43,7 +43,7 @@ pub struct Delta {
     pub rules: Vec<RuleSplice>,
     /// Backends added or changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub backends: Vec<Backend>,
+    pub backends: Vec<Arc<Backend>>,
     /// Ids of backends no longer referenced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_backends: Vec<SmolStr>,
@@ -391,7 +391,7 @@ mod tests {
             }],
             backends: backends
                 .iter()
-                .map(|(id, n)| (SmolStr::from(*id), backend(id, *n)))
+                .map(|(id, n)| (SmolStr::from(*id), Arc::new(backend(id, *n))))
                 .collect::<BTreeMap<_, _>>(),
             connect_retries: 2,
             infrastructure: None,
@@ -520,7 +520,7 @@ mod tests {
         let mut changed = new.clone();
         changed.ports[0].listeners[0].virtual_hosts[0] = host_with("a.example", &[("x", "c")]);
         changed.ports[0].listeners[0].virtual_hosts[1].rules.remove(7);
-        changed.backends.insert("c".into(), backend("c", 2));
+        changed.backends.insert("c".into(), Arc::new(backend("c", 2)));
         let narrowed = narrowed_round_trip(&new, &changed);
         assert_eq!(narrowed.rules.len(), 2);
         assert_eq!(narrowed.backends.len(), 1);

@@ -54,7 +54,7 @@ pub fn add_to_proxy(proxy: &mut ir::Proxy, policies: &SecurityPolicies<'_>) {
         };
         for b in backends {
             if !proxy.backends.contains_key(&b.id) {
-                proxy.backends.insert(b.id.clone(), ir::Backend::clone(b));
+                proxy.backends.insert(b.id.clone(), b.clone());
             }
         }
         proxy.security.insert(id, security.clone());

@@ -52,7 +52,7 @@ pub fn add_to_proxy(proxy: &mut ir::Proxy, policies: &TrafficPolicies<'_>) {
         };
         for b in backends {
             if !proxy.backends.contains_key(&b.id) {
-                proxy.backends.insert(b.id.clone(), ir::Backend::clone(b));
+                proxy.backends.insert(b.id.clone(), b.clone());
             }
         }
         proxy.traffic.insert(id, traffic.clone());
