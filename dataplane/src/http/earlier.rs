@@ -145,25 +145,10 @@ mod tests {
     use super::*;
 
     fn ir_rule(position: usize) -> Arc<ir::HttpRule> {
-        Arc::new(ir::HttpRule {
-            route: ir::RouteRef {
-                kind: "HTTPRoute".into(),
-                namespace: "ns".into(),
-                name: format!("r{position}").into(),
-                rule: 0,
-                rule_name: None,
-                static_layer: false,
-            },
-            grpc: false,
-            matcher: ir::HttpMatch::default(),
-            filters: vec![],
-            backends: vec![],
-            timeouts: ir::Timeouts::default(),
-            retry: None,
-            session_persistence: None,
-            security: None,
-            traffic: None,
-        })
+        Arc::new(crate::http::rule::test_rule(
+            &format!("r{position}"),
+            ir::HttpMatch::default(),
+        ))
     }
 
     fn compiled(rule: &Arc<ir::HttpRule>) -> Arc<Rule> {

@@ -196,3 +196,28 @@ impl Rule {
         Some((at, picked))
     }
 }
+
+/// An IR rule of route `name` that matches with `matcher` and has no backends: what the unit
+/// tests of routing compile.
+#[cfg(test)]
+pub(crate) fn test_rule(name: &str, matcher: ir::HttpMatch) -> ir::HttpRule {
+    ir::HttpRule {
+        route: ir::RouteRef {
+            kind: "HTTPRoute".into(),
+            namespace: "test".into(),
+            name: name.into(),
+            rule: 0,
+            rule_name: None,
+            static_layer: false,
+        },
+        grpc: false,
+        matcher,
+        filters: vec![],
+        backends: vec![],
+        timeouts: ir::Timeouts::default(),
+        retry: None,
+        session_persistence: None,
+        security: None,
+        traffic: None,
+    }
+}

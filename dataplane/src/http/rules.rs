@@ -179,29 +179,12 @@ mod tests {
     use super::*;
 
     fn rule(position: usize, path: ir::PathMatch, method: Option<&str>) -> Arc<Rule> {
-        let ir = ir::HttpRule {
-            route: ir::RouteRef {
-                kind: "HTTPRoute".into(),
-                namespace: "ns".into(),
-                name: format!("r{position}").into(),
-                rule: position,
-                rule_name: None,
-                static_layer: false,
-            },
-            grpc: false,
-            matcher: ir::HttpMatch {
-                path,
-                method: method.map(ir::SmolStr::new),
-                ..Default::default()
-            },
-            filters: vec![],
-            backends: vec![],
-            timeouts: ir::Timeouts::default(),
-            retry: None,
-            session_persistence: None,
-            security: None,
-            traffic: None,
+        let matcher = ir::HttpMatch {
+            path,
+            method: method.map(ir::SmolStr::new),
+            ..Default::default()
         };
+        let ir = crate::http::rule::test_rule(&format!("r{position}"), matcher);
         Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new(), None, None).unwrap())
     }
 
