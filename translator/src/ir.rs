@@ -71,6 +71,13 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Adds `backend` unless the proxy has a backend of its id already (the first one stays).
+    pub fn add_backend(&mut self, backend: &Arc<Backend>) {
+        if !self.backends.contains_key(&backend.id) {
+            self.backends.insert(backend.id.clone(), backend.clone());
+        }
+    }
+
     /// The oldest schema that serves this IR as meant: [`BASE_SCHEMA`] unless it uses a field a
     /// proxy of that schema would ignore.
     pub fn required_schema(&self) -> u32 {

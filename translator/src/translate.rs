@@ -331,9 +331,7 @@ pub fn translate_on(
         let tracing = telemetry.gateways.get(&gw.key()).map(|(tracing, backend)| {
             let key = ir::SmolStr::new(gw.key());
             proxy.tracing.insert(key.clone(), tracing.clone());
-            if !proxy.backends.contains_key(&backend.id) {
-                proxy.backends.insert(backend.id.clone(), backend.clone());
-            }
+            proxy.add_backend(backend);
             key
         });
         add_listeners(

@@ -51,9 +51,7 @@ pub fn add_to_proxy(proxy: &mut ir::Proxy, policies: &TrafficPolicies<'_>) {
             continue;
         };
         for b in backends {
-            if !proxy.backends.contains_key(&b.id) {
-                proxy.backends.insert(b.id.clone(), b.clone());
-            }
+            proxy.add_backend(b);
         }
         proxy.traffic.insert(id, traffic.clone());
     }
