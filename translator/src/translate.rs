@@ -121,7 +121,8 @@ pub fn translate_on(
     let mut outcomes: Vec<Option<RouteOutcome>> = (0..routes.len()).map(|_| None).collect();
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
-    let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age);
+    let kept_attachments = cache.as_deref_mut().map(|c| &mut c.attached);
+    let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age, kept_attachments);
     if let Some(cache) = cache.as_deref_mut() {
         cache.check(snapshot, config);
     }

@@ -25,7 +25,7 @@ pub enum Owner {
 }
 
 /// Which namespaces may attach routes.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum AllowedNamespaces {
     #[default]
     Same,

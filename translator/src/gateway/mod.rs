@@ -22,7 +22,7 @@ use crate::reference_grant::{self, From, To};
 use crate::snapshot::Snapshot;
 use crate::status::{Address, Condition, GatewayStatus, condition::kind, condition::reason};
 pub use address::{Assignment, RequestedAddress};
-pub use listener::{ListenerModel, Owner, Problem};
+pub use listener::{AllowedNamespaces, ListenerModel, Owner, Problem};
 pub use listener_set::ListenerSetModel;
 
 /// A Gateway of one of our classes, with its listeners validated.

@@ -65,6 +65,18 @@ impl<V> ByObject<V> {
         false
     }
 
+    /// The value kept for `object`, made by `make` when there is none; kept by this pass.
+    pub fn kept_or(&mut self, object: RouteObject<'_>, make: impl FnOnce() -> V) -> &V {
+        let pass = self.pass;
+        let kept = self.entries.entry(object.address()).or_insert_with(|| Kept {
+            _object: object.shared(),
+            value: make(),
+            pass,
+        });
+        kept.pass = pass;
+        &kept.value
+    }
+
     /// Drops the values this pass did not keep.
     pub fn sweep(&mut self) {
         let pass = self.pass;

@@ -167,6 +167,8 @@ pub struct CompileCache {
     pub(crate) age_order: Vec<usize>,
     /// The virtual hosts of the last translation.
     pub(crate) assembled: super::assembled::Assembled,
+    /// Where the last translation's routes attached.
+    pub(crate) attached: super::attached::Attached,
 }
 
 /// Everything besides the route that compiling reads, as the snapshot shares it.

@@ -11,6 +11,7 @@
 //! Accepted=False for it.
 
 pub mod assembled;
+pub mod attached;
 pub mod by_object;
 pub mod compiled;
 pub mod http;
@@ -177,14 +178,18 @@ pub fn attach(
 
 /// Attaches every route, oldest first, and rejects the newer of an HTTPRoute and a GRPCRoute
 /// whose hostnames intersect on a shared listener. `by_age` lists the indices of `routes`
-/// oldest first.
+/// oldest first. With `kept`, unchanged routes land where they landed last time.
 pub fn attach_all(
     routes: &[RouteModel<'_>],
     gateways: &[GatewayModel<'_>],
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
     by_age: &[usize],
+    kept: Option<&mut attached::Attached>,
 ) -> Vec<Vec<Attachment>> {
-    let mut out: Vec<Vec<Attachment>> = routes.iter().map(|r| attach(r, gateways, namespace_labels)).collect();
+    let mut out: Vec<Vec<Attachment>> = match kept {
+        Some(kept) => kept.attach(routes, gateways, namespace_labels),
+        None => routes.iter().map(|r| attach(r, gateways, namespace_labels)).collect(),
+    };
     // Conflicts need routes of both kinds.
     let has = |kind: RouteKind| routes.iter().any(|r| r.kind == kind);
     if !(has(RouteKind::Http) && has(RouteKind::Grpc)) {
