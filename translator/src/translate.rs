@@ -93,10 +93,10 @@ pub fn translate_on(
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
     // is much faster on large snapshots than in name order. Only statuses need name order.
     let last_names = cache.as_deref().map_or(&[][..], |c| c.name_order.as_slice());
-    let (routes, by_name) = unique_routes(collect_routes(snapshot, config, threads), last_names);
+    let (routes, by_name, positions) = unique_routes(collect_routes(snapshot, config, threads), last_names);
     // Age rank of each route, oldest first: precedence between routes.
     let last_ages = cache.as_deref().map_or(&[][..], |c| c.age_order.as_slice());
-    let (by_age, age_rank) = age_ranks(&routes, last_ages);
+    let (by_age, age_rank) = age_ranks(&routes, last_ages, positions.as_ref());
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
@@ -382,20 +382,28 @@ pub fn translate_on(
 /// their given order, and their positions in order of kind, namespace and name. `previous`
 /// (the addresses of the last translation's route names, in name order) only arranges the
 /// routes before sorting, so that the sort finds them almost in order and merges the few new
-/// ones: the result is the same for any `previous`.
-fn unique_routes<'a>(mut routes: Vec<RouteModel<'a>>, previous: &[usize]) -> (Vec<RouteModel<'a>>, Vec<usize>) {
+/// ones: the result is the same for any `previous`. With a `previous` order, also the routes'
+/// positions by identity ([`positions`]), for [`age_ranks`] to arrange them again.
+fn unique_routes<'a>(
+    mut routes: Vec<RouteModel<'a>>,
+    previous: &[usize],
+) -> (Vec<RouteModel<'a>>, Vec<usize>, Option<Positions>) {
     fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
         (r.kind, r.namespace, r.name)
     }
     // The keys sit beside the positions, so comparisons do not reach into the routes; the
     // position breaks ties, as a stable sort of the positions would.
-    let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
+    let positions = (!previous.is_empty()).then(|| self::positions(routes.iter().map(name_address)));
+    let order = match &positions {
+        Some(positions) => arranged(positions, routes.len(), previous.iter().copied()),
+        None => (0..routes.len()).collect(),
+    };
     let mut keyed: Vec<((RouteKind, &str, &str), usize)> = order.into_iter().map(|i| (key(&routes[i]), i)).collect();
     keyed.sort();
     let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
     let by_name: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     if duplicate.is_empty() {
-        return (routes, by_name);
+        return (routes, by_name, positions);
     }
     // Rare (only hand-written snapshots repeat an object): drop the later copies and number
     // the rest again.
@@ -419,7 +427,8 @@ fn unique_routes<'a>(mut routes: Vec<RouteModel<'a>>, previous: &[usize]) -> (Ve
         .filter(|&i| keep[i])
         .map(|i| renumbered[i])
         .collect();
-    (routes, by_name)
+    // Renumbered: the positions no longer hold.
+    (routes, by_name, None)
 }
 
 /// A route's identity from one translation to the next: the address of its name, which the
@@ -742,7 +751,22 @@ fn previous_order<K: std::hash::Hash + Eq>(
     if previous.len() == 0 {
         return (0..len).collect();
     }
-    let position: foldhash::HashMap<K, usize> = identities.enumerate().map(|(i, k)| (k, i)).collect();
+    arranged(&positions(identities), len, previous)
+}
+
+/// Items' positions by identity.
+type Positions<K = usize> = foldhash::HashMap<K, usize>;
+
+fn positions<K: std::hash::Hash + Eq>(identities: impl Iterator<Item = K>) -> Positions<K> {
+    identities.enumerate().map(|(i, k)| (k, i)).collect()
+}
+
+/// [`previous_order`] of `len` items whose positions are known.
+fn arranged<K: std::hash::Hash + Eq>(
+    position: &Positions<K>,
+    len: usize,
+    previous: impl Iterator<Item = K>,
+) -> Vec<usize> {
     let mut taken = vec![false; len];
     let mut order = Vec::with_capacity(len);
     for identity in previous {
@@ -813,10 +837,15 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
 /// rare remaining ties (routes of two kinds with one name, created in the same second), so that
 /// the order does not depend on the one sorted from. `previous` (the last translation's routes
 /// oldest first, by name address) arranges them first, so that the sort finds them almost in
-/// order and merges the few new ones.
-fn age_ranks(routes: &[RouteModel<'_>], previous: &[usize]) -> (Vec<usize>, Vec<usize>) {
+/// order and merges the few new ones. `positions` are the routes' by name address when
+/// [`unique_routes`] already found them (building them is most of the arranging).
+fn age_ranks(routes: &[RouteModel<'_>], previous: &[usize], positions: Option<&Positions>) -> (Vec<usize>, Vec<usize>) {
     // Keys beside the positions: comparisons do not reach into the routes.
-    let order = previous_order(routes.iter().map(name_address), previous.iter().copied());
+    let order = match positions {
+        _ if previous.is_empty() => (0..routes.len()).collect(),
+        Some(positions) => arranged(positions, routes.len(), previous.iter().copied()),
+        None => previous_order(routes.iter().map(name_address), previous.iter().copied()),
+    };
     let mut keyed: Vec<_> = order.into_iter().map(|i| (routes[i].age_key(), i)).collect();
     keyed.sort();
     let by_age: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
@@ -898,7 +927,7 @@ mod tests {
         let copies = snapshot.http_routes.clone();
         snapshot.http_routes.extend(copies);
         let config = Config::default();
-        let names = |(routes, by_name): (Vec<RouteModel<'_>>, Vec<usize>)| -> Vec<(String, String, usize)> {
+        let names = |(routes, by_name, _): (Vec<RouteModel<'_>>, Vec<usize>, Option<Positions>)| -> Vec<(String, String, usize)> {
             by_name
                 .iter()
                 .map(|&i| (routes[i].namespace.to_string(), routes[i].name.to_string(), i))
@@ -914,7 +943,7 @@ mod tests {
             expected
         );
         let routes = collect_routes(&snapshot, &config, 1);
-        let (kept, by_name) = unique_routes(collect_routes(&snapshot, &config, 1), &[]);
+        let (kept, by_name, _) = unique_routes(collect_routes(&snapshot, &config, 1), &[]);
         let right: Vec<usize> = by_name.iter().map(|&i| name_address(&kept[i])).collect();
         let reversed: Vec<usize> = routes.iter().rev().map(name_address).collect();
         let doubled: Vec<usize> = routes.iter().chain(&routes).map(name_address).collect();
@@ -947,7 +976,7 @@ mod tests {
         let config = Config::default();
         let routes = collect_routes(&snapshot, &config, 1);
         assert_eq!(routes.len(), 6);
-        let fresh = age_ranks(&routes, &[]);
+        let fresh = age_ranks(&routes, &[], None);
         let oldest: Vec<(RouteKind, &str, &str)> = (fresh.0.iter())
             .map(|&i| (routes[i].kind, routes[i].namespace, routes[i].name))
             .collect();
@@ -968,7 +997,9 @@ mod tests {
         let reversed: Vec<usize> = right.iter().rev().copied().collect();
         let doubled: Vec<usize> = right.iter().chain(&reversed).copied().collect();
         for previous in [right, reversed, doubled, vec![1, 2, 3]] {
-            assert_eq!(age_ranks(&routes, &previous), fresh);
+            assert_eq!(age_ranks(&routes, &previous, None), fresh);
+            let known = positions(routes.iter().map(name_address));
+            assert_eq!(age_ranks(&routes, &previous, Some(&known)), fresh);
         }
     }
 

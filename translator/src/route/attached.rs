@@ -165,7 +165,10 @@ spec:
 
         // The Namespace loses its label: the route no longer attaches.
         let mut relabelled = snapshot.clone();
-        let apps = relabelled.namespaces.iter().position(|n| n.metadata.name.as_deref() == Some("apps"));
+        let apps = relabelled
+            .namespaces
+            .iter()
+            .position(|n| n.metadata.name.as_deref() == Some("apps"));
         let mut namespace = (*relabelled.namespaces[apps.expect("apps")]).clone();
         namespace.metadata.labels = None;
         relabelled.namespaces[apps.expect("apps")] = Arc::new(namespace);

@@ -103,7 +103,8 @@ pub struct RouteModel<'a> {
     pub generation: i64,
     pub created: Option<&'a Time>,
     pub hostnames: &'a [String],
-    pub parent_refs: Vec<ParentRef<'a>>,
+    /// Usually one: stored inline (a pass models every route).
+    pub parent_refs: SmallVec<[ParentRef<'a>; 1]>,
     /// Built on first use by [`RouteModel::rules`]: routes whose compiled rules are reused from
     /// the last translation never need them, and building them was a third of a pass.
     rules: std::sync::OnceLock<Vec<RuleModel<'a>>>,
@@ -233,7 +234,7 @@ fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
         generation: obj.generation(),
         created: obj.meta().creation_timestamp.as_ref(),
         hostnames: &[],
-        parent_refs: Vec::new(),
+        parent_refs: SmallVec::new(),
         rules: std::sync::OnceLock::new(),
         spec: None,
         unreadable: None,
