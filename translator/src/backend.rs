@@ -2,14 +2,14 @@
 //! application protocol of the Service port, and the endpoints from EndpointSlices; XBackends
 //! ([`xbackend`]); and the XBackendTrafficPolicy of each backend.
 
+mod index;
 pub mod xbackend;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use k8s_openapi::api::core::v1::{Service, ServicePort};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::ServicePort;
 
 use crate::api::XBackend;
 use crate::config::{Config, Strategy};
@@ -25,17 +25,15 @@ use crate::route::model::BackendRef;
 use crate::snapshot::Snapshot;
 use crate::status::condition::reason;
 
-/// Services and their EndpointSlices, indexed once per translation.
+pub use index::Index;
+
+/// Services and their EndpointSlices, indexed when a backendRef is first resolved (or with the
+/// last translation's [`Index`]).
 pub struct Backends<'a> {
     snapshot: &'a Snapshot,
     config: &'a Config,
-    /// Looked up by namespace and name only: hashed, built faster than ordered maps.
-    services: foldhash::HashMap<(&'a str, &'a str), &'a Service>,
-    slices: foldhash::HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    index: OnceLock<Arc<Index>>,
     xbackends: foldhash::HashMap<(&'a str, &'a str), &'a XBackend>,
-    /// The operator's Service of each `EndpointSelector` XBackend, by namespace and XBackend.
-    /// The Services kept for EndpointSelector XBackends: by XBackend, its owner uid and name.
-    xbackend_services: foldhash::HashMap<(&'a str, &'a str), Vec<(&'a str, &'a str)>>,
     pub policies: Policies<'a>,
     pub traffic: TrafficPolicies<'a>,
     /// TurnaBackendPolicies: load balancing and circuit breaking.
@@ -180,39 +178,24 @@ impl Cache {
 }
 
 impl<'a> Backends<'a> {
+    fn index(&self) -> &Index {
+        self.index
+            .get_or_init(|| Arc::new(Index::of(self.snapshot, self.config)))
+    }
+
+    /// The index this translation built or was given, if it needed one.
+    pub fn built_index(&self) -> Option<Arc<Index>> {
+        self.index.get().cloned()
+    }
+
     /// The snapshot the backends are read from.
     pub fn snapshot(&self) -> &'a Snapshot {
         self.snapshot
     }
 
-    pub fn new(snapshot: &'a Snapshot, config: &'a Config) -> Self {
-        let services = snapshot
-            .services
-            .iter()
-            .filter(|s| config.watches_namespace(s.namespace()))
-            .map(|s| ((s.namespace(), s.name()), &**s))
-            .collect();
-        let mut slices: foldhash::HashMap<(&str, &str), Vec<&EndpointSlice>> =
-            foldhash::HashMap::with_capacity_and_hasher(snapshot.endpoint_slices.len(), Default::default());
-        for slice in &snapshot.endpoint_slices {
-            if let Some(svc) = slice
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("kubernetes.io/service-name"))
-            {
-                slices.entry((slice.namespace(), svc.as_str())).or_default().push(slice);
-            }
-        }
-        let mut xbackend_services: foldhash::HashMap<_, Vec<_>> = foldhash::HashMap::default();
-        for s in &snapshot.services {
-            if let Some(owner) = xbackend::owner(s) {
-                xbackend_services
-                    .entry((s.namespace(), owner.name.as_str()))
-                    .or_default()
-                    .push((owner.uid.as_str(), s.name()));
-            }
-        }
+    /// `index`, when given, was built from a snapshot with the same Services and EndpointSlices
+    /// (the same shared objects, in the same order) and the same configuration.
+    pub fn new(snapshot: &'a Snapshot, config: &'a Config, index: Option<Arc<Index>>) -> Self {
         let xbackends = if snapshot.facts.installed("XBackend") {
             snapshot
                 .xbackends
@@ -226,10 +209,8 @@ impl<'a> Backends<'a> {
         Backends {
             snapshot,
             config,
-            services,
-            slices,
+            index: index.map(OnceLock::from).unwrap_or_default(),
             xbackends,
-            xbackend_services,
             policies: Policies::build(snapshot, config),
             traffic: TrafficPolicies::build(snapshot, config),
             settings: BackendSettings::build(snapshot, config),
@@ -286,9 +267,7 @@ impl<'a> Backends<'a> {
     /// OTLP/gRPC port) and over OTLP/HTTP otherwise.
     pub fn resolve_for_policy(&self, from: From<'_>, r: &BackendRef<'_>) -> Resolution {
         let ns = self.permitted_service(from, r)?;
-        let service_port = self
-            .services
-            .get(&(ns, r.name))
+        let service_port = (self.index().service(self.snapshot, ns, r.name))
             .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.iter().find(|p| Some(p.port) == r.port));
         let grpc = service_port.is_some_and(|p| {
             matches!(p.app_protocol.as_deref(), Some("grpc" | "kubernetes.io/h2c"))
@@ -390,7 +369,7 @@ impl<'a> Backends<'a> {
                 format!("backendRef to Service {ns}/{} has no port", r.name),
             ));
         };
-        let Some(service) = self.services.get(&(ns, r.name)) else {
+        let Some(service) = self.index().service(self.snapshot, ns, r.name) else {
             return Err(Problem::new(
                 reason::BACKEND_NOT_FOUND,
                 format!("Service {ns}/{} does not exist", r.name),
@@ -609,13 +588,9 @@ impl<'a> Backends<'a> {
         // The Service owned by this very XBackend (not by an earlier one of the same name); the
         // lowest name should there be two.
         let uid = x.metadata.uid.as_deref();
-        let service = self
-            .xbackend_services
-            .get(&(x.namespace(), x.name()))
-            .into_iter()
-            .flatten()
+        let service = (self.index().xbackend_services(self.snapshot, x.namespace(), x.name()))
             .filter(|(owner, _)| uid.is_none_or(|uid| uid == *owner))
-            .map(|(_, name)| *name)
+            .map(|(_, name)| name)
             .min();
         xbackend::settings(x, self.snapshot, service, |name, port| {
             self.endpoints(x.namespace(), name, port)
@@ -700,7 +675,7 @@ impl<'a> Backends<'a> {
     /// Ready endpoints of the Service port, from its EndpointSlices.
     fn endpoints(&self, ns: &str, name: &str, port: &ServicePort) -> Vec<Endpoint> {
         let mut out = Vec::new();
-        for slice in self.slices.get(&(ns, name)).into_iter().flatten() {
+        for slice in self.index().slices(self.snapshot, ns, name) {
             let Some(slice_port) = slice
                 .ports
                 .iter()

@@ -79,7 +79,10 @@ pub fn translate_on(
         .collect();
     let classes = gateway::class::ours(snapshot, config);
     let mut gateways = gateway::build(snapshot, config, &classes, &namespace_labels);
-    let backends = Backends::new(snapshot, config);
+    if let Some(cache) = cache.as_deref_mut() {
+        cache.check(snapshot, config);
+    }
+    let backends = Backends::new(snapshot, config, cache.as_deref().and_then(|c| c.backend_index.clone()));
     let listener_servers = gateway::listener_filters::resolve(&mut gateways, &backends, config);
     let telemetry = policy::telemetry::apply(snapshot, config, &gateways, &backends);
     let security = policy::security::build(snapshot, config, &backends);
@@ -123,9 +126,6 @@ pub fn translate_on(
 
     let kept_attachments = cache.as_deref_mut().map(|c| &mut c.attached);
     let mut all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age, kept_attachments);
-    if let Some(cache) = cache.as_deref_mut() {
-        cache.check(snapshot, config);
-    }
     let mut compiled_routes = route::compiled::CompiledRoutes::new(
         &routes,
         &all_attachments,
@@ -139,6 +139,7 @@ pub fn translate_on(
     );
     if let Some(cache) = cache.as_deref_mut() {
         cache.keep(&routes, &compiled_routes);
+        cache.backend_index = backends.built_index();
         cache.name_order.clear();
         cache
             .name_order

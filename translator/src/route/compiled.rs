@@ -167,6 +167,9 @@ pub struct CompileCache {
     pub(crate) age_order: Vec<usize>,
     /// The virtual hosts of the last translation.
     pub(crate) assembled: super::assembled::Assembled,
+    /// The Services and EndpointSlices of the last translation's snapshot, indexed (while
+    /// they are the same objects).
+    pub(crate) backend_index: Option<Arc<crate::backend::Index>>,
     /// Where the last translation's routes attached.
     pub(crate) attached: super::attached::Attached,
 }
@@ -262,6 +265,7 @@ impl CompileCache {
     pub fn check(&mut self, snapshot: &Snapshot, config: &Config) {
         if !self.inputs.as_ref().is_some_and(|i| i.same(snapshot, config)) {
             self.routes.clear();
+            self.backend_index = None;
             self.inputs = Some(Inputs::of(snapshot, config));
         }
     }
