@@ -260,11 +260,22 @@ pub fn translate_on(
         outcomes[ri] = Some(outcome);
         all_attachments[ri] = attachments;
     }
+    if let Some(cache) = cache.as_deref_mut() {
+        cache.statuses.start();
+    }
     let settled = cache.as_deref().map(|c| &c.statuses);
+    // Each status, and whether it is the last translation's.
     let mut route_statuses = crate::parallel::map(routes.len(), threads, |ri| {
         let (route, attachments, outcome) = (&routes[ri], &all_attachments[ri], outcomes[ri].as_ref()?);
-        let last = settled.and_then(|s| s.get(route, attachments, outcome, &controller_name));
-        Some(last.unwrap_or_else(|| Arc::new(route::status(route, attachments, outcome, &controller_name))))
+        Some(
+            match settled.and_then(|s| s.get(route, attachments, outcome, &controller_name)) {
+                Some(last) => (last, true),
+                None => (
+                    Arc::new(route::status(route, attachments, outcome, &controller_name)),
+                    false,
+                ),
+            },
+        )
     });
     if let Some(cache) = cache.as_deref_mut() {
         (cache.statuses).keep(&routes, &all_attachments, &outcomes, &route_statuses, &controller_name);
@@ -283,7 +294,10 @@ pub fn translate_on(
             .iter()
             .flat_map(|g| g.listener_sets.iter().map(move |s| listener_set::status(s, g)))
             .collect(),
-        routes: by_name.iter().filter_map(|&ri| route_statuses[ri].take()).collect(),
+        routes: by_name
+            .iter()
+            .filter_map(|&ri| route_statuses[ri].take().map(|(status, _)| status))
+            .collect(),
         backend_tls_policies: backends.policies.statuses(&policy_usage, config),
         telemetry_policies: telemetry.statuses,
         xbackends: backends.xbackend_statuses(&policy_usage),

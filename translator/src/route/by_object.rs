@@ -6,6 +6,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::model::RouteObject;
 
@@ -17,8 +18,9 @@ pub struct ByObject<V> {
 struct Kept<V> {
     _object: Arc<dyn Any + Send + Sync>,
     value: V,
-    /// The last pass that kept it.
-    pass: u64,
+    /// The last pass that kept it (set through a shared reference by [`ByObject::reuse`],
+    /// which routes on several threads call).
+    pass: AtomicU64,
 }
 
 impl<V> Default for ByObject<V> {
@@ -34,6 +36,14 @@ impl<V> ByObject<V> {
     /// The value kept for `object`.
     pub fn get(&self, object: RouteObject<'_>) -> Option<&V> {
         self.entries.get(&object.address()).map(|k| &k.value)
+    }
+
+    /// The value kept for `object`, kept by this pass as it is unless the pass keeps another
+    /// one for the object: found and kept with one lookup.
+    pub fn reuse(&self, object: RouteObject<'_>) -> Option<&V> {
+        let kept = self.entries.get(&object.address())?;
+        kept.pass.store(self.pass, Ordering::Relaxed);
+        Some(&kept.value)
     }
 
     /// Starts a pass: values it does not keep go at [`ByObject::sweep`].
@@ -53,13 +63,13 @@ impl<V> ByObject<V> {
         if let Some(kept) = self.entries.get_mut(&address)
             && unchanged(&kept.value)
         {
-            kept.pass = pass;
+            *kept.pass.get_mut() = pass;
             return true;
         }
         let kept = Kept {
             _object: object.shared(),
             value: make(),
-            pass,
+            pass: AtomicU64::new(pass),
         };
         self.entries.insert(address, kept);
         false
@@ -71,16 +81,16 @@ impl<V> ByObject<V> {
         let kept = self.entries.entry(object.address()).or_insert_with(|| Kept {
             _object: object.shared(),
             value: make(),
-            pass,
+            pass: AtomicU64::new(pass),
         });
-        kept.pass = pass;
+        *kept.pass.get_mut() = pass;
         &kept.value
     }
 
     /// Drops the values this pass did not keep.
     pub fn sweep(&mut self) {
         let pass = self.pass;
-        self.entries.retain(|_, kept| kept.pass == pass);
+        self.entries.retain(|_, kept| *kept.pass.get_mut() == pass);
     }
 
     pub fn clear(&mut self) {

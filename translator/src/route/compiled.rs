@@ -38,8 +38,9 @@ struct Entry {
     uses: usize,
 }
 
-/// The compiled rules of every route, by route index.
-pub struct CompiledRoutes(Vec<Vec<Entry>>);
+/// The compiled rules of every route, by route index, and whether they all came from the
+/// cache.
+pub struct CompiledRoutes(Vec<(Vec<Entry>, bool)>);
 
 impl CompiledRoutes {
     /// Compiles the HTTP and gRPC routes that attached to at least one Gateway, on `threads`
@@ -58,7 +59,11 @@ impl CompiledRoutes {
     ) -> Self {
         CompiledRoutes(crate::parallel::map(routes.len(), threads, |ri| {
             let route = &routes[ri];
-            let cached = cache.and_then(|c| c.routes.get(route.object?)).map(Vec::as_slice);
+            // Looked up (and so kept) only for a route that will have rules this pass.
+            let served = attachments[ri].iter().any(|a| a.problem.is_none());
+            let cached = (cache.filter(|_| served))
+                .and_then(|c| c.routes.reuse(route.object?))
+                .map(Vec::as_slice);
             compile_one(
                 route,
                 &attachments[ri],
@@ -77,6 +82,7 @@ impl CompiledRoutes {
     /// cache hold the same rules.
     pub fn take(&mut self, ri: usize, client_certificate: Option<&str>, outcome: &mut RouteOutcome) -> Arc<Compiled> {
         let Some(entry) = self.0[ri]
+            .0
             .iter_mut()
             .find(|e| e.client_certificate.as_deref() == client_certificate && e.uses > 0)
         else {
@@ -89,7 +95,8 @@ impl CompiledRoutes {
 }
 
 /// The entries of one route: one per distinct client certificate of the Gateways it attached
-/// to without a problem, in the order translation visits those Gateways.
+/// to without a problem, in the order translation visits those Gateways; and whether each
+/// came from `cached`.
 #[allow(clippy::too_many_arguments)]
 fn compile_one(
     route: &RouteModel<'_>,
@@ -100,10 +107,11 @@ fn compile_one(
     regexes: &Regexes,
     config: &Config,
     cached: Option<&[Entry]>,
-) -> Vec<Entry> {
+) -> (Vec<Entry>, bool) {
     if !matches!(route.kind, RouteKind::Http | RouteKind::Grpc) {
-        return Vec::new();
+        return (Vec::new(), false);
     }
+    let mut all_reused = true;
     let mut attached: Vec<usize> = attachments
         .iter()
         .filter(|a| a.problem.is_none())
@@ -129,6 +137,7 @@ fn compile_one(
         entries.push(match reused {
             Some(e) => Entry { uses: 1, ..e.clone() },
             None => {
+                all_reused = false;
                 let mut outcome = RouteOutcome::default();
                 let compiled = http::compile(route, backends, policies, regexes, client_certificate, &mut outcome);
                 Entry {
@@ -140,7 +149,9 @@ fn compile_one(
             }
         });
     }
-    entries
+    // The same entries as kept: a route that lost a certificate keeps fewer.
+    let kept_all = cached.is_some_and(|c| c.len() == entries.len());
+    (entries, all_reused && kept_all)
 }
 
 /// The compiled rules and route statuses of the last translation, kept to translate the next
@@ -261,23 +272,29 @@ impl Inputs {
 
 impl CompileCache {
     /// Forgets every route if something besides the routes changed since the last
-    /// translation; the cache then describes `snapshot`'s other inputs.
+    /// translation; the cache then describes `snapshot`'s other inputs. Starts a pass: the
+    /// rules it does not reuse or keep go at [`CompileCache::keep`].
     pub fn check(&mut self, snapshot: &Snapshot, config: &Config) {
         if !self.inputs.as_ref().is_some_and(|i| i.same(snapshot, config)) {
             self.routes.clear();
             self.backend_index = None;
             self.inputs = Some(Inputs::of(snapshot, config));
         }
+        self.routes.start();
     }
 
     /// Keeps the rules just compiled for `routes`, and only those: removed routes go.
     pub fn keep(&mut self, routes: &[RouteModel<'_>], compiled: &CompiledRoutes) {
         self.last = (0, 0);
-        self.routes.start();
-        for (route, entries) in routes.iter().zip(&compiled.0) {
+        for (route, (entries, all_reused)) in routes.iter().zip(&compiled.0) {
             let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
                 continue;
             };
+            if *all_reused {
+                // Kept as they are by the lookup that found them.
+                self.last.0 += 1;
+                continue;
+            }
             // A route whose rules came from the cache keeps its entries as they are.
             let reused = |kept: &Vec<Entry>| {
                 kept.len() == entries.len()

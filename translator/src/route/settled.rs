@@ -28,7 +28,13 @@ struct Made {
 }
 
 impl Settled {
-    /// The last status of `route` if it was made from the same attachments and outcome.
+    /// Starts a pass: [`Settled::get`] and [`Settled::keep`] keep statuses, the others go.
+    pub fn start(&mut self) {
+        self.routes.start();
+    }
+
+    /// The last status of `route` if it was made from the same attachments and outcome; kept
+    /// by the pass (unless it keeps another).
     pub fn get(
         &self,
         route: &RouteModel<'_>,
@@ -39,25 +45,29 @@ impl Settled {
         if self.controller_name != *controller_name {
             return None;
         }
-        let made = self.routes.get(route.object?)?;
+        let made = self.routes.reuse(route.object?)?;
         (made.attachments == attachments && made.outcome == *outcome).then(|| made.status.clone())
     }
 
-    /// Keeps this translation's statuses, and only those: removed routes go.
+    /// Keeps this translation's statuses, and only those: removed routes go. Each status says
+    /// whether it came from [`Settled::get`] (and so is kept already).
     pub fn keep(
         &mut self,
         routes: &[RouteModel<'_>],
         attachments: &[Vec<Attachment>],
         outcomes: &[Option<RouteOutcome>],
-        statuses: &[Option<Arc<RouteStatus>>],
+        statuses: &[Option<(Arc<RouteStatus>, bool)>],
         controller_name: &SmolStr,
     ) {
         self.controller_name = controller_name.clone();
-        self.routes.start();
         for (ri, route) in routes.iter().enumerate() {
-            let (Some(object), Some(outcome), Some(status)) = (route.object, &outcomes[ri], &statuses[ri]) else {
+            let (Some(object), Some(outcome), Some((status, reused))) = (route.object, &outcomes[ri], &statuses[ri])
+            else {
                 continue;
             };
+            if *reused {
+                continue;
+            }
             let made = || Made {
                 attachments: attachments[ri].clone(),
                 outcome: outcome.clone(),
