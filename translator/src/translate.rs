@@ -14,7 +14,7 @@ use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
-use crate::route::assembled::{Assembled, Hosts, Kept};
+use crate::route::assembled::{Assembled, Hosts, Kept, Last, Origin, Sources};
 use crate::route::compiled::CompileCache;
 use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
@@ -664,7 +664,8 @@ fn virtual_hosts(
     // Scratch reused from host to host: most hosts are served by a few routes.
     let mut originals: Vec<&str> = Vec::new();
     let mut sources: Vec<(&Arc<Compiled>, usize, &str)> = Vec::new();
-    let mut order: Vec<(u32, PrecedenceKey, u32, u32)> = Vec::new();
+    let mut host_ranks: Vec<u32> = Vec::new();
+    let mut order: Vec<HostKey> = Vec::new();
     // Most specific first: hostnames are distinct, so the order is total.
     let mut hosts: Vec<(&str, Vec<(usize, &str)>)> = hosts.into_iter().collect();
     hosts.sort_unstable_by_key(|(h, _)| hostname::specificity_key(h));
@@ -686,7 +687,7 @@ fn virtual_hosts(
                 });
                 continue;
             }
-            Some(Kept::Changed(rules)) => Some(rules),
+            Some(Kept::Changed(last)) => Some(last),
             Some(Kept::New) | None => None,
         };
         // The route's own hostname first (exact over wildcard, longer first), then matches.
@@ -701,38 +702,44 @@ fn virtual_hosts(
             }
         }
         originals.sort_unstable_by(|a, b| hostname::by_specificity(a, b));
-        order.clear();
-        order.reserve(served.iter().map(|&(ci, _)| entries[ci].rules.len()).sum());
-        for &(ci, original) in &served {
-            let host_rank = match originals.as_slice() {
+        host_ranks.clear();
+        host_ranks.extend(served.iter().map(|&(_, original)| {
+            match originals.as_slice() {
                 [_] => 0,
                 _ => originals
                     .binary_search_by(|o| hostname::by_specificity(o, original))
-                    .unwrap_or_default(),
-            };
-            let age = age_rank[owners[ci]];
-            order.extend(
-                (entries[ci].rules.iter().enumerate())
-                    .map(|(k, rule)| (host_rank as u32, precedence_key(rule, age), ci as u32, k as u32)),
-            );
-        }
-        // Whole tuples, all distinct: equal keys are the matches of one rule, which then keep
-        // their order (contribution, entry). The result does not depend on the order sorted
-        // from, so a large host starts from its last order, and the sort (which finds runs)
-        // only merges what changed.
-        if let Some(previous) = previous
-            && order.len() >= ARRANGE_FROM
-        {
-            arrange(&mut order, previous, |&(_, _, ci, k)| {
-                Arc::as_ptr(&entries[ci as usize].rules[k as usize])
-            });
-        }
-        order.sort();
-        let rules: Vec<Arc<ir::HttpRule>> = (order.iter())
-            .map(|&(_, _, ci, k)| entries[ci as usize].rules[k as usize].clone())
+                    .unwrap_or_default() as u32,
+            }
+        }));
+        // A rule's place: its route hostname's rank, its precedence (with its route's age),
+        // then its source and position there (the matches of one rule keep their order).
+        let key = |si: u32, k: u32| -> HostKey {
+            let (compiled, age, _) = sources[si as usize];
+            (
+                host_ranks[si as usize],
+                precedence_key(&compiled.rules[k as usize], age),
+                si,
+                k,
+            )
+        };
+        let total: usize = sources.iter().map(|(compiled, _, _)| compiled.rules.len()).sum();
+        let origins: Vec<Origin> = match previous {
+            Some(last) if total >= MERGE_FROM => merged(&sources, last, key),
+            _ => {
+                order.clear();
+                order.reserve(total);
+                for (si, (compiled, _, _)) in sources.iter().enumerate() {
+                    order.extend((0..compiled.rules.len()).map(|k| key(si as u32, k as u32)));
+                }
+                order.sort_unstable();
+                order.iter().map(|&(_, _, si, k)| (si, k)).collect()
+            }
+        };
+        let rules: Vec<Arc<ir::HttpRule>> = (origins.iter())
+            .map(|&(si, k)| sources[si as usize].0.rules[k as usize].clone())
             .collect();
         if let Some(kept) = kept.as_mut() {
-            kept.keep(hostname, &sources, &rules);
+            kept.keep(hostname, &sources, &rules, origins);
         }
         out.push(VirtualHost {
             hostname: hostname.to_string(),
@@ -743,14 +750,53 @@ fn virtual_hosts(
     out
 }
 
-/// Below this many entries a host is sorted from the order it was collected in.
-const ARRANGE_FROM: usize = 64;
+/// A rule's place in its host ([`virtual_hosts`]): route hostname rank, precedence, source,
+/// position in the source. All distinct, so the order is total.
+type HostKey = (u32, PrecedenceKey, u32, u32);
 
-/// Reorders `items` so that those whose rule (`rule_of`) `previous` lists come first, in its
-/// order; the others follow in their order.
-fn arrange<T: Copy>(items: &mut Vec<T>, previous: &[Arc<ir::HttpRule>], rule_of: impl Fn(&T) -> *const ir::HttpRule) {
-    let order = previous_order(items.iter().map(rule_of), previous.iter().map(Arc::as_ptr));
-    *items = order.into_iter().map(|i| items[i]).collect();
+/// Below this many rules a host that changed is sorted again rather than merged.
+const MERGE_FROM: usize = 64;
+
+/// The origins of a host's rules in order, from the order `last` assembled them in: the rules
+/// of sources still served unchanged (the same compiled rules, from the same route hostname)
+/// keep their order, and only the rules of new or changed sources are sorted and merged in.
+/// Their order holds because only ages and route hostname ranks can differ for an unchanged
+/// source, and both are ranks in orders that a change only extends: two unchanged routes
+/// compare as they did. `key` gives a rule's place now (by source position in `sources`).
+fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostKey) -> Vec<Origin> {
+    const GONE: u32 = u32::MAX;
+    let by_address: foldhash::HashMap<*const Compiled, u32> = (last.served.iter().enumerate())
+        .map(|(i, s)| (Arc::as_ptr(&s.compiled), i as u32))
+        .collect();
+    // Where each last source is now.
+    let mut now = vec![GONE; last.served.len()];
+    let mut added: Vec<HostKey> = Vec::new();
+    for (si, &(compiled, _, original)) in sources.iter().enumerate() {
+        match by_address.get(&Arc::as_ptr(compiled)) {
+            Some(&p) if last.served[p as usize].original == original && now[p as usize] == GONE => {
+                now[p as usize] = si as u32;
+            }
+            _ => added.extend((0..compiled.rules.len() as u32).map(|k| key(si as u32, k))),
+        }
+    }
+    added.sort_unstable();
+    let kept: Vec<Origin> = (last.origins.iter())
+        .filter_map(|&(p, k)| Some((now[p as usize], k)).filter(|(si, _)| *si != GONE))
+        .collect();
+    let mut out = Vec::with_capacity(kept.len() + added.len());
+    let mut from = 0;
+    for &(_, _, si, k) in &added {
+        let at = from + kept[from..].partition_point(|&(ksi, kk)| key(ksi, kk) < key(si, k));
+        out.extend_from_slice(&kept[from..at]);
+        out.push((si, k));
+        from = at;
+    }
+    out.extend_from_slice(&kept[from..]);
+    debug_assert!(
+        out.windows(2).all(|w| key(w[0].0, w[0].1) < key(w[1].0, w[1].1)),
+        "a merged host is in order"
+    );
+    out
 }
 
 /// The positions of items (given by their identities, in their order) arranged in a previous
@@ -880,17 +926,32 @@ mod tests {
     /// translation gives it.
     #[test]
     fn large_hosts_sorted_from_their_last_order_translate_as_fresh_ones() {
-        let head = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n\
-                    metadata: {name: turna}\nspec: {controllerName: rakunlabs.com/turna}\n\
-                    ---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
-                    metadata: {name: edge, namespace: infra}\nspec:\n  gatewayClassName: turna\n\
-                    \x20 listeners: [{name: http, port: 80, protocol: HTTP}]\n";
+        // Every route on one hostname; then a listener of that hostname whose routes name it or
+        // a wildcard above it (two route hostnames, ranked, in one host).
+        for (listener, wildcard_every) in [("", usize::MAX), ("hostname: app.test, ", 3)] {
+            large_host_steps(listener, wildcard_every);
+        }
+    }
+
+    fn large_host_steps(listener: &str, wildcard_every: usize) {
+        let head = format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n\
+             metadata: {{name: turna}}\nspec: {{controllerName: rakunlabs.com/turna}}\n\
+             ---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata: {{name: edge, namespace: infra}}\nspec:\n  gatewayClassName: turna\n\
+             \x20 listeners: [{{name: http, port: 80, {listener}protocol: HTTP}}]\n"
+        );
         let route = |i: usize| {
             let path = format!("/p{}", (i * 7919) % 37);
+            let hostname = if i.is_multiple_of(wildcard_every) {
+                "'*.test'"
+            } else {
+                "app.test"
+            };
             format!(
                 "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
                  metadata: {{name: r{i}, namespace: infra, creationTimestamp: '2026-01-01T00:00:{:02}Z'}}\n\
-                 spec:\n  parentRefs: [{{name: edge}}]\n  hostnames: [app.test]\n  rules:\n\
+                 spec:\n  parentRefs: [{{name: edge}}]\n  hostnames: [{hostname}]\n  rules:\n\
                  \x20 - matches: [{{path: {{type: PathPrefix, value: {path}}}}}, {{path: {{type: Exact, value: {path}/x}}}}]\n",
                 (i * 13) % 60
             )
@@ -899,7 +960,7 @@ mod tests {
             let yaml: String = range.map(route).collect();
             Snapshot::from_yaml(&yaml).expect("routes parse").http_routes
         };
-        let mut snapshot = Snapshot::from_yaml(head).expect("objects parse");
+        let mut snapshot = Snapshot::from_yaml(&head).expect("objects parse");
         snapshot.http_routes = routes(0..60);
         let mut steps = vec![snapshot.clone()];
         // One more route; then one gone and one changed (a new object); then their order
@@ -917,7 +978,7 @@ mod tests {
         for (step, snapshot) in steps.iter().enumerate() {
             let reused = translate_on(snapshot, &config, 1, Some(&mut cache));
             let rules = reused.proxies[0].ports[0].listeners[0].virtual_hosts[0].rules.len();
-            assert!(rules >= ARRANGE_FROM, "step {step}: {rules} rules");
+            assert!(rules >= MERGE_FROM, "step {step}: {rules} rules");
             assert_eq!(
                 serde_json::to_string(&reused).expect("serializes"),
                 serde_json::to_string(&translate(snapshot, &config)).expect("serializes"),

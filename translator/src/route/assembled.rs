@@ -23,16 +23,31 @@ pub struct Assembled {
 struct Host {
     served: Vec<Served>,
     rules: Vec<Arc<HttpRule>>,
+    /// Where each rule came from: its source's position in `served` and its own in the
+    /// source's compiled rules.
+    origins: Vec<Origin>,
     /// The last pass that used it.
     pass: u64,
 }
 
+/// A host rule's source (position in the host's sources) and position in that source's
+/// compiled rules.
+pub type Origin = (u32, u32);
+
 /// One route a host serves: its compiled rules, its age rank and the route hostname that
 /// made it serve the host.
-struct Served {
-    compiled: Arc<Compiled>,
-    age: usize,
-    original: SmolStr,
+pub struct Served {
+    pub compiled: Arc<Compiled>,
+    pub age: usize,
+    pub original: SmolStr,
+}
+
+/// A host as the last translation assembled it: its sources, its rules in order and each
+/// rule's origin.
+pub struct Last<'a> {
+    pub served: &'a [Served],
+    pub rules: &'a [Arc<HttpRule>],
+    pub origins: &'a [Origin],
 }
 
 /// What a host is assembled from, in the order the host lists its routes.
@@ -69,8 +84,8 @@ impl Assembled {
 pub enum Kept<'a> {
     /// The host's rules: it was assembled from the same sources.
     Same(Vec<Arc<HttpRule>>),
-    /// The host's last rules, assembled from other sources.
-    Changed(&'a [Arc<HttpRule>]),
+    /// The host as last assembled, from other sources.
+    Changed(Last<'a>),
     /// Nothing kept for the hostname.
     New,
 }
@@ -93,14 +108,18 @@ impl Hosts<'_> {
                 Arc::ptr_eq(&kept.compiled, compiled) && kept.age == *age && kept.original == *original
             });
         if !same {
-            return Kept::Changed(&host.rules);
+            return Kept::Changed(Last {
+                served: &host.served,
+                rules: &host.rules,
+                origins: &host.origins,
+            });
         }
         host.pass = self.pass;
         Kept::Same(host.rules.clone())
     }
 
-    /// Keeps `rules`, assembled for `hostname` from `sources`.
-    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, rules: &[Arc<HttpRule>]) {
+    /// Keeps `rules`, assembled for `hostname` from `sources` (each rule from its origin).
+    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, rules: &[Arc<HttpRule>], origins: Vec<Origin>) {
         let host = Host {
             served: (sources.iter())
                 .map(|(compiled, age, original)| Served {
@@ -110,6 +129,7 @@ impl Hosts<'_> {
                 })
                 .collect(),
             rules: rules.to_vec(),
+            origins,
             pass: self.pass,
         };
         match self.hosts.get_mut(hostname) {
@@ -137,7 +157,7 @@ mod tests {
         let mut assembled = Assembled::default();
         assembled.start();
         let sources: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&a, 0, "x.test"), (&b, 1, "*.test")];
-        assembled.listener("l").keep("x.test", &sources, &[]);
+        assembled.listener("l").keep("x.test", &sources, &[], Vec::new());
         assert!(matches!(
             assembled.listener("l").lookup("x.test", &sources),
             Kept::Same(_)
