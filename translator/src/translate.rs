@@ -666,11 +666,25 @@ fn virtual_hosts(
     let mut sources: Vec<(&Arc<Compiled>, usize, &str)> = Vec::new();
     let mut host_ranks: Vec<u32> = Vec::new();
     let mut order: Vec<HostKey> = Vec::new();
-    // Most specific first: hostnames are distinct, so the order is total.
+    // Most specific first: hostnames are distinct, so the order is total. Arranged in the last
+    // translation's order first, so that the sort (which finds runs) merges the new hostnames
+    // into it instead of sorting thousands of hosts again.
     let mut hosts: Vec<(&str, Vec<(usize, &str)>)> = hosts.into_iter().collect();
-    hosts.sort_unstable_by_key(|(h, _)| hostname::specificity_key(h));
+    let last_order = kept.as_ref().map_or(&[][..], |k| k.order());
+    let arranged = previous_order(
+        hosts.iter().map(|(h, _)| *h),
+        last_order.iter().map(ir::SmolStr::as_str),
+    );
+    let mut by_specificity: Vec<_> = (arranged.into_iter())
+        .map(|i| (hostname::specificity_key(hosts[i].0), i))
+        .collect();
+    by_specificity.sort();
+    if let Some(kept) = kept.as_mut() {
+        kept.keep_order(by_specificity.iter().map(|(key, _)| key.2));
+    }
     let mut out: Vec<VirtualHost> = Vec::with_capacity(hosts.len());
-    for (hostname, mut served) in hosts {
+    for (_, i) in by_specificity {
+        let (hostname, mut served) = std::mem::take(&mut hosts[i]);
         // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
         let oldest_kind = served
             .iter()

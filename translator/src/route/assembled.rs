@@ -16,8 +16,15 @@ use crate::ir::HttpRule;
 /// since a host is reused only for exactly what it was assembled from.
 #[derive(Default)]
 pub struct Assembled {
-    listeners: foldhash::HashMap<String, foldhash::HashMap<String, Host>>,
+    listeners: foldhash::HashMap<String, Listener>,
     pass: u64,
+}
+
+#[derive(Default)]
+struct Listener {
+    hosts: foldhash::HashMap<String, Host>,
+    /// The listener's hostnames in the order the last translation sorted them.
+    order: Vec<SmolStr>,
 }
 
 struct Host {
@@ -62,10 +69,12 @@ impl Assembled {
     /// The kept hosts of listener `name`.
     pub fn listener(&mut self, name: &str) -> Hosts<'_> {
         if !self.listeners.contains_key(name) {
-            self.listeners.insert(name.to_string(), foldhash::HashMap::default());
+            self.listeners.insert(name.to_string(), Listener::default());
         }
+        let listener = self.listeners.get_mut(name).expect("just inserted");
         Hosts {
-            hosts: self.listeners.get_mut(name).expect("just inserted"),
+            hosts: &mut listener.hosts,
+            order: &mut listener.order,
             pass: self.pass,
         }
     }
@@ -73,9 +82,9 @@ impl Assembled {
     /// Drops the hosts (and listeners) the pass did not use.
     pub fn sweep(&mut self) {
         let pass = self.pass;
-        self.listeners.retain(|_, hosts| {
-            hosts.retain(|_, h| h.pass == pass);
-            !hosts.is_empty()
+        self.listeners.retain(|_, listener| {
+            listener.hosts.retain(|_, h| h.pass == pass);
+            !listener.hosts.is_empty()
         });
     }
 }
@@ -93,10 +102,22 @@ pub enum Kept<'a> {
 /// The kept hosts of one listener, during a pass.
 pub struct Hosts<'a> {
     hosts: &'a mut foldhash::HashMap<String, Host>,
+    order: &'a mut Vec<SmolStr>,
     pass: u64,
 }
 
 impl Hosts<'_> {
+    /// The hostnames in the order the last translation sorted them.
+    pub fn order(&self) -> &[SmolStr] {
+        self.order
+    }
+
+    /// Keeps the hostnames' order of this translation.
+    pub fn keep_order<'h>(&mut self, hostnames: impl Iterator<Item = &'h str>) {
+        self.order.clear();
+        self.order.extend(hostnames.map(SmolStr::new));
+    }
+
     /// What is kept for `hostname`: its rules when they were assembled from exactly `sources`,
     /// else the rules last kept for it (an order to start sorting the new ones from).
     pub fn lookup(&mut self, hostname: &str, sources: &Sources<'_>) -> Kept<'_> {
