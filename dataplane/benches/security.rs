@@ -3,7 +3,7 @@
 //! (a client reusing its token: the common case). `cargo bench -p turna-dataplane --bench
 //! security`; the figures are in the README's Performance section.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -126,7 +126,7 @@ fn jwt(signers: &[Signer]) -> Jwt {
         providers: vec![provider],
         rules: Vec::new(),
     };
-    Jwt::compile(&ir, &material, &HashMap::new()).expect("compile")
+    Jwt::compile(&ir, &material, &dataplane::upstream::Upstreams::default()).expect("compile")
 }
 
 /// A request's headers, made into a fresh head for each check.

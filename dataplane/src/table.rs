@@ -17,6 +17,7 @@ use crate::metrics::Metrics;
 use crate::stream::StreamPort;
 use crate::telemetry::{Exporting, Tracer};
 use crate::tls::{self, Material};
+use crate::upstream::Upstreams;
 use crate::upstream::{PassiveHealth, Upstream};
 
 /// Everything the proxy serves, ready for lookups.
@@ -34,7 +35,7 @@ pub struct Table {
     https_configs: HashMap<u16, Arc<ServerConfig>>,
     /// Sockets to serve.
     sockets: Vec<Socket>,
-    upstreams: HashMap<String, Arc<Upstream>>,
+    upstreams: Upstreams,
     /// Retries on another endpoint when one is unreachable.
     pub connect_retries: u32,
     /// The tracing of each traced Gateway ([`Table::trace`]).
@@ -128,7 +129,7 @@ impl Table {
         }
         check_ports(&proxy.ports)?;
         check_tracing(proxy)?;
-        let mut upstreams = HashMap::with_capacity(proxy.backends.len());
+        let mut upstreams = Upstreams::with_capacity_and_hasher(proxy.backends.len(), Default::default());
         for (key, backend) in &proxy.backends {
             if *key != backend.id {
                 return Err(ValidationError::BackendId {
@@ -143,12 +144,12 @@ impl Table {
                 metrics,
                 passive_health,
             )?;
-            upstreams.insert(String::from(key.as_str()), upstream);
+            upstreams.insert(key.clone(), upstream);
         }
         // Every upstream the table before's (routes changed, backends did not): rules reused
         // from it need not look theirs up one by one.
         let same_upstreams = upstreams.len() == previous.upstreams.len()
-            && (upstreams.iter()).all(|(id, u)| previous.upstreams.get(id).is_some_and(|p| Arc::ptr_eq(p, u)));
+            && (upstreams.iter()).all(|(id, u)| previous.upstreams.get(id.as_str()).is_some_and(|p| Arc::ptr_eq(p, u)));
         let security = SecurityPolicy::compile_all(proxy, material, &upstreams, &previous.security);
         let traffic = TrafficPolicy::compile_all(proxy, &upstreams, &previous.traffic);
         let policies = Policies {

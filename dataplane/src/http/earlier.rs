@@ -140,7 +140,8 @@ impl<'p> HostWalk<'p> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+
+    use crate::upstream::Upstreams;
 
     use super::*;
 
@@ -152,7 +153,7 @@ mod tests {
     }
 
     fn compiled(rule: &Arc<ir::HttpRule>) -> Arc<Rule> {
-        Arc::new(Rule::compile(rule, "test/gateway/http", &HashMap::new(), None, None).unwrap())
+        Arc::new(Rule::compile(rule, "test/gateway/http", &Upstreams::default(), None, None).unwrap())
     }
 
     /// The IR rules of `next` found in `before` (their positions there), rule by rule.

@@ -16,7 +16,7 @@ use super::rules::Rules;
 use super::traffic::{TrafficPolicies, TrafficPolicy};
 use crate::error::ValidationError;
 use crate::telemetry::Tracer;
-use crate::upstream::Upstream;
+use crate::upstream::Upstreams;
 
 /// The compiled policies of a table that listeners and rules name.
 #[derive(Clone, Copy)]
@@ -90,7 +90,7 @@ impl PortRoutes {
     /// table before, so a reused rule's need not be looked up again.
     pub fn compile(
         port: &ir::Port,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: &Upstreams,
         policies: Policies<'_>,
         previous: Option<&PortRoutes>,
         same_upstreams: bool,
@@ -148,7 +148,7 @@ impl PortRoutes {
 impl ListenerRoutes {
     fn compile(
         listener: &ir::Listener,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: &Upstreams,
         policies: Policies<'_>,
         previous: Option<&ListenerRoutes>,
         same_upstreams: bool,

@@ -1,6 +1,5 @@
 //! One compiled match entry of a route rule: its predicates, filters, backends and timeouts.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use super::session::Session;
 use super::traffic::TrafficPolicy;
 use crate::error::ValidationError;
 use crate::metrics::RequestCounters;
+use crate::upstream::Upstreams;
 use crate::upstream::{self, Upstream};
 
 /// A rule entry ready to serve.
@@ -74,7 +74,7 @@ impl Rule {
     pub fn reuse(
         rule: &Arc<ir::HttpRule>,
         previous: &Arc<Rule>,
-        upstreams: Option<&HashMap<String, Arc<Upstream>>>,
+        upstreams: Option<&Upstreams>,
         security: Option<&Arc<SecurityPolicy>>,
         traffic: Option<&Arc<TrafficPolicy>>,
     ) -> bool {
@@ -123,7 +123,7 @@ impl Rule {
     pub fn compile(
         rule: &Arc<ir::HttpRule>,
         listener: &str,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: &Upstreams,
         security: Option<&Arc<SecurityPolicy>>,
         traffic: Option<&Arc<TrafficPolicy>>,
     ) -> Result<Self, ValidationError> {

@@ -171,7 +171,8 @@ impl Rules {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+
+    use crate::upstream::Upstreams;
 
     use http::{HeaderMap, Method};
     use translator::ir;
@@ -185,7 +186,7 @@ mod tests {
             ..Default::default()
         };
         let ir = crate::http::rule::test_rule(&format!("r{position}"), matcher);
-        Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &HashMap::new(), None, None).unwrap())
+        Arc::new(Rule::compile(&Arc::new(ir), "test/gateway/http", &Upstreams::default(), None, None).unwrap())
     }
 
     /// The index finds the same first match as a scan, for every path and method tried.

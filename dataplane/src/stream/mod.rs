@@ -3,7 +3,6 @@
 pub mod prefixed;
 pub mod sni;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use translator::ir;
@@ -11,6 +10,7 @@ use translator::ir;
 use crate::error::ValidationError;
 use crate::http::host::HostPattern;
 use crate::http::rule::describe;
+use crate::upstream::Upstreams;
 use crate::upstream::{self, Upstream, pick_weighted};
 
 /// The stream listeners sharing one port, most specific hostname first.
@@ -55,7 +55,7 @@ pub struct StreamBackend {
 }
 
 impl StreamPort {
-    pub fn compile(port: &ir::Port, upstreams: &HashMap<String, Arc<Upstream>>) -> Result<Self, ValidationError> {
+    pub fn compile(port: &ir::Port, upstreams: &Upstreams) -> Result<Self, ValidationError> {
         let mut listeners = Vec::with_capacity(port.listeners.len());
         for listener in &port.listeners {
             let invalid = |hostname: &str| ValidationError::Hostname {

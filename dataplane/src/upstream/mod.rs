@@ -25,6 +25,10 @@ pub use hashing::request_hash;
 pub use health::PassiveHealth;
 pub use retry_budget::RetryBudget;
 
+/// A table's upstreams by backend id. Hashed with foldhash: a table of thousands of backends
+/// is rebuilt whenever a route changes, and looks each one up in the table before it.
+pub type Upstreams = HashMap<ir::SmolStr, Arc<Upstream>, foldhash::fast::RandomState>;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -41,11 +45,7 @@ use crate::tls::Material;
 
 /// The upstream a backendRef or mirror of the IR names, `None` for an invalid backendRef; an id
 /// missing from the IR's backends is a validation error of `context`.
-pub fn find(
-    upstreams: &HashMap<String, Arc<Upstream>>,
-    id: Option<&str>,
-    context: &str,
-) -> Result<Option<Arc<Upstream>>, ValidationError> {
+pub fn find(upstreams: &Upstreams, id: Option<&str>, context: &str) -> Result<Option<Arc<Upstream>>, ValidationError> {
     id.map(|id| {
         upstreams
             .get(id)

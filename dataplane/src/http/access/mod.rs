@@ -7,7 +7,6 @@
 pub mod external_auth;
 pub mod security;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -26,6 +25,7 @@ use super::response::{self, ProxyBody};
 use crate::access_log::{Flag, Trail};
 use crate::error::ValidationError;
 use crate::metrics::Metrics;
+use crate::upstream::Upstreams;
 use crate::upstream::{RequestBody, Upstream};
 
 /// What a check may read of a request (its head it may also change: headers the check adds go
@@ -114,7 +114,7 @@ impl Access {
         security: Option<&Arc<SecurityPolicy>>,
         traffic: Option<&Arc<crate::http::traffic::TrafficPolicy>>,
         context: &str,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: &Upstreams,
     ) -> Result<Self, ValidationError> {
         // The security policy's checks, then the traffic policy's rate limits (which may count
         // by the client a credential named), then the filters'.

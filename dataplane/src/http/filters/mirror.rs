@@ -1,11 +1,11 @@
 //! `RequestMirror`: which backend receives a copy of the request, and how often.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use translator::ir;
 
 use crate::error::ValidationError;
+use crate::upstream::Upstreams;
 use crate::upstream::{self, Upstream};
 
 /// A validated mirror.
@@ -18,11 +18,7 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    pub fn compile(
-        m: &ir::Mirror,
-        context: &str,
-        upstreams: &HashMap<String, Arc<Upstream>>,
-    ) -> Result<Self, ValidationError> {
+    pub fn compile(m: &ir::Mirror, context: &str, upstreams: &Upstreams) -> Result<Self, ValidationError> {
         let upstream = upstream::find(upstreams, m.backend.as_deref(), context)?;
         Ok(Mirror {
             upstream,

@@ -14,14 +14,11 @@ pub use path::PathRewrite;
 pub use redirect::{Redirect, RedirectTarget};
 pub use rewrite::Rewrite;
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use http::{HeaderMap, HeaderValue};
 use translator::ir;
 
 use crate::error::ValidationError;
-use crate::upstream::Upstream;
+use crate::upstream::Upstreams;
 
 /// One filter, validated and ready to apply.
 #[derive(Debug)]
@@ -75,7 +72,7 @@ pub fn compile(
     placement: Placement,
     prefix: Option<&str>,
     context: &str,
-    upstreams: &HashMap<String, Arc<Upstream>>,
+    upstreams: &Upstreams,
 ) -> Result<Vec<Filter>, ValidationError> {
     let mut compiled = Vec::with_capacity(filters.len());
     for filter in filters {

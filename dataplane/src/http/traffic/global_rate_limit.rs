@@ -5,7 +5,6 @@
 //! A service that is down, slow or confused lets requests through, or refuses them with 503,
 //! as the policy says.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use crate::access_log::Flag;
 use crate::http::access::{Check, Checking, Request, Verdict, count};
 use crate::http::response;
 use crate::metrics::Decision;
+use crate::upstream::Upstreams;
 use crate::upstream::{self, Upstream, grpc};
 
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -103,10 +103,7 @@ enum Failure {
 }
 
 impl GlobalRateLimit {
-    pub fn compile(
-        g: &ir::traffic::GlobalRateLimit,
-        upstreams: &HashMap<String, Arc<Upstream>>,
-    ) -> Result<Self, String> {
+    pub fn compile(g: &ir::traffic::GlobalRateLimit, upstreams: &Upstreams) -> Result<Self, String> {
         let upstream = upstream::find(upstreams, g.backend.as_deref(), "global rate limit")
             .map_err(|e| e.to_string())?
             .ok_or_else(|| "the rate limit service does not resolve".to_string())?;

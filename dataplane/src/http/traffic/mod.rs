@@ -22,7 +22,7 @@ use translator::ir;
 use super::access::{Check, Unusable};
 use super::respond::Respond;
 use crate::access_log::Flag;
-use crate::upstream::Upstream;
+use crate::upstream::Upstreams;
 
 /// One policy, compiled.
 #[derive(Debug)]
@@ -43,11 +43,7 @@ pub type TrafficPolicies = HashMap<ir::SmolStr, Arc<TrafficPolicy>>;
 impl TrafficPolicy {
     /// Compiles every policy of `proxy`, reusing `previous` ones that are unchanged (their rate
     /// limit buckets carry over).
-    pub fn compile_all(
-        proxy: &ir::Proxy,
-        upstreams: &HashMap<String, Arc<Upstream>>,
-        previous: &TrafficPolicies,
-    ) -> TrafficPolicies {
+    pub fn compile_all(proxy: &ir::Proxy, upstreams: &Upstreams, previous: &TrafficPolicies) -> TrafficPolicies {
         proxy
             .traffic
             .iter()
@@ -68,7 +64,7 @@ impl TrafficPolicy {
             .collect()
     }
 
-    fn compile(traffic: &ir::Traffic, upstreams: &HashMap<String, Arc<Upstream>>) -> TrafficPolicy {
+    fn compile(traffic: &ir::Traffic, upstreams: &Upstreams) -> TrafficPolicy {
         let refuse = |reason: String| {
             tracing::warn!(policy = %traffic.policy, %reason, "traffic policy cannot be applied; its requests are answered 500");
             TrafficPolicy {

@@ -7,7 +7,6 @@ mod grpc;
 mod http;
 mod proto;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,7 @@ use crate::access_log::Flag;
 use crate::error::ValidationError;
 use crate::http::response::{self, ProxyBody};
 use crate::metrics::{AccessLabels, BackendLabels, Decision};
+use crate::upstream::Upstreams;
 use crate::upstream::{self, ForwardError, Upstream};
 
 /// The longest an authorization server may take to decide (Envoy Gateway's default).
@@ -47,7 +47,7 @@ impl ExternalAuth {
     pub fn compile(
         a: &ir::ExternalAuth,
         context: &str,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: &Upstreams,
     ) -> Result<Option<Self>, ValidationError> {
         let Some(upstream) = upstream::find(upstreams, a.backend.as_deref(), context)? else {
             return Ok(None);

@@ -22,7 +22,7 @@ use translator::ir;
 use super::{Check, Unusable};
 use crate::access_log::Flag;
 use crate::tls::Material;
-use crate::upstream::Upstream;
+use crate::upstream::Upstreams;
 
 /// One policy, compiled: its checks in order.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ impl SecurityPolicy {
     pub fn compile_all(
         proxy: &ir::Proxy,
         material: &Material,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: &Upstreams,
         previous: &SecurityPolicies,
     ) -> SecurityPolicies {
         proxy
@@ -65,7 +65,7 @@ impl SecurityPolicy {
         security: &ir::Security,
         read: Vec<(String, Vec<u8>)>,
         material: &Material,
-        upstreams: &HashMap<String, Arc<Upstream>>,
+        upstreams: &Upstreams,
     ) -> SecurityPolicy {
         let fail = |reason: String| {
             tracing::warn!(policy = %security.policy, %reason, "security policy cannot be enforced; its requests are answered 500");
@@ -88,7 +88,7 @@ impl SecurityPolicy {
     }
 
     /// Whether the upstreams the checks ask are still the table's.
-    fn upstreams_unchanged(&self, upstreams: &HashMap<String, Arc<Upstream>>) -> bool {
+    fn upstreams_unchanged(&self, upstreams: &Upstreams) -> bool {
         self.checks
             .iter()
             .flat_map(|c| c.upstreams())
@@ -100,7 +100,7 @@ impl SecurityPolicy {
 fn mechanisms(
     security: &ir::Security,
     material: &Material,
-    upstreams: &HashMap<String, Arc<Upstream>>,
+    upstreams: &Upstreams,
 ) -> Result<Vec<Arc<dyn Check>>, String> {
     let mut checks: Vec<Arc<dyn Check>> = Vec::new();
     if let Some(a) = &security.client_address {

@@ -30,6 +30,7 @@ use crate::http::access::{Check, Checking, Request, Verdict};
 use crate::http::response;
 use crate::metrics::Decision;
 use crate::tls::Material;
+use crate::upstream::Upstreams;
 use crate::upstream::{self, Upstream};
 
 /// Tokens remembered as verified, at most (emptied when full).
@@ -78,11 +79,7 @@ enum Refusal {
 }
 
 impl Jwt {
-    pub fn compile(
-        j: &ir::security::Jwt,
-        material: &Material,
-        upstreams: &HashMap<String, Arc<Upstream>>,
-    ) -> Result<Self, String> {
+    pub fn compile(j: &ir::security::Jwt, material: &Material, upstreams: &Upstreams) -> Result<Self, String> {
         let mut providers = Vec::new();
         for p in &j.providers {
             let keys = match &p.jwks {
