@@ -149,7 +149,7 @@ pub fn translate_on(
     }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
     // the backends and policies it uses, kept if it is accepted.
-    let mut attached: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut attached: Vec<(usize, smallvec::SmallVec<[usize; 2]>)> = Vec::new();
     let mut used_backends: Vec<(usize, Arc<ir::Backend>)> = Vec::new();
     let mut used_policies: Vec<(String, String)> = Vec::new();
     for (ri, route) in routes.iter().enumerate() {

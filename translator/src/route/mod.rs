@@ -24,6 +24,7 @@ pub mod value;
 
 use std::collections::BTreeMap;
 
+use smallvec::SmallVec;
 use smol_str::SmolStr;
 
 use crate::gateway::{GatewayModel, ListenerModel, Owner, Problem};
@@ -39,8 +40,9 @@ pub struct Attachment {
     pub parent: usize,
     /// Index of the Gateway in the gateway models.
     pub gateway: usize,
-    /// Indices of the listeners (of that Gateway) the route attached to.
-    pub listeners: Vec<usize>,
+    /// Indices of the listeners (of that Gateway) the route attached to: usually one or two,
+    /// stored inline (attachments are kept and copied out every pass, [`attached`]).
+    pub listeners: SmallVec<[usize; 2]>,
     /// Accepted=False.
     pub problem: Option<Problem>,
 }
@@ -83,7 +85,7 @@ pub fn attach(
         let mut attachment = Attachment {
             parent,
             gateway,
-            listeners: Vec::new(),
+            listeners: SmallVec::new(),
             problem: None,
         };
         if listener_set
