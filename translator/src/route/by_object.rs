@@ -33,11 +33,6 @@ impl<V> Default for ByObject<V> {
 }
 
 impl<V> ByObject<V> {
-    /// The value kept for `object`.
-    pub fn get(&self, object: RouteObject<'_>) -> Option<&V> {
-        self.entries.get(&object.address()).map(|k| &k.value)
-    }
-
     /// The value kept for `object`, kept by this pass as it is unless the pass keeps another
     /// one for the object: found and kept with one lookup.
     pub fn reuse(&self, object: RouteObject<'_>) -> Option<&V> {
