@@ -71,17 +71,26 @@ async fn consistent_hashing_keeps_keys_on_their_endpoint() {
             3,
             "{algorithm:?}: keys spread over every endpoint: {first:?}"
         );
-        // `c` leaves: only its keys move.
+        // `c` leaves: on the ring only its keys move. Maglev moves a few more by design (about
+        // one in 2,000 of the others' table entries for three endpoints becoming two, so now and
+        // then one of these ~40 keys): a tenth is far above that and far below a rehash (half).
         dataplane
             .apply(pooled(&[&a, &b], hashing(algorithm)))
             .await
             .expect("apply");
         let after = placement(&client, addr, &keys).await;
-        for key in &keys {
-            if first[key] != "c" {
-                assert_eq!(after[key], first[key], "{algorithm:?}: {key} moved");
-            }
-        }
+        let stayed: Vec<&String> = keys.iter().filter(|k| first[*k] != "c").collect();
+        let moved: Vec<&&String> = stayed.iter().filter(|k| after[**k] != first[**k]).collect();
+        let allowed = match algorithm {
+            ir::Algorithm::Maglev => stayed.len() / 10,
+            _ => 0,
+        };
+        assert!(
+            moved.len() <= allowed,
+            "{algorithm:?}: {} of {} keys of the remaining endpoints moved: {moved:?}",
+            moved.len(),
+            stayed.len()
+        );
         // A request without the key is still served.
         assert_eq!(get(&client, addr, "h", "/").await.status, StatusCode::OK);
     }
