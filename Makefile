@@ -2,7 +2,7 @@
 CARGO ?= cargo
 
 .PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-table bench-operator bench-local bench-standalone bench-fleet \
-	bench-dataplane bench-dataplane-instructions bench-protocols bench-security fuzz deploy-tools deploy-check \
+	bench-dataplane bench-dataplane-instructions bench-dataplane-syscalls bench-protocols bench-security fuzz deploy-tools deploy-check \
 	image image-test
 
 all: build
@@ -102,6 +102,11 @@ bench-security:
 bench-dataplane-instructions:
 	dataplane/bench/callgrind.sh
 
+## bench-dataplane-syscalls: what the kernel does per proxied request, Turna and nginx: system
+## calls by name (strace), context switches and page faults (perf), user and system CPU.
+bench-dataplane-syscalls:
+	dataplane/bench/syscalls.sh
+
 ## fuzz: bounded cargo-fuzz runs (FUZZ_SECONDS per target, default 60; FUZZ_TARGETS picks some)
 ## of the translator on arbitrary object sets, the IR validation, the ClientHello/SNI peek and
 ## the proxy's HTTP front; needs nightly, installs cargo-fuzz when missing (scripts/fuzz.sh).
@@ -136,7 +141,7 @@ bench-local:
 ## 55 minutes on 2 cores; the first run also builds the control plane): translation, the proxy
 ## against nginx and HAProxy (HTTP/1.1 and h2c, then the other protocols), turna local, turna
 ## standalone, controller convergence and the push fleet. Each has its own target to run it alone.
-bench: bench-translator bench-table bench-dataplane bench-protocols bench-security bench-local bench-standalone bench-operator bench-fleet
+bench: bench-translator bench-table bench-dataplane bench-dataplane-syscalls bench-protocols bench-security bench-local bench-standalone bench-operator bench-fleet
 
 # ---- e2e: a real control plane built from Go modules (e2e/README.md) ----
 E2E_CLUSTER_DIR ?= $(CURDIR)/e2e/.cache/controlplane
