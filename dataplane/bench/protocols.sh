@@ -55,10 +55,6 @@ for f in protocols-backend.conf protocols-nginx.conf protocols-haproxy.cfg; do
   sed -e "s|BENCH_DIR|$DIR|g" "$HERE/$f" > "$DIR/$f"
 done
 
-PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
-LOAD=() PROXY=()
-if [ "$PIN" = 1 ]; then LOAD=(taskset -c 0) PROXY=(taskset -c 1); fi
-
 "${LOAD[@]}" nginx -c "$DIR/protocols-backend.conf" & PIDS+=($!)
 "${LOAD[@]}" "$LOADGEN" grpc-server -listen 127.0.0.1:9151 & PIDS+=($!)
 "${LOAD[@]}" "$LOADGEN" stream-source -listen 127.0.0.1:9120 & PIDS+=($!)

@@ -1,10 +1,11 @@
-# Sourced by run.sh, protocols.sh and callgrind.sh, after they declare PACKAGE (tool -> Debian
-# package; a key starting with / is a file the package installs, such as an nginx module): a
-# scratch folder DIR removed on exit together with every process in PIDS (waited for, so their
-# ports are free for the next script), the missing tools
-# installed from their Debian packages, the serve example built (profile-guided by pgo.sh, as the
-# shipped binary; PGO=0 for a plain release build; TURNA_SERVE names a prebuilt one, to compare
-# builds), the 1 KiB body the backend serves, and `ticks`, a proxy's CPU time so far.
+# Sourced by run.sh, protocols.sh, syscalls.sh, callgrind.sh and pgo.sh, after they declare
+# PACKAGE (tool -> Debian package; a key starting with / is a file the package installs, such as
+# an nginx module): a scratch folder DIR removed on exit together with every process in PIDS
+# (waited for, so their ports are free for the next script), the missing tools installed from
+# their Debian packages, the serve example built (profile-guided by pgo.sh, as the shipped
+# binary; PGO=0 for a plain release build; TURNA_SERVE names a prebuilt one, to compare builds),
+# the 1 KiB body the backend serves, `ticks`, a proxy's CPU time so far, and LOAD and PROXY, the
+# core pinning of load generators and proxies.
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 DIR=$(mktemp -d)
@@ -49,3 +50,10 @@ ticks() { # name
 }
 # shellcheck disable=SC2034 # used by the scripts that source this one
 HZ=$(getconf CLK_TCK)
+
+# With two or more cores (PIN=1, the default there) the proxies run on core 1 and the load
+# generators and backends on core 0: commands run through "${LOAD[@]}" or "${PROXY[@]}".
+PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
+# shellcheck disable=SC2034 # used by the scripts that source this one
+LOAD=() PROXY=()
+if [ "$PIN" = 1 ]; then LOAD=(taskset -c 0) PROXY=(taskset -c 1); fi

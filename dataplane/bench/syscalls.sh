@@ -17,10 +17,6 @@ for f in backend.conf nginx.conf; do
   sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|1|g" "$HERE/$f" > "$DIR/$f"
 done
 
-PIN=${PIN:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
-LOAD=() PROXY=()
-if [ "$PIN" = 1 ]; then LOAD=(taskset -c 0) PROXY=(taskset -c 1); fi
-
 "${LOAD[@]}" nginx -c "$DIR/backend.conf" & PIDS+=($!)
 "${PROXY[@]}" nginx -c "$DIR/nginx.conf" & PIDS+=($!)
 NGINX_MASTER=$!

@@ -251,11 +251,7 @@ async fn the_body_is_forwarded_up_to_its_bound_and_a_larger_one_is_refused() {
 #[tokio::test]
 async fn an_unreachable_server_or_an_unknown_one_denies() {
     let echo = EchoBackend::start("echo").await;
-    // A port nothing listens on: bound without listening, so that connecting is refused and
-    // no other test running beside this one can take the port (a freed port could be).
-    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
-    reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let closed = reserved.local_addr().unwrap();
+    let (_reserved, closed) = refusing_port();
     let down = backend(
         "down",
         vec![ir::Endpoint {

@@ -272,11 +272,7 @@ async fn a_denied_request_is_answered_before_routing() {
 #[tokio::test]
 async fn a_server_that_cannot_be_asked_denies() {
     let everyone = EchoBackend::start("everyone").await;
-    // A port nothing listens on: bound without listening, so that connecting is refused and
-    // no other test running beside this one can take the port (a freed port could be).
-    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
-    reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let closed_addr = reserved.local_addr().unwrap();
+    let (_reserved, closed_addr) = refusing_port();
     let unreachable = backend(
         "auth",
         vec![ir::Endpoint {

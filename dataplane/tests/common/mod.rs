@@ -385,6 +385,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A loopback port that refuses connections for as long as the returned socket lives: bound
+/// without listening, so no test running beside the caller can take it (a freed port could be).
+pub fn refusing_port() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+    let addr = socket.local_addr().expect("address");
+    (socket, addr)
+}
+
 /// Applies `proxy` to a new dataplane on 127.0.0.1 and returns it with the address of port 80.
 pub async fn start(proxy: ir::Proxy) -> (Dataplane, SocketAddr) {
     let dataplane = Dataplane::new(Settings::on([127, 0, 0, 1].into()));

@@ -303,42 +303,37 @@ mod tests {
     /// to it.
     #[test]
     fn common_names_are_the_names_the_general_path_gives() {
-        let spellings = [
-            "Date",
+        // Each name capitalized as servers write it (`ETag` too) and in lower case.
+        let names = [
             "date",
-            "Server",
             "server",
-            "Content-Type",
             "content-type",
-            "Content-Length",
             "content-length",
-            "Connection",
             "connection",
-            "Last-Modified",
             "last-modified",
-            "ETag",
-            "Etag",
             "etag",
-            "Accept-Ranges",
             "accept-ranges",
-            "Cache-Control",
             "cache-control",
-            "Vary",
             "vary",
-            "Expires",
             "expires",
-            "Location",
             "location",
-            "Set-Cookie",
             "set-cookie",
-            "Transfer-Encoding",
             "transfer-encoding",
-            "Content-Encoding",
             "content-encoding",
-            "Keep-Alive",
             "keep-alive",
         ];
-        for spelling in spellings {
+        let capitalized = |name: &str| {
+            name.split('-')
+                .map(|word| word[..1].to_ascii_uppercase() + &word[1..])
+                .collect::<Vec<_>>()
+                .join("-")
+        };
+        let mut spellings: Vec<String> = names
+            .iter()
+            .flat_map(|name| [name.to_string(), capitalized(name)])
+            .collect();
+        spellings.push("ETag".into());
+        for spelling in &spellings {
             assert_eq!(
                 common_name(spelling.as_bytes()),
                 Some(HeaderName::from_bytes(spelling.as_bytes()).unwrap()),
