@@ -118,6 +118,8 @@ fn build_again(proxy: &ir::Proxy, previous: &Table) -> Table {
 
 fn main() {
     allocator::reset_instead_of_decommit();
+    // As the binary: small pages unless `MIMALLOC_ALLOW_THP=1`.
+    allocator::small_pages_unless_asked();
     let sizes: Vec<usize> = std::env::var("TURNA_BENCH_ROUTES")
         .unwrap_or_else(|_| "1000,5000,10000".into())
         .split(',')

@@ -387,10 +387,9 @@ fn main() -> anyhow::Result<()> {
     if matches!(command, Command::Local { .. }) {
         allocator::reset_instead_of_decommit();
     }
-    // A proxy's heap is small: on huge pages it would take several times what it holds.
-    if matches!(command, Command::Proxy { .. }) {
-        allocator::without_huge_pages();
-    }
+    // Every mode on small pages: on huge pages a proxy's small heap takes several times what it
+    // holds, and the controller's a quarter more (MIMALLOC_ALLOW_THP=1 keeps them).
+    allocator::small_pages_unless_asked();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)

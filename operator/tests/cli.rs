@@ -260,3 +260,85 @@ fn translate_merges_the_static_layer_and_names_what_it_refuses() {
     refused(&["translate", "-f", &cluster, "--config", &with_layer], "static layer");
     refused(&["standalone", "--config", &with_layer], "static layer");
 }
+
+/// `THP_enabled` of process `pid` (the kernel's `/proc/<pid>/status`): `None` when the kernel
+/// does not say.
+fn thp_enabled(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_string())
+}
+
+#[test]
+fn every_mode_runs_on_small_pages_unless_huge_ones_are_asked_for() {
+    // Huge pages took a quarter more memory in the controller and several times a proxy's heap
+    // (allocator::without_huge_pages); `MIMALLOC_ALLOW_THP=1` asks for them back.
+    let Some(own) = thp_enabled(std::process::id()) else {
+        eprintln!("SKIPPED: this kernel does not report THP_enabled");
+        return;
+    };
+    let dir = tempdir("small-pages");
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port()
+    };
+    let (port, health) = (free_port(), free_port());
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).expect("files dir");
+    std::fs::write(
+        files.join("gateway.yaml"),
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: turna}}
+spec: {{controllerName: rakunlabs.com/turna}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: local, namespace: default}}
+spec:
+  gatewayClassName: turna
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+"
+        ),
+    )
+    .expect("write gateway");
+    let settings = config(
+        &dir,
+        "turna.yaml",
+        &format!("providers: {{kubernetes: {{port_offset: 0, health_address: \"127.0.0.1:{health}\"}}}}\n"),
+    );
+    // Without THP in the kernel (`own` is 0), asking changes nothing.
+    let cases = [(None, "0"), (Some("1"), own.as_str()), (Some("0"), "0")];
+    for (asked, expected) in cases {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_turna"));
+        command
+            .args(["local", "--config", &settings, "-f"])
+            .arg(&files)
+            .env("KUBECONFIG", "/nonexistent")
+            .env("RUST_LOG", "warn")
+            .env_remove("MIMALLOC_ALLOW_THP");
+        if let Some(value) = asked {
+            command.env("MIMALLOC_ALLOW_THP", value);
+        }
+        let mut child = command.spawn().expect("start turna local");
+        // Serving health comes after `main` chose the pages.
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", health)).is_err() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "turna local does not serve health"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let seen = thp_enabled(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(seen.as_deref(), Some(expected), "MIMALLOC_ALLOW_THP={asked:?}");
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

@@ -307,6 +307,8 @@ fn once(sizes: &[usize]) {
 
 fn main() {
     allocator::reset_instead_of_decommit();
+    // As the binary: small pages unless `MIMALLOC_ALLOW_THP=1`.
+    allocator::small_pages_unless_asked();
     if let Ok(sizes) = std::env::var("TURNA_BENCH_ROUTES") {
         let sizes: Vec<usize> = sizes.split(',').filter_map(|n| n.trim().parse().ok()).collect();
         once(&sizes);
