@@ -3,6 +3,8 @@
 //! error that says why; `turna translate` and `turna local` agree on defaults; `turna crds`
 //! prints the CRDs the chart installs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -289,24 +291,7 @@ fn every_mode_runs_on_small_pages_unless_huge_ones_are_asked_for() {
     let (port, health) = (free_port(), free_port());
     let files = dir.join("files");
     std::fs::create_dir_all(&files).expect("files dir");
-    std::fs::write(
-        files.join("gateway.yaml"),
-        format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: turna}}
-spec: {{controllerName: rakunlabs.com/turna}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: local, namespace: default}}
-spec:
-  gatewayClassName: turna
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
-"
-        ),
-    )
-    .expect("write gateway");
+    std::fs::write(files.join("gateway.yaml"), common::local_gateway(port)).expect("write gateway");
     let settings = config(
         &dir,
         "turna.yaml",
