@@ -19,9 +19,7 @@ REQUESTS=${REQUESTS:-5000}
 declare -A PACKAGE=([valgrind]=valgrind [callgrind_control]=valgrind [h2load]=nghttp2-client [nginx]=nginx-light)
 # shellcheck source=setup.sh
 source "$(dirname "$0")/setup.sh"
-for f in backend.conf nginx.conf; do
-  sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|1|g" "$HERE/$f" > "$DIR/$f"
-done
+render 1 backend.conf nginx.conf
 # nginx as one process, so callgrind sees the process that serves.
 sed -i '1i master_process off;' "$DIR/nginx.conf"
 nginx -c "$DIR/backend.conf" & PIDS+=($!)
@@ -41,10 +39,7 @@ measure() { # name port h2port command...
   shift 3
   valgrind --tool=callgrind --callgrind-out-file="$DIR/$name.%p" "$@" 2>"$DIR/$name.valgrind" & PIDS+=($!)
   local pid=$!
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-    sleep 0.2
-  done
+  listening "$DIR/$name.valgrind" "$port"
   for kind in c1 c64 h2; do
     local p=$port
     [ "$kind" = h2 ] && p=$h2port

@@ -51,9 +51,7 @@ fi
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench.test \
   -addext subjectAltName=DNS:bench.test -keyout "$DIR/key.pem" -out "$DIR/cert.pem" 2>/dev/null
 cat "$DIR/cert.pem" "$DIR/key.pem" > "$DIR/cert-and-key.pem"
-for f in protocols-backend.conf protocols-nginx.conf protocols-haproxy.cfg; do
-  sed -e "s|BENCH_DIR|$DIR|g" "$HERE/$f" > "$DIR/$f"
-done
+render 1 protocols-backend.conf protocols-nginx.conf protocols-haproxy.cfg
 
 "${LOAD[@]}" nginx -c "$DIR/protocols-backend.conf" & PIDS+=($!)
 "${LOAD[@]}" "$LOADGEN" grpc-server -listen 127.0.0.1:9151 & PIDS+=($!)
@@ -68,16 +66,8 @@ TOKIO_WORKER_THREADS=1 "${PROXY[@]}" "$TURNA_SERVE" "$HERE/protocols.yaml" 127.0
   "bench/cert=$DIR/cert.pem,$DIR/key.pem" 2>"$DIR/turna.log" & PIDS+=($!)
 PROCESS[turna]=$!
 
-# Every TCP port listening within 10 s, or the script stops with Turna's log.
-for port in 9100 9151 9120 9144 8143 8151 8120 8144 8243 8251 8220 8244 8343 8351 8320 8344; do
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue 2
-    sleep 0.1
-  done
-  echo "protocols.sh: nothing listens on port $port; Turna's log:" >&2
-  cat "$DIR/turna.log" >&2
-  exit 1
-done
+# Every TCP port listening, or the script stops with Turna's log.
+listening "$DIR/turna.log" 9100 9151 9120 9144 8143 8151 8120 8144 8243 8251 8220 8244 8343 8351 8320 8344
 
 # The port of a load on a proxy: 81xx nginx, 82xx HAProxy, 83xx Turna.
 port() { # proxy load

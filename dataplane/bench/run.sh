@@ -17,9 +17,7 @@ ROUNDS=${ROUNDS:-2}
 declare -A PACKAGE=([wrk]=wrk [h2load]=nghttp2-client [nginx]=nginx-light [haproxy]=haproxy)
 # shellcheck source=setup.sh
 source "$(dirname "$0")/setup.sh"
-for f in backend.conf nginx.conf haproxy.cfg; do
-  sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|$THREADS|g" "$HERE/$f" > "$DIR/$f"
-done
+render "$THREADS" backend.conf nginx.conf haproxy.cfg
 
 "${LOAD[@]}" nginx -c "$DIR/backend.conf" & PIDS+=($!)
 "${PROXY[@]}" nginx -c "$DIR/nginx.conf" & PIDS+=($!)
@@ -32,7 +30,7 @@ sed 's/bindPort: 8083/bindPort: 8084/' "$HERE/turna.yaml" > "$DIR/turna-log.yaml
 TURNA_ACCESS_LOG=json TURNA_ACCESS_LOG_PATH="$DIR/access.log" TOKIO_WORKER_THREADS=$THREADS "${PROXY[@]}" \
   "$TURNA_SERVE" "$DIR/turna-log.yaml" 127.0.0.1 127.0.0.1:0 2>"$DIR/turna-log.log" & PIDS+=($!)
 PROCESS[turnalog]=$!
-sleep 1
+listening "$DIR/turna.log" 9000 8081 8091 8082 8083 8084
 
 declare -A RPS P99 CPU
 # Runs a load generator against proxy $1; sets its req/s, p99 and CPU (us) per request.

@@ -4,8 +4,9 @@
 # (waited for, so their ports are free for the next script), the missing tools installed from
 # their Debian packages, the serve example built (profile-guided by pgo.sh, as the shipped
 # binary; PGO=0 for a plain release build; TURNA_SERVE names a prebuilt one, to compare builds),
-# the 1 KiB body the backend serves, `ticks`, a proxy's CPU time so far, and LOAD and PROXY, the
-# core pinning of load generators and proxies.
+# the 1 KiB body the backend serves, `render` (the configuration files), `listening` (waits for
+# ports), `ticks`, a proxy's CPU time so far, and LOAD and PROXY, the core pinning of load
+# generators and proxies.
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 DIR=$(mktemp -d)
@@ -38,6 +39,31 @@ elif [ -z "${TURNA_SERVE:-}" ]; then
   TURNA_SERVE=$("$HERE/pgo.sh")
 fi
 head -c 1024 /dev/zero | tr '\0' x > "$DIR/body.txt"
+
+# The bench's configuration files in DIR: BENCH_DIR replaced by DIR, THREADS by $1.
+render() { # threads file...
+  local threads=$1 f
+  shift
+  for f in "$@"; do
+    sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|$threads|g" "$HERE/$f" > "$DIR/$f"
+  done
+}
+
+# Waits until every TCP port listens on loopback (30 s each); else stops the script with the log
+# $1 (the process that should have bound it).
+listening() { # log port...
+  local log=$1 port
+  shift
+  for port in "$@"; do
+    for _ in $(seq 300); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue 2
+      sleep 0.1
+    done
+    echo "$(basename "$0"): nothing listens on port $port; $log:" >&2
+    cat "$log" >&2 || true
+    exit 1
+  done
+}
 
 # User + system clock ticks of proxy $1 of the caller's PROCESS (name -> pid): its process and
 # its children (nginx's workers).

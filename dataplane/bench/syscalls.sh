@@ -13,17 +13,19 @@ ROUNDS=${ROUNDS:-2}
 declare -A PACKAGE=([wrk]=wrk [strace]=strace [perf]=linux-perf [nginx]=nginx-light)
 # shellcheck source=setup.sh
 source "$(dirname "$0")/setup.sh"
-for f in backend.conf nginx.conf; do
-  sed -e "s|BENCH_DIR|$DIR|g" -e "s|THREADS|1|g" "$HERE/$f" > "$DIR/$f"
-done
+render 1 backend.conf nginx.conf
 
 "${LOAD[@]}" nginx -c "$DIR/backend.conf" & PIDS+=($!)
 "${PROXY[@]}" nginx -c "$DIR/nginx.conf" & PIDS+=($!)
 NGINX_MASTER=$!
 TOKIO_WORKER_THREADS=1 "${PROXY[@]}" "$TURNA_SERVE" "$HERE/turna.yaml" 127.0.0.1 127.0.0.1:0 2>"$DIR/turna.log" & PIDS+=($!)
 declare -A PROCESS=([turna]=$! [nginx]=) PORT=([turna]=8083 [nginx]=8081)
-sleep 1
-PROCESS[nginx]=$(pgrep -P "$NGINX_MASTER")
+listening "$DIR/turna.log" 9000 8081 8083
+# nginx's worker, forked once its master has bound the port.
+for _ in $(seq 100); do
+  PROCESS[nginx]=$(pgrep -P "$NGINX_MASTER") && break
+  sleep 0.1
+done
 
 requests() { awk '/requests in/ {print $1}'; }
 
