@@ -2,7 +2,7 @@
 CARGO ?= cargo
 
 .PHONY: all build release-pgo run quickstart-check test fmt-check clippy unit harness-test golden-bless bench bench-translator bench-table bench-operator bench-local bench-standalone bench-fleet \
-	bench-dataplane bench-dataplane-instructions bench-dataplane-syscalls bench-protocols bench-security fuzz deploy-tools deploy-check \
+	bench-dataplane bench-dataplane-instructions bench-dataplane-syscalls bench-protocols bench-security fuzz deploy-tools deploy-check layout-record \
 	image image-test
 
 all: build
@@ -106,6 +106,12 @@ bench-dataplane-instructions:
 ## calls by name (strace), context switches and page faults (perf), user and system CPU.
 bench-dataplane-syscalls:
 	dataplane/bench/syscalls.sh
+
+## layout-record: record again the functions `turna` runs to start and to proxy requests
+## (callgrind on `turna local` serving examples/local), which build.rs places together at the
+## start of the binary's code (operator/layout/record.sh; needs valgrind).
+layout-record:
+	operator/layout/record.sh
 
 ## fuzz: bounded cargo-fuzz runs (FUZZ_SECONDS per target, default 60; FUZZ_TARGETS picks some)
 ## of the translator on arbitrary object sets, the IR validation, the ClientHello/SNI peek and

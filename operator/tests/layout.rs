@@ -1,0 +1,64 @@
+//! The `turna` binary's code layout (build.rs): the functions of operator/layout/functions.txt,
+//! which a proxy runs to start and to serve, open `.text`, so they share the pages the kernel
+//! maps instead of each pulling in 64 KiB of code around it. Read with `nm` (binutils).
+
+use std::collections::HashSet;
+use std::process::Command;
+
+/// A legacy-mangled name without its hash and LTO suffix, as the list holds it.
+fn unhashed(name: &str) -> &str {
+    let name = name.split(".llvm.").next().unwrap_or(name);
+    match name.len().checked_sub(20) {
+        Some(at) if name.starts_with("_ZN") && name[at..].starts_with("17h") && name.ends_with('E') => &name[..at],
+        _ => name,
+    }
+}
+
+#[test]
+fn the_recorded_functions_open_the_text_section() {
+    let list = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/layout/functions.txt"))
+        .expect("read layout/functions.txt");
+    let listed: HashSet<&str> = list.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let nm = Command::new("nm")
+        .args(["-n", "--defined-only"])
+        .arg(env!("CARGO_BIN_EXE_turna"))
+        .output()
+        .expect("run nm (binutils)");
+    assert!(nm.status.success(), "nm: {}", String::from_utf8_lossy(&nm.stderr));
+    let symbols = String::from_utf8(nm.stdout).expect("nm prints text");
+    // Code symbols in address order, from the first listed one.
+    let text: Vec<&str> = symbols
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, kind, name] if kind.eq_ignore_ascii_case("t") => Some(name),
+            _ => None,
+        })
+        .skip_while(|n| !listed.contains(unhashed(n)))
+        .collect();
+    let present: HashSet<&str> = text
+        .iter()
+        .map(|n| unhashed(n))
+        .filter(|n| listed.contains(n))
+        .collect();
+    assert!(
+        present.len() * 2 >= listed.len(),
+        "only {} of the {} listed functions are in the binary: record the list again (operator/layout/record.sh)",
+        present.len(),
+        listed.len()
+    );
+    // The copies of listed functions open .text: as many code symbols as there are copies are
+    // almost all listed (linked as before, about a third are: listed names are common ones).
+    let copies = text.iter().filter(|n| listed.contains(unhashed(n))).count();
+    let opening = text[..copies].iter().filter(|n| listed.contains(unhashed(n))).count();
+    assert!(
+        opening * 10 >= copies * 9,
+        "{opening} of the first {copies} code symbols are listed functions: the layout script is not in effect"
+    );
+}
+
+#[test]
+fn names_lose_only_their_hash() {
+    assert_eq!(unhashed("_ZN5turna4main17h0123456789abcdefE"), "_ZN5turna4main");
+    assert_eq!(unhashed("_ZN5turna4main17h0123456789abcdefE.llvm.42"), "_ZN5turna4main");
+    assert_eq!(unhashed("mi_malloc"), "mi_malloc");
+}
