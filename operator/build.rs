@@ -2,9 +2,9 @@
 //! `.text` (operator/layout/functions.txt, recorded by operator/layout/record.sh).
 //!
 //! Why: the kernel maps a binary's code 64 KiB around each page it faults in, and the linker
-//! otherwise scatters the few MiB a proxy runs over the binary's 24-30 MiB of `.text`: an idle
-//! proxy (`make bench-operator`, 1 route) kept 19.6-20.1 MiB of the binary resident, 13.7-13.8
-//! MiB with them grouped; `turna local` 9.9 MiB of code, 5.6 grouped.
+//! otherwise scatters the few MiB a proxy runs over the binary's 24-30 MiB of `.text`. An idle
+//! proxy (`make bench-operator`, 1 route, release build) kept 16.1-16.5 MiB of the binary
+//! resident, 12.4-13.0 MiB with them grouped; `turna local` 18.2 -> 14.8 MiB RSS.
 //!
 //! The list holds mangled names without their hash (which changes with the build profile and
 //! the toolchain); each becomes a linker-script pattern, so a stale name only matches nothing.

@@ -12,8 +12,10 @@
 //! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) and `TURNA_BENCH_SAMPLES` (default 15) tune it;
 //! `TURNA_BENCH_LOG` is both children's `RUST_LOG` (default `warn`; `operator=debug,dataplane=info`
 //! logs each step from a change to its proxy's table, and the bench then logs when it created
-//! each measured route). `TURNA_BENCH_PROXY_PREFIX` runs the proxy under a command (words split
-//! on spaces: `valgrind --tool=callgrind`, as operator/layout/record.sh does).
+//! each measured route). `TURNA_BENCH_PROXY_BINARY` is the proxy's `turna` (default this
+//! build's; the release or profile-guided one is what ships), `TURNA_BENCH_PROXY_PREFIX` a
+//! command to run it under (words split on spaces: `valgrind --tool=callgrind`, as
+//! operator/layout/record.sh does).
 //! Targets (issue 13): at 5,000 routes, median at most 20 ms to traffic, controller at most
 //! 100 MiB and proxy at most 40 MiB; the proxy at 1 route (idle) at most 10 MiB.
 
@@ -180,7 +182,7 @@ async fn run(plane: &control_plane::ControlPlane, routes: usize, samples: usize,
     let mut prefix: Vec<String> = std::env::var("TURNA_BENCH_PROXY_PREFIX")
         .map(|p| p.split_whitespace().map(String::from).collect())
         .unwrap_or_default();
-    prefix.push(env!("CARGO_BIN_EXE_turna").to_string());
+    prefix.push(std::env::var("TURNA_BENCH_PROXY_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_turna").into()));
     let proxy = Turna(
         Command::new(&prefix[0])
             .args(&prefix[1..])

@@ -8,9 +8,11 @@
 # What runs, each built without the current list (TURNA_LAYOUT=off):
 # 1. `turna local` (release build) serving examples/local on port 28080 (two python backends
 #    on 9081 and 9082), HTTP/1.1 and h2c requests to both routes, then a graceful stop;
-# 2. `turna proxy` as a proxy pod runs it, pushed its IR by a controller against the e2e
-#    kube-apiserver, serving the convergence benchmark's requests (`make bench-operator` at 1
-#    route, its proxy under callgrind: TURNA_BENCH_PROXY_PREFIX).
+# 2. the same release `turna` as `turna proxy`, as a proxy pod runs it, pushed its IR by a
+#    controller against the e2e kube-apiserver and serving the convergence benchmark's requests
+#    (`make bench-operator` at 1 route: TURNA_BENCH_PROXY_BINARY and _PREFIX);
+# 3. the same with the benchmark's own (bench-profile) build, which inlines differently, so
+#    that `make bench-operator` measures the layout too.
 # The names are written without their legacy-mangling hash (it changes with the build profile
 # and the toolchain), so each pattern also takes the other copies of a generic function.
 set -euo pipefail
@@ -30,7 +32,7 @@ cd "$ROOT"
 
 # 1. turna local.
 cargo build --release --bin turna >&2
-cp target/release/turna "$WORK/turna-local"
+cp target/release/turna "$WORK/turna-release"
 for port in 9081 9082; do
   mkdir -p "$WORK/$port/one" "$WORK/$port/two"
   echo "backend $port" > "$WORK/$port/one/index.html"
@@ -39,7 +41,7 @@ for port in 9081 9082; do
   PIDS+=($!)
 done
 valgrind --tool=callgrind --demangle=no --callgrind-out-file="$WORK/local.out" \
-  "$WORK/turna-local" local -f examples/local --port-offset 20000 2>"$WORK/turna.log" &
+  "$WORK/turna-release" local -f examples/local --port-offset 20000 2>"$WORK/turna.log" &
 turna=$!
 PIDS+=("$turna")
 for _ in $(seq 600); do
@@ -53,19 +55,22 @@ done
 kill -INT "$turna"
 wait "$turna" || true
 
-# 2. turna proxy. The benchmark kills its proxy at the end, so callgrind dumps every second.
+# 2 and 3. turna proxy, release then bench profile. The benchmark kills its proxy at the
+# end, so callgrind dumps every second.
 cargo bench -p turna-operator --bench convergence --no-run >&2
-cp target/release/turna "$WORK/turna-proxy"
+cp target/release/turna "$WORK/turna-bench"
 bench=$(ls -t target/release/deps/convergence-* | grep -v '\.d$' | head -1)
 (while sleep 1; do callgrind_control -d >/dev/null 2>&1 || true; done) &
 PIDS+=($!)
-TURNA_BENCH_ROUTES=1 TURNA_BENCH_SAMPLES=5 \
-  TURNA_BENCH_PROXY_PREFIX="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$WORK/proxy.out" \
-  "$bench" >&2
+for build in release bench; do
+  TURNA_BENCH_ROUTES=1 TURNA_BENCH_SAMPLES=5 TURNA_BENCH_PROXY_BINARY="$WORK/turna-$build" \
+    TURNA_BENCH_PROXY_PREFIX="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$WORK/proxy-$build.out" \
+    "$bench" >&2
+done
 
-python3 - "$OUT" "$WORK/turna-local" "$WORK/local.out" "$WORK/turna-proxy" "$WORK"/proxy.out* <<'PY'
-import re, subprocess, sys
-out, local_binary, local_profile, proxy_binary, *proxy_profiles = sys.argv[1:]
+python3 - "$OUT" "$WORK" <<'PY'
+import glob, re, subprocess, sys
+out, work = sys.argv[1:]
 
 def ours(binary):
     names = set()
@@ -76,8 +81,13 @@ def ours(binary):
     return names
 
 listed, seen = [], set()
-for binary, profiles in ((local_binary, [local_profile]), (proxy_binary, proxy_profiles)):
-    known = ours(binary)
+steps = (
+    ('turna-release', [f'{work}/local.out']),
+    ('turna-release', sorted(glob.glob(f'{work}/proxy-release.out*'))),
+    ('turna-bench', sorted(glob.glob(f'{work}/proxy-bench.out*'))),
+)
+for binary, profiles in steps:
+    known = ours(f'{work}/{binary}')
     for profile in profiles:
         names = {}
         for line in open(profile):
