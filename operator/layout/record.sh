@@ -44,10 +44,12 @@ valgrind --tool=callgrind --demangle=no --callgrind-out-file="$WORK/local.out" \
   "$WORK/turna-release" local -f examples/local --port-offset 20000 2>"$WORK/turna.log" &
 turna=$!
 PIDS+=("$turna")
+ready=false
 for _ in $(seq 600); do
-  curl -fs -o /dev/null http://127.0.0.1:28080/one/ && break
+  curl -fs -o /dev/null http://127.0.0.1:28080/one/ && ready=true && break
   sleep 0.1
 done
+$ready || { echo "record.sh: turna local did not serve within 60 s; its log:" >&2; cat "$WORK/turna.log" >&2; exit 1; }
 for path in /one/ /two/ /none; do
   curl -s -o /dev/null "http://127.0.0.1:28080$path"
   curl -s -o /dev/null --http2-prior-knowledge "http://127.0.0.1:28080$path"
