@@ -3,7 +3,7 @@
 # first saw them, into operator/layout/functions.txt: build.rs places them at the start of
 # .text (see there why). Run it again (`make layout-record`) when the start-up or the request
 # path changes much; a stale list only places fewer of the right functions together, it never
-# breaks a build. Needs valgrind, curl and python3; about 25 minutes on 2 cores (two builds).
+# breaks a build. Needs valgrind, curl and python3; about 15 minutes on 2 cores (two builds).
 #
 # What runs, each built without the current list (TURNA_LAYOUT=off):
 # 1. `turna local` (release build) serving examples/local on port 28080 (two python backends
@@ -13,8 +13,9 @@
 #    (`make bench-operator` at 1 route: TURNA_BENCH_PROXY_BINARY and _PREFIX);
 # 3. the same with the benchmark's own (bench-profile) build, which inlines differently, so
 #    that `make bench-operator` measures the layout too.
-# The names are written without their legacy-mangling hash (it changes with the build profile
-# and the toolchain), so each pattern also takes the other copies of a generic function.
+# The names keep their legacy-mangling hash, which tells apart the copies of a generic
+# function; it changes with the build profile and the toolchain, so build.rs also places every
+# copy of each listed function after the exact ones (for the builds the list does not match).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -83,10 +84,13 @@ def ours(binary):
     return names
 
 listed, seen = [], set()
+# The proxy's first: a cluster runs one per Gateway (or per node), `turna local` runs once, and
+# the functions only `turna local` runs (translation, file watching) would otherwise sit among
+# the proxy's and keep their pages resident in every proxy.
 steps = (
-    ('turna-release', [f'{work}/local.out']),
     ('turna-release', sorted(glob.glob(f'{work}/proxy-release.out*'))),
     ('turna-bench', sorted(glob.glob(f'{work}/proxy-bench.out*'))),
+    ('turna-release', [f'{work}/local.out']),
 )
 for binary, profiles in steps:
     known = ours(f'{work}/{binary}')
@@ -100,7 +104,7 @@ for binary, profiles in steps:
                 names[m.group(2)] = m.group(3)
             if m.group(1) != 'fn' or names[m.group(2)] not in known:
                 continue  # libc's and the loader's
-            name = re.sub(r'(17h[0-9a-f]{16}E)?(\.llvm\.\d+)?$', '', names[m.group(2)])
+            name = re.sub(r'\.llvm\.\d+$', '', names[m.group(2)])
             if name not in seen:
                 seen.add(name)
                 listed.append(name)
