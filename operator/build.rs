@@ -17,8 +17,13 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+#[path = "layout/names.rs"]
+mod names;
+use names::unhashed;
+
 fn main() {
     println!("cargo:rerun-if-changed=layout/functions.txt");
+    println!("cargo:rerun-if-changed=layout/names.rs");
     println!("cargo:rerun-if-env-changed=TURNA_LAYOUT");
     println!("cargo:rerun-if-env-changed=TURNA_RELR");
     let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
@@ -43,8 +48,8 @@ fn main() {
     let mut script = String::from("SECTIONS\n{\n  .text : {\n");
     // First the very copies that ran, in the order they first ran: a generic function has as
     // many copies as instantiations, told apart only by their hash. The hashes are those of
-    // the builds the list was recorded from (the release and bench profiles of the
-    // toolchain used then); LTO may add `.llvm.<n>` to a local one. Cold functions (start-up's one-time
+    // the builds the list was recorded from (the release and bench profiles of the toolchain
+    // used then); LTO may add `.llvm.<n>` to a local one. Cold functions (start-up's one-time
     // paths among them) are in `.text.unlikely.`.
     for name in &names {
         let any_suffix = if unhashed(name) != *name { "*" } else { "" };
@@ -67,13 +72,4 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("layout.ld");
     std::fs::write(&out, script).expect("write layout.ld");
     println!("cargo:rustc-link-arg-bin=turna=-Wl,-T,{}", out.display());
-}
-
-/// A legacy-mangled name without its `17h<hash>E`, which changes with the build profile and
-/// the toolchain.
-fn unhashed(name: &str) -> &str {
-    match name.len().checked_sub(20) {
-        Some(at) if name.starts_with("_ZN") && name[at..].starts_with("17h") && name.ends_with('E') => &name[..at],
-        _ => name,
-    }
 }

@@ -5,13 +5,19 @@
 use std::collections::HashSet;
 use std::process::Command;
 
-/// A legacy-mangled name without its hash and LTO suffix.
-fn unhashed(name: &str) -> &str {
-    let name = name.split(".llvm.").next().unwrap_or(name);
-    match name.len().checked_sub(20) {
-        Some(at) if name.starts_with("_ZN") && name[at..].starts_with("17h") && name.ends_with('E') => &name[..at],
-        _ => name,
-    }
+#[path = "../layout/names.rs"]
+mod names;
+use names::unhashed;
+
+/// The output of a binutils `tool` run on the `turna` binary.
+fn binutils(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .arg(env!("CARGO_BIN_EXE_turna"))
+        .output()
+        .unwrap_or_else(|e| panic!("run {tool} (binutils): {e}"));
+    assert!(out.status.success(), "{tool}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap_or_else(|_| panic!("{tool} prints text"))
 }
 
 #[test]
@@ -23,13 +29,7 @@ fn the_recorded_functions_open_the_text_section() {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(unhashed)
         .collect();
-    let nm = Command::new("nm")
-        .args(["-n", "--defined-only"])
-        .arg(env!("CARGO_BIN_EXE_turna"))
-        .output()
-        .expect("run nm (binutils)");
-    assert!(nm.status.success(), "nm: {}", String::from_utf8_lossy(&nm.stderr));
-    let symbols = String::from_utf8(nm.stdout).expect("nm prints text");
+    let symbols = binutils("nm", &["-n", "--defined-only"]);
     // Code symbols in address order, from the first listed one.
     let text: Vec<&str> = symbols
         .lines()
@@ -72,17 +72,7 @@ fn names_lose_only_their_hash() {
 #[test]
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn relative_relocations_are_packed() {
-    let readelf = Command::new("readelf")
-        .args(["-SW"])
-        .arg(env!("CARGO_BIN_EXE_turna"))
-        .output()
-        .expect("run readelf (binutils)");
-    assert!(
-        readelf.status.success(),
-        "readelf: {}",
-        String::from_utf8_lossy(&readelf.stderr)
-    );
-    let sections = String::from_utf8(readelf.stdout).expect("readelf prints text");
+    let sections = binutils("readelf", &["-SW"]);
     let size = |name: &str| {
         sections.lines().find_map(|l| {
             let fields: Vec<&str> = l.split_whitespace().collect();
