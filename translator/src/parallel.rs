@@ -20,6 +20,12 @@ pub fn threads_for(routes: usize) -> usize {
     }
 }
 
+/// At most `threads` threads for `work` routes that need more than a lookup (compiling their
+/// rules, making their statuses): one below [`FROM_ROUTES`].
+pub fn threads_for_work(threads: usize, work: usize) -> usize {
+    if work < FROM_ROUTES { 1 } else { threads }
+}
+
 /// `f(0)`, ..., `f(len - 1)` in order, computed in `threads` contiguous chunks. A panic in `f`
 /// is resumed on the calling thread, as if `f` had run there.
 pub fn map<T: Send>(len: usize, threads: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {

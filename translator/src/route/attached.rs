@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use super::by_object::ByObject;
 use super::model::RouteModel;
-use super::{Attachment, attach};
+use super::{Attachments, attach};
 use crate::gateway::{AllowedNamespaces, GatewayModel, Owner};
 use crate::status::RouteGroupKind;
 
@@ -19,7 +19,7 @@ use crate::status::RouteGroupKind;
 #[derive(Default)]
 pub struct Attached {
     parents: Option<Parents>,
-    routes: ByObject<Vec<Attachment>>,
+    routes: ByObject<Attachments>,
 }
 
 /// What [`super::attach`] reads besides the route.
@@ -87,7 +87,7 @@ impl Attached {
         routes: &[RouteModel<'_>],
         gateways: &[GatewayModel<'_>],
         namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
-    ) -> Vec<Vec<Attachment>> {
+    ) -> Vec<Attachments> {
         let parents = Parents::of(gateways, namespace_labels);
         if self.parents.as_ref() != Some(&parents) {
             self.routes.clear();
@@ -98,9 +98,9 @@ impl Attached {
             .iter()
             .map(|route| match route.object {
                 Some(object) => (self.routes)
-                    .kept_or(object, || attach(route, gateways, namespace_labels))
+                    .kept_or(object, || Attachments::new(attach(route, gateways, namespace_labels)))
                     .clone(),
-                None => attach(route, gateways, namespace_labels),
+                None => Attachments::new(attach(route, gateways, namespace_labels)),
             })
             .collect();
         self.routes.sweep();

@@ -88,6 +88,11 @@ impl<V> ByObject<V> {
         self.entries.retain(|_, kept| *kept.pass.get_mut() == pass);
     }
 
+    /// How many values are kept.
+    pub fn count(&self) -> usize {
+        self.entries.len()
+    }
+
     pub fn clear(&mut self) {
         self.entries.clear();
     }

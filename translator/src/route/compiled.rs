@@ -40,7 +40,11 @@ struct Entry {
 
 /// The compiled rules of every route, by route index, and whether they all came from the
 /// cache.
-pub struct CompiledRoutes(Vec<(Vec<Entry>, bool)>);
+pub struct CompiledRoutes(Vec<(Entries, bool)>);
+
+/// A route's entries: one, inline, for almost every route (a route's Gateways rarely give it
+/// different client certificates), so a pass allocates nothing for a route it reuses.
+type Entries = smallvec::SmallVec<[Entry; 1]>;
 
 impl CompiledRoutes {
     /// Compiles the HTTP and gRPC routes that attached to at least one Gateway, on `threads`
@@ -48,7 +52,7 @@ impl CompiledRoutes {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         routes: &[RouteModel<'_>],
-        attachments: &[Vec<Attachment>],
+        attachments: &[super::Attachments],
         gateways: &[GatewayModel<'_>],
         backends: &Backends<'_>,
         policies: RulePolicies<'_, '_>,
@@ -107,19 +111,19 @@ fn compile_one(
     regexes: &Regexes,
     config: &Config,
     cached: Option<&[Entry]>,
-) -> (Vec<Entry>, bool) {
+) -> (Entries, bool) {
     if !matches!(route.kind, RouteKind::Http | RouteKind::Grpc) {
-        return (Vec::new(), false);
+        return (Entries::new(), false);
     }
     let mut all_reused = true;
-    let mut attached: Vec<usize> = attachments
+    let mut attached: smallvec::SmallVec<[usize; 2]> = attachments
         .iter()
         .filter(|a| a.problem.is_none())
         .map(|a| a.gateway)
         .collect();
     attached.sort_unstable();
     attached.dedup();
-    let mut entries: Vec<Entry> = Vec::with_capacity(1);
+    let mut entries = Entries::new();
     for gi in &attached {
         let client_certificate = backend_tls::route_client_certificate(
             config.mode,
@@ -300,13 +304,18 @@ impl CompileCache {
                 kept.len() == entries.len()
                     && (kept.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
             };
-            if self.routes.keep(object, reused, || entries.clone()) {
+            if self.routes.keep(object, reused, || entries.to_vec()) {
                 self.last.0 += 1;
             } else {
                 self.last.1 += 1;
             }
         }
         self.routes.sweep();
+    }
+
+    /// How many routes have rules kept: a pass over as many routes mostly reuses them.
+    pub fn kept_routes(&self) -> usize {
+        self.routes.count()
     }
 
     /// Of the HTTP and gRPC routes the last translation compiled: how many came from the cache

@@ -33,6 +33,10 @@ use crate::object::GROUP;
 use crate::status::{Condition, RouteParentStatus, RouteStatus, condition::kind, condition::reason};
 pub use model::{RouteKind, RouteModel};
 
+/// A route's attachments, shared: the cache keeps them from one translation to the next and a
+/// pass reads them without copying ([`attached`]).
+pub type Attachments = std::sync::Arc<Vec<Attachment>>;
+
 /// Where one parentRef of a route landed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attachment {
@@ -187,10 +191,12 @@ pub fn attach_all(
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
     by_age: &[usize],
     kept: Option<&mut attached::Attached>,
-) -> Vec<Vec<Attachment>> {
-    let mut out: Vec<Vec<Attachment>> = match kept {
+) -> Vec<Attachments> {
+    let mut out: Vec<Attachments> = match kept {
         Some(kept) => kept.attach(routes, gateways, namespace_labels),
-        None => routes.iter().map(|r| attach(r, gateways, namespace_labels)).collect(),
+        None => (routes.iter())
+            .map(|r| Attachments::new(attach(r, gateways, namespace_labels)))
+            .collect(),
     };
     // Conflicts need routes of both kinds.
     let has = |kind: RouteKind| routes.iter().any(|r| r.kind == kind);
@@ -207,7 +213,11 @@ pub fn attach_all(
             RouteKind::Grpc => RouteKind::Http,
             _ => continue,
         };
-        for a in out[ri].iter_mut().filter(|a| a.problem.is_none()) {
+        // Copied only for a route that can conflict: the kept attachments stay as they were.
+        for a in std::sync::Arc::make_mut(&mut out[ri])
+            .iter_mut()
+            .filter(|a| a.problem.is_none())
+        {
             let gw = &gateways[a.gateway];
             let conflict = a.listeners.iter().any(|li| {
                 served.get(&(a.gateway, *li, other)).is_some_and(|taken| {

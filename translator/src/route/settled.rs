@@ -10,7 +10,7 @@ use smol_str::SmolStr;
 
 use super::by_object::ByObject;
 use super::model::RouteModel;
-use super::{Attachment, RouteOutcome};
+use super::{Attachments, RouteOutcome};
 use crate::status::RouteStatus;
 
 /// The statuses of the last translation, by route object.
@@ -22,7 +22,7 @@ pub struct Settled {
 
 /// One route's status and what it was made from.
 struct Made {
-    attachments: Vec<Attachment>,
+    attachments: Attachments,
     outcome: RouteOutcome,
     status: Arc<RouteStatus>,
 }
@@ -38,7 +38,7 @@ impl Settled {
     pub fn get(
         &self,
         route: &RouteModel<'_>,
-        attachments: &[Attachment],
+        attachments: &Attachments,
         outcome: &RouteOutcome,
         controller_name: &SmolStr,
     ) -> Option<Arc<RouteStatus>> {
@@ -46,7 +46,8 @@ impl Settled {
             return None;
         }
         let made = self.routes.reuse(route.object?)?;
-        (made.attachments == attachments && made.outcome == *outcome).then(|| made.status.clone())
+        let same_attachments = Arc::ptr_eq(&made.attachments, attachments) || made.attachments == *attachments;
+        (same_attachments && made.outcome == *outcome).then(|| made.status.clone())
     }
 
     /// Keeps this translation's statuses, and only those: removed routes go. Each status says
@@ -54,7 +55,7 @@ impl Settled {
     pub fn keep(
         &mut self,
         routes: &[RouteModel<'_>],
-        attachments: &[Vec<Attachment>],
+        attachments: &[Attachments],
         outcomes: &[Option<RouteOutcome>],
         statuses: &[Option<(Arc<RouteStatus>, bool)>],
         controller_name: &SmolStr,
