@@ -162,10 +162,9 @@ pub fn translate_on(
         cache.age_order.extend(by_age.iter().map(|&i| name_address(&routes[i])));
     }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
-    // the backends and policies it uses, kept if it is accepted.
+    // the rules it gives each (whose backends and policies count if it is accepted).
     let mut attached: Vec<(usize, smallvec::SmallVec<[usize; 2]>)> = Vec::new();
-    let mut used_backends: Vec<(usize, Arc<ir::Backend>)> = Vec::new();
-    let mut used_policies: Vec<(String, String)> = Vec::new();
+    let mut used: Vec<(usize, Arc<Compiled>)> = Vec::new();
     for (ri, route) in routes.iter().enumerate() {
         let attachments = &all_attachments[ri];
         if attachments.is_empty() {
@@ -206,8 +205,7 @@ pub fn translate_on(
                 gateways[*gi].listeners[*li].attached_routes += 1;
             }
         }
-        used_backends.clear();
-        used_policies.clear();
+        used.clear();
         for (gi, listeners) in &attached {
             let gw = &gateways[*gi];
             let client_certificate = policy::backend_tls::route_client_certificate(
@@ -228,8 +226,6 @@ pub fn translate_on(
                     (Arc::new(c), entries)
                 }
             };
-            used_backends.extend(compiled.backends.iter().map(|b| (*gi, b.clone())));
-            used_policies.extend(compiled.policies.iter().map(|p| (p.clone(), gw.key())));
             for li in listeners.iter() {
                 contributions[*gi].entry(*li).or_default().push(Contribution {
                     route: ri,
@@ -237,6 +233,7 @@ pub fn translate_on(
                     stream: streams.get(&terminated(li)).cloned().map(Box::new),
                 });
             }
+            used.push((*gi, compiled));
         }
         if outcome.not_accepted.is_some() {
             // A route that is not accepted serves nothing: drop what it just added (the last
@@ -251,14 +248,19 @@ pub fn translate_on(
                 }
             }
         } else {
-            for (gi, b) in used_backends.drain(..) {
-                // Routes share resolved backends: a backend seen before has its id in the map.
-                if seen_backends[gi].insert(Arc::as_ptr(&b)) && !gateway_backends[gi].contains_key(&b.id) {
-                    gateway_backends[gi].insert(b.id.clone(), b);
+            for (gi, compiled) in used.drain(..) {
+                for b in &compiled.backends {
+                    // Routes share resolved backends: a backend seen before has its id in the map.
+                    if seen_backends[gi].insert(Arc::as_ptr(b)) && !gateway_backends[gi].contains_key(&b.id) {
+                        gateway_backends[gi].insert(b.id.clone(), b.clone());
+                    }
                 }
-            }
-            for (p, gw) in used_policies.drain(..) {
-                policy_usage.entry(p).or_default().insert(gw);
+                if !compiled.policies.is_empty() {
+                    let gw = gateways[gi].key();
+                    for p in &compiled.policies {
+                        policy_usage.entry(p.clone()).or_default().insert(gw.clone());
+                    }
+                }
             }
             let (kind, ns, name) = (route.kind.name(), route.namespace, route.name);
             if (!security.is_empty() && security.targets_route(kind, ns, name))
@@ -775,7 +777,7 @@ fn virtual_hosts(
             .map(|&(si, k)| sources[si as usize].0.rules[k as usize].clone())
             .collect();
         if let Some(kept) = kept.as_mut() {
-            kept.keep(hostname, &sources, &rules, origins);
+            kept.keep(hostname, &sources, origins);
         }
         out.push(VirtualHost {
             hostname: hostname.to_string(),

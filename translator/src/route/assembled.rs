@@ -27,9 +27,10 @@ struct Listener {
     order: Vec<SmolStr>,
 }
 
+/// Its rules are not kept beside: they follow from `served` and `origins`, and a second list of
+/// thousands of shared rules cost a count up and down for each, every time a large host changed.
 struct Host {
     served: Vec<Served>,
-    rules: Vec<Arc<HttpRule>>,
     /// Where each rule came from: its source's position in `served` and its own in the
     /// source's compiled rules.
     origins: Vec<Origin>,
@@ -53,7 +54,6 @@ pub struct Served {
 /// rule's origin.
 pub struct Last<'a> {
     pub served: &'a [Served],
-    pub rules: &'a [Arc<HttpRule>],
     pub origins: &'a [Origin],
 }
 
@@ -131,16 +131,18 @@ impl Hosts<'_> {
         if !same {
             return Kept::Changed(Last {
                 served: &host.served,
-                rules: &host.rules,
                 origins: &host.origins,
             });
         }
         host.pass = self.pass;
-        Kept::Same(host.rules.clone())
+        let rules = (host.origins.iter())
+            .map(|&(si, k)| host.served[si as usize].compiled.rules[k as usize].clone())
+            .collect();
+        Kept::Same(rules)
     }
 
-    /// Keeps `rules`, assembled for `hostname` from `sources` (each rule from its origin).
-    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, rules: &[Arc<HttpRule>], origins: Vec<Origin>) {
+    /// Keeps how `hostname` was assembled from `sources`: each rule from its origin.
+    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, origins: Vec<Origin>) {
         let host = Host {
             served: (sources.iter())
                 .map(|(compiled, age, original)| Served {
@@ -149,7 +151,6 @@ impl Hosts<'_> {
                     original: SmolStr::new(original),
                 })
                 .collect(),
-            rules: rules.to_vec(),
             origins,
             pass: self.pass,
         };
@@ -178,7 +179,7 @@ mod tests {
         let mut assembled = Assembled::default();
         assembled.start();
         let sources: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&a, 0, "x.test"), (&b, 1, "*.test")];
-        assembled.listener("l").keep("x.test", &sources, &[], Vec::new());
+        assembled.listener("l").keep("x.test", &sources, Vec::new());
         assert!(matches!(
             assembled.listener("l").lookup("x.test", &sources),
             Kept::Same(_)

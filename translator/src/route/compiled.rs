@@ -33,7 +33,8 @@ struct Entry {
     client_certificate: Option<String>,
     /// Shared with the [`CompileCache`] that keeps it.
     compiled: Arc<Compiled>,
-    outcome: RouteOutcome,
+    /// Its problems; none for almost every route, so nothing to copy or compare.
+    outcome: Option<Arc<RouteOutcome>>,
     /// Gateways that still take it.
     uses: usize,
 }
@@ -92,7 +93,9 @@ impl CompiledRoutes {
         else {
             return Arc::default();
         };
-        outcome.add(&entry.outcome);
+        if let Some(problems) = &entry.outcome {
+            outcome.add(problems);
+        }
         entry.uses -= 1;
         entry.compiled.clone()
     }
@@ -147,7 +150,7 @@ fn compile_one(
                 Entry {
                     client_certificate: client_certificate.map(str::to_string),
                     compiled: Arc::new(compiled),
-                    outcome,
+                    outcome: (outcome != RouteOutcome::default()).then(|| Arc::new(outcome)),
                     uses: 1,
                 }
             }
