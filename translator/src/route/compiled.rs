@@ -68,7 +68,7 @@ impl CompiledRoutes {
             let served = attachments[ri].iter().any(|a| a.problem.is_none());
             let cached = (cache.filter(|_| served))
                 .and_then(|c| c.routes.reuse(route.object?))
-                .map(Vec::as_slice);
+                .map(|entries| entries.as_slice());
             compile_one(
                 route,
                 &attachments[ri],
@@ -172,7 +172,8 @@ fn compile_one(
 pub struct CompileCache {
     inputs: Option<Inputs>,
     /// Each route's entries.
-    routes: ByObject<Vec<Entry>>,
+    /// Inline: finding a route's entries is one lookup, not a lookup and a list elsewhere.
+    routes: ByObject<Entries>,
     /// Of the routes the last translation compiled: how many it took from the cache, and how
     /// many it compiled (the operator logs them: a cache that keeps nothing is a slow pass).
     last: (usize, usize),
@@ -303,11 +304,11 @@ impl CompileCache {
                 continue;
             }
             // A route whose rules came from the cache keeps its entries as they are.
-            let reused = |kept: &Vec<Entry>| {
+            let reused = |kept: &Entries| {
                 kept.len() == entries.len()
                     && (kept.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
             };
-            if self.routes.keep(object, reused, || entries.to_vec()) {
+            if self.routes.keep(object, reused, || entries.clone()) {
                 self.last.0 += 1;
             } else {
                 self.last.1 += 1;

@@ -23,7 +23,8 @@ pub struct Settled {
 /// One route's status and what it was made from.
 struct Made {
     attachments: Attachments,
-    outcome: RouteOutcome,
+    /// Its problems; none for almost every route (kept inline, they made every entry large).
+    outcome: Option<Box<RouteOutcome>>,
     status: Arc<RouteStatus>,
 }
 
@@ -47,7 +48,11 @@ impl Settled {
         }
         let made = self.routes.reuse(route.object?)?;
         let same_attachments = Arc::ptr_eq(&made.attachments, attachments) || made.attachments == *attachments;
-        (same_attachments && made.outcome == *outcome).then(|| made.status.clone())
+        let same_outcome = match &made.outcome {
+            Some(kept) => **kept == *outcome,
+            None => *outcome == RouteOutcome::default(),
+        };
+        (same_attachments && same_outcome).then(|| made.status.clone())
     }
 
     /// Keeps this translation's statuses, and only those: removed routes go. Each status says
@@ -71,7 +76,7 @@ impl Settled {
             }
             let made = || Made {
                 attachments: attachments[ri].clone(),
-                outcome: outcome.clone(),
+                outcome: (*outcome != RouteOutcome::default()).then(|| Box::new(outcome.clone())),
                 status: status.clone(),
             };
             self.routes.keep(object, |last| Arc::ptr_eq(&last.status, status), made);
