@@ -70,9 +70,9 @@ impl Written {
         self.by_kind.get_mut(kind).expect("inserted above")
     }
 
-    fn unchanged(&mut self, kind: &str) {
-        self.unchanged += 1;
-        self.kind(kind).unchanged += 1;
+    fn unchanged(&mut self, kind: &str, count: usize) {
+        self.unchanged += count;
+        self.kind(kind).unchanged += count;
     }
 }
 
@@ -90,7 +90,18 @@ struct Seen {
 pub struct Unchanged {
     /// Fast hashes: a pass looks up every route's name (thousands), SipHash was most of it.
     objects: foldhash::HashMap<TypeId, foldhash::HashMap<String, foldhash::HashMap<String, Seen>>>,
+    /// The kind and last pass of each kept desired status, by its address: a route status the
+    /// translator shares from its last translation (the same `Arc`) is recognised with one
+    /// lookup of a number, not three of strings. Each address is the `desired` of a [`Seen`] in
+    /// `objects` (so no other status can have it meanwhile), and a status names its object, so
+    /// one address is one object.
+    shared: foldhash::HashMap<usize, (TypeId, u64)>,
     pass: u64,
+}
+
+/// The address of a desired status, its identity in [`Unchanged::shared`].
+fn address<D: ?Sized>(desired: &Arc<D>) -> usize {
+    Arc::as_ptr(desired) as *const () as usize
 }
 
 impl Unchanged {
@@ -107,24 +118,47 @@ impl Unchanged {
 
     fn insert_of(&mut self, kind: TypeId, namespace: &str, name: &str, desired: Arc<dyn Any + Send + Sync>) {
         let pass = self.pass;
-        self.objects
+        let at = address(&desired);
+        let replaced = self
+            .objects
             .entry(kind)
             .or_default()
             .entry(namespace.to_string())
             .or_default()
             .insert(name.to_string(), Seen { desired, pass });
+        self.forget_replaced(replaced.map(|old| old.desired), at);
+        self.shared.insert(at, (kind, pass));
+    }
+
+    /// A status no longer kept (replaced by the one at `kept`) leaves the addresses: another
+    /// status could be allocated at its address.
+    fn forget_replaced(&mut self, replaced: Option<Arc<dyn Any + Send + Sync>>, kept: usize) {
+        if let Some(old) = replaced
+            && address(&old) != kept
+        {
+            self.shared.remove(&address(&old));
+        }
     }
 
     /// Forgets the objects this pass did not find up to date, and starts the next pass.
     fn finish_pass(&mut self) {
         let pass = self.pass;
+        let shared = &self.shared;
+        let found = |seen: &Seen| {
+            seen.pass == pass
+                || shared
+                    .get(&address(&seen.desired))
+                    .is_some_and(|(_, last)| *last == pass)
+        };
         for namespaces in self.objects.values_mut() {
             for names in namespaces.values_mut() {
-                names.retain(|_, seen| seen.pass == pass);
+                names.retain(|_, seen| found(seen));
             }
             namespaces.retain(|_, names| !names.is_empty());
         }
         self.objects.retain(|_, namespaces| !namespaces.is_empty());
+        // Only addresses of statuses still kept (every one this pass found is).
+        self.shared.retain(|_, (_, last)| *last == pass);
         self.pass += 1;
     }
 
@@ -202,10 +236,28 @@ struct Plan<'a> {
     changed: &'a Changed,
     seen: &'a mut Unchanged,
     written: Written,
+    /// Objects found up to date, by kind: counted here and added to `written` once, not looked
+    /// up by kind name for each of thousands of objects.
+    unchanged: Vec<(TypeId, String, usize)>,
     pending: Vec<Pending>,
 }
 
 impl Plan<'_> {
+    fn count_unchanged<K: Resource<DynamicType = ()> + 'static>(&mut self) {
+        let kind = TypeId::of::<K>();
+        match self.unchanged.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some((_, _, count)) => *count += 1,
+            None => self.unchanged.push((kind, K::kind(&()).into_owned(), 1)),
+        }
+    }
+
+    /// Adds the counts of objects found up to date to the pass's result.
+    fn count_written(&mut self) {
+        for (_, kind, count) in self.unchanged.drain(..) {
+            self.written.unchanged(&kind, count);
+        }
+    }
+
     /// Adds the write of `desired_status` to object `namespace/name` of `store`, unless the
     /// object is gone or its status already is what merging gives. A status the last pass
     /// found up to date is not compared again when it is the same shared one (route statuses
@@ -225,13 +277,28 @@ impl Plan<'_> {
     {
         let ns = namespace.unwrap_or_default();
         let pass = self.seen.pass;
+        // A status shared from the last translation: found by its address.
+        if let Some((kind, last)) = self.seen.shared.get_mut(&address(desired_status))
+            && *kind == TypeId::of::<K>()
+            && !self.changed.contains::<K>(ns, name)
+        {
+            *last = pass;
+            self.count_unchanged::<K>();
+            return;
+        }
         if !self.changed.contains::<K>(ns, name)
             && let Some(seen) = self.seen.get_mut::<K>(ns, name)
             && (std::ptr::addr_eq(Arc::as_ptr(&seen.desired), Arc::as_ptr(desired_status))
                 || seen.desired.downcast_ref::<D>() == Some(&**desired_status))
         {
             seen.pass = pass;
-            self.written.unchanged(&K::kind(&()));
+            // The next pass finds it by the address of this one.
+            let replaced = std::mem::replace(&mut seen.desired, desired_status.clone());
+            self.seen.forget_replaced(Some(replaced), address(desired_status));
+            self.seen
+                .shared
+                .insert(address(desired_status), (TypeId::of::<K>(), pass));
+            self.count_unchanged::<K>();
             return;
         }
         let mut reference = ObjectRef::<K>::new(name);
@@ -248,7 +315,7 @@ impl Plan<'_> {
         };
         let desired = merge_status(&current_status);
         if desired == current_status {
-            self.written.unchanged(&K::kind(&()));
+            self.count_unchanged::<K>();
             self.seen.insert::<K>(ns, name, desired_status.clone());
             return;
         }
@@ -346,6 +413,7 @@ pub async fn write(
         changed,
         seen,
         written: Written::default(),
+        unchanged: Vec::new(),
         pending: Vec::new(),
     };
     let now = now();
@@ -462,12 +530,47 @@ pub async fn write(
         breathe(&mut planned).await;
     }
     plan.seen.finish_pass();
+    plan.count_written();
     plan.send().await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kept status is found by its address only while its object's entry keeps it: a
+    /// replaced or forgotten status leaves the addresses (another could be made there).
+    #[test]
+    fn kept_statuses_are_found_by_address_only_while_kept() {
+        type Route = api::HttpRoute;
+        let mut seen = Unchanged::default();
+        let first: Arc<dyn Any + Send + Sync> = Arc::new(1u32);
+        seen.insert::<Route>("ns", "a", first.clone());
+        let found = |seen: &Unchanged, status: &Arc<dyn Any + Send + Sync>| {
+            seen.shared
+                .get(&address(status))
+                .is_some_and(|(k, _)| *k == TypeId::of::<Route>())
+        };
+        assert!(found(&seen, &first));
+        assert!(!seen.shared.contains_key(&address(&Arc::new(1u32))));
+        seen.finish_pass();
+        // Found by a pass (its address marked): kept.
+        if let Some((_, last)) = seen.shared.get_mut(&address(&first)) {
+            *last = seen.pass;
+        }
+        seen.finish_pass();
+        assert!(seen.get_mut::<Route>("ns", "a").is_some() && found(&seen, &first));
+        // Replaced: the old address goes, the new one is found.
+        let second: Arc<dyn Any + Send + Sync> = Arc::new(2u32);
+        seen.insert::<Route>("ns", "a", second.clone());
+        assert!(!found(&seen, &first) && found(&seen, &second));
+        assert_eq!(seen.shared.len(), 1);
+        // Not found by two passes: the object and its address go.
+        seen.finish_pass();
+        seen.finish_pass();
+        assert!(seen.get_mut::<Route>("ns", "a").is_none());
+        assert!(seen.shared.is_empty());
+    }
 
     /// Reading only the status gives what the object's own JSON holds under `status`.
     #[test]
