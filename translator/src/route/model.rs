@@ -159,9 +159,8 @@ impl RouteObject<'_> {
 
 macro_rules! parent_refs {
     ($refs:expr, $ns:expr) => {
-        $refs
-            .iter()
-            .flatten()
+        // From the slice, whose length sizes the list (a flattened Option does not).
+        ($refs.as_deref().unwrap_or_default().iter())
             .map(|p| ParentRef {
                 group: p.group.as_deref().unwrap_or(GROUP),
                 kind: p.kind.as_deref().unwrap_or("Gateway"),
