@@ -283,7 +283,7 @@ pub fn translate_on(
     let mut route_statuses = crate::parallel::map(routes.len(), threads, |ri| {
         let (route, attachments, outcome) = (&routes[ri], &all_attachments[ri], outcomes[ri].as_ref()?);
         Some(
-            match settled.and_then(|s| s.get(route, attachments, outcome, &controller_name)) {
+            match settled.and_then(|s| s.get(ri, route, attachments, outcome, &controller_name)) {
                 Some(last) => (last, true),
                 None => (
                     Arc::new(route::status(route, attachments, outcome, &controller_name)),

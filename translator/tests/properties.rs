@@ -448,8 +448,8 @@ proptest! {
 
     /// Rules and route statuses reused from earlier translations (a `CompileCache`) give the
     /// output of a fresh translation: with nothing changed, after objects of any kind the rules
-    /// or the statuses read were removed or replaced by changed copies, and back again; on one
-    /// thread and several.
+    /// or the statuses read were removed or replaced by changed copies, listed in another order,
+    /// and back again; on one thread and several.
     #[test]
     fn reused_rules_translate_as_fresh_ones(
         scenario in scenario(),
@@ -489,8 +489,14 @@ proptest! {
                 }
             }
         }
+        // The same routes listed in another order (kept values are found by position first).
+        let mut reordered = some.clone();
+        reordered.http_routes.reverse();
+        if !reordered.grpc_routes.is_empty() {
+            reordered.grpc_routes.rotate_left(1);
+        }
         let mut cache = translator::CompileCache::default();
-        for (step, snapshot) in [&all, &all, &some, &some, &all].into_iter().enumerate() {
+        for (step, snapshot) in [&all, &all, &some, &some, &reordered, &all].into_iter().enumerate() {
             let reused = translator::translate_on(snapshot, &scenario.config, 1 + step % 3, Some(&mut cache));
             let reused = serde_json::to_string(&reused).expect("output serializes");
             let fresh = serde_json::to_string(&translate(snapshot, &scenario.config)).expect("output serializes");

@@ -94,11 +94,12 @@ impl Attached {
             self.parents = Some(parents);
         }
         self.routes.start();
-        let out = routes
-            .iter()
-            .map(|route| match route.object {
+        let out = (routes.iter().enumerate())
+            .map(|(ri, route)| match route.object {
                 Some(object) => (self.routes)
-                    .kept_or(object, || Attachments::new(attach(route, gateways, namespace_labels)))
+                    .kept_or(object, ri, || {
+                        Attachments::new(attach(route, gateways, namespace_labels))
+                    })
                     .clone(),
                 None => Attachments::new(attach(route, gateways, namespace_labels)),
             })

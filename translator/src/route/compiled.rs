@@ -67,7 +67,7 @@ impl CompiledRoutes {
             // Looked up (and so kept) only for a route that will have rules this pass.
             let served = attachments[ri].iter().any(|a| a.problem.is_none());
             let cached = (cache.filter(|_| served))
-                .and_then(|c| c.routes.reuse(route.object?))
+                .and_then(|c| c.routes.reuse(route.object?, ri))
                 .map(|entries| entries.as_slice());
             compile_one(
                 route,
@@ -294,7 +294,7 @@ impl CompileCache {
     /// Keeps the rules just compiled for `routes`, and only those: removed routes go.
     pub fn keep(&mut self, routes: &[RouteModel<'_>], compiled: &CompiledRoutes) {
         self.last = (0, 0);
-        for (route, (entries, all_reused)) in routes.iter().zip(&compiled.0) {
+        for (ri, (route, (entries, all_reused))) in routes.iter().zip(&compiled.0).enumerate() {
             let Some(object) = route.object.filter(|_| !entries.is_empty()) else {
                 continue;
             };
@@ -308,7 +308,7 @@ impl CompileCache {
                 kept.len() == entries.len()
                     && (kept.iter().zip(entries)).all(|(a, b)| Arc::ptr_eq(&a.compiled, &b.compiled))
             };
-            if self.routes.keep(object, reused, || entries.clone()) {
+            if self.routes.keep(object, ri, reused, || entries.clone()) {
                 self.last.0 += 1;
             } else {
                 self.last.1 += 1;

@@ -34,10 +34,11 @@ impl Settled {
         self.routes.start();
     }
 
-    /// The last status of `route` if it was made from the same attachments and outcome; kept
-    /// by the pass (unless it keeps another).
+    /// The last status of `route` (at position `ri` of the pass) if it was made from the same
+    /// attachments and outcome; kept by the pass (unless it keeps another).
     pub fn get(
         &self,
+        ri: usize,
         route: &RouteModel<'_>,
         attachments: &Attachments,
         outcome: &RouteOutcome,
@@ -46,7 +47,7 @@ impl Settled {
         if self.controller_name != *controller_name {
             return None;
         }
-        let made = self.routes.reuse(route.object?)?;
+        let made = self.routes.reuse(route.object?, ri)?;
         let same_attachments = Arc::ptr_eq(&made.attachments, attachments) || made.attachments == *attachments;
         let same_outcome = match &made.outcome {
             Some(kept) => **kept == *outcome,
@@ -79,7 +80,8 @@ impl Settled {
                 outcome: (*outcome != RouteOutcome::default()).then(|| Box::new(outcome.clone())),
                 status: status.clone(),
             };
-            self.routes.keep(object, |last| Arc::ptr_eq(&last.status, status), made);
+            self.routes
+                .keep(object, ri, |last| Arc::ptr_eq(&last.status, status), made);
         }
         self.routes.sweep();
     }
