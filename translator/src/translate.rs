@@ -109,11 +109,11 @@ pub fn translate_on(
 
     // Routes stay in the snapshot's order, which is the order of their memory: walking them so
     // is much faster on large snapshots than in name order. Only statuses need name order.
-    let last_names = cache.as_deref().map_or(&[][..], |c| c.name_order.as_slice());
-    let (routes, by_name, positions) = unique_routes(collect_routes(snapshot, config, threads), last_names);
+    let first = RouteOrder::default();
+    let last_order = cache.as_deref().map_or(&first, |c| &c.route_order);
+    let (routes, by_name, carried) = unique_routes(collect_routes(snapshot, config, threads), last_order);
     // Age rank of each route, oldest first: precedence between routes.
-    let last_ages = cache.as_deref().map_or(&[][..], |c| c.age_order.as_slice());
-    let (by_age, age_rank) = age_ranks(&routes, last_ages, positions.as_ref());
+    let (by_age, age_rank) = age_ranks(&routes, last_order, carried.as_ref());
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
@@ -154,12 +154,11 @@ pub fn translate_on(
     if let Some(cache) = cache.as_deref_mut() {
         cache.keep(&routes, &compiled_routes);
         cache.backend_index = backends.built_index();
-        cache.name_order.clear();
-        cache
-            .name_order
-            .extend(by_name.iter().map(|&i| name_address(&routes[i])));
-        cache.age_order.clear();
-        cache.age_order.extend(by_age.iter().map(|&i| name_address(&routes[i])));
+        let order = &mut cache.route_order;
+        order.addresses.clear();
+        order.addresses.extend(routes.iter().map(name_address));
+        order.by_name.clone_from(&by_name);
+        order.by_age.clone_from(&by_age);
     }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
     // the rules it gives each (whose backends and policies count if it is accepted).
@@ -416,16 +415,16 @@ pub fn translate_on(
 /// positions by identity ([`positions`]), for [`age_ranks`] to arrange them again.
 fn unique_routes<'a>(
     mut routes: Vec<RouteModel<'a>>,
-    previous: &[usize],
-) -> (Vec<RouteModel<'a>>, Vec<usize>, Option<Positions>) {
+    last: &RouteOrder,
+) -> (Vec<RouteModel<'a>>, Vec<usize>, Option<Carried>) {
     fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
         (r.kind, r.namespace, r.name)
     }
     // The keys sit beside the positions, so comparisons do not reach into the routes; the
     // position breaks ties, as a stable sort of the positions would.
-    let positions = (!previous.is_empty()).then(|| self::positions(routes.iter().map(name_address)));
-    let order = match &positions {
-        Some(positions) => arranged(positions, routes.len(), previous.iter().copied()),
+    let carried = (!last.by_name.is_empty()).then(|| Carried::new(&last.addresses, &routes));
+    let order = match &carried {
+        Some(carried) => carried.arranged(routes.len(), &last.by_name),
         None => (0..routes.len()).collect(),
     };
     let mut keyed: Vec<((RouteKind, &str, &str), usize)> = order.into_iter().map(|i| (key(&routes[i]), i)).collect();
@@ -433,7 +432,7 @@ fn unique_routes<'a>(
     let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
     let by_name: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     if duplicate.is_empty() {
-        return (routes, by_name, positions);
+        return (routes, by_name, carried);
     }
     // Rare (only hand-written snapshots repeat an object): drop the later copies and number
     // the rest again.
@@ -457,7 +456,7 @@ fn unique_routes<'a>(
         .filter(|&i| keep[i])
         .map(|i| renumbered[i])
         .collect();
-    // Renumbered: the positions no longer hold.
+    // Renumbered: where the last routes are no longer holds.
     (routes, by_name, None)
 }
 
@@ -880,33 +879,73 @@ fn previous_order<K: std::hash::Hash + Eq>(
     if previous.len() == 0 {
         return (0..len).collect();
     }
-    arranged(&positions(identities), len, previous)
+    let position = positions(identities);
+    arranged_from(len, previous.filter_map(|identity| position.get(&identity).copied()))
 }
 
 /// Items' positions by identity.
-type Positions<K = usize> = foldhash::HashMap<K, usize>;
+type Positions<K> = foldhash::HashMap<K, usize>;
 
 fn positions<K: std::hash::Hash + Eq>(identities: impl Iterator<Item = K>) -> Positions<K> {
     identities.enumerate().map(|(i, k)| (k, i)).collect()
 }
 
-/// [`previous_order`] of `len` items whose positions are known.
-fn arranged<K: std::hash::Hash + Eq>(
-    position: &Positions<K>,
-    len: usize,
-    previous: impl Iterator<Item = K>,
-) -> Vec<usize> {
+/// The positions `previous` gives (each once, in its order, those out of range skipped), then
+/// the rest of `0..len` in order.
+fn arranged_from(len: usize, previous: impl Iterator<Item = usize>) -> Vec<usize> {
     let mut taken = vec![false; len];
     let mut order = Vec::with_capacity(len);
-    for identity in previous {
-        if let Some(&i) = position.get(&identity)
-            && !std::mem::replace(&mut taken[i], true)
-        {
+    for i in previous {
+        if i < len && !std::mem::replace(&mut taken[i], true) {
             order.push(i);
         }
     }
     order.extend((0..len).filter(|&i| !taken[i]));
     order
+}
+
+/// The last translation's routes: their identities ([`name_address`]) by position, and their
+/// positions in name order and oldest first. The next translation starts its sorts from these
+/// orders.
+#[derive(Default)]
+pub(crate) struct RouteOrder {
+    addresses: Vec<usize>,
+    by_name: Vec<usize>,
+    by_age: Vec<usize>,
+}
+
+/// Where each of the last translation's routes (by its position then) is in this one, if it
+/// still is. The operator's snapshot keeps its routes in place between passes (new ones are
+/// appended, a removed one's place taken by the last), so most are found at their last position
+/// without hashing; only the others are looked up by identity.
+struct Carried(Vec<Option<usize>>);
+
+impl Carried {
+    /// `last`: the last translation's routes' identities, by position.
+    fn new(last: &[usize], routes: &[RouteModel<'_>]) -> Self {
+        let in_place = |i: usize, route: &RouteModel<'_>| last.get(i) == Some(&name_address(route));
+        let mut now: Vec<Option<usize>> = (0..last.len())
+            .map(|j| routes.get(j).filter(|r| in_place(j, r)).map(|_| j))
+            .collect();
+        if now.iter().any(Option::is_none) {
+            let elsewhere: Positions<usize> = (routes.iter().enumerate())
+                .filter(|&(i, r)| !in_place(i, r))
+                .map(|(i, r)| (name_address(r), i))
+                .collect();
+            for (j, now) in now.iter_mut().enumerate() {
+                if now.is_none() {
+                    *now = elsewhere.get(&last[j]).copied();
+                }
+            }
+        }
+        Carried(now)
+    }
+
+    /// The positions of `len` routes arranged in the order `previous` (positions of the last
+    /// translation's routes) gives, as [`previous_order`] arranges them.
+    fn arranged(&self, len: usize, previous: &[usize]) -> Vec<usize> {
+        arranged_from(len, previous.iter().filter_map(|&j| self.0.get(j).copied().flatten()))
+    }
 }
 
 /// Sorts what needs a canonical order.
@@ -964,16 +1003,15 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
 /// The positions of `routes` oldest first, and each route's rank in that order (precedence
 /// between routes). Creation time, namespace and name order them; their position breaks the
 /// rare remaining ties (routes of two kinds with one name, created in the same second), so that
-/// the order does not depend on the one sorted from. `previous` (the last translation's routes
-/// oldest first, by name address) arranges them first, so that the sort finds them almost in
-/// order and merges the few new ones. `positions` are the routes' by name address when
-/// [`unique_routes`] already found them (building them is most of the arranging).
-fn age_ranks(routes: &[RouteModel<'_>], previous: &[usize], positions: Option<&Positions>) -> (Vec<usize>, Vec<usize>) {
+/// the order does not depend on the one sorted from. The last translation's routes oldest first
+/// (`last`) arrange them first, so that the sort finds them almost in order and merges the few
+/// new ones; `carried` says where those routes are now when [`unique_routes`] found it.
+fn age_ranks(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carried>) -> (Vec<usize>, Vec<usize>) {
     // Keys beside the positions: comparisons do not reach into the routes.
-    let order = match positions {
-        _ if previous.is_empty() => (0..routes.len()).collect(),
-        Some(positions) => arranged(positions, routes.len(), previous.iter().copied()),
-        None => previous_order(routes.iter().map(name_address), previous.iter().copied()),
+    let order = match carried {
+        _ if last.by_age.is_empty() => (0..routes.len()).collect(),
+        Some(carried) => carried.arranged(routes.len(), &last.by_age),
+        None => Carried::new(&last.addresses, routes).arranged(routes.len(), &last.by_age),
     };
     let mut keyed: Vec<_> = order.into_iter().map(|i| (routes[i].age_key(), i)).collect();
     keyed.sort();
@@ -1071,13 +1109,17 @@ mod tests {
         let copies = snapshot.http_routes.clone();
         snapshot.http_routes.extend(copies);
         let config = Config::default();
-        let names = |(routes, by_name, _): (Vec<RouteModel<'_>>, Vec<usize>, Option<Positions>)| -> Vec<(String, String, usize)> {
-            by_name
-                .iter()
-                .map(|&i| (routes[i].namespace.to_string(), routes[i].name.to_string(), i))
-                .collect()
-        };
-        let fresh = names(unique_routes(collect_routes(&snapshot, &config, 1), &[]));
+        let names =
+            |(routes, by_name, _): (Vec<RouteModel<'_>>, Vec<usize>, Option<Carried>)| -> Vec<(String, String, usize)> {
+                by_name
+                    .iter()
+                    .map(|&i| (routes[i].namespace.to_string(), routes[i].name.to_string(), i))
+                    .collect()
+            };
+        let fresh = names(unique_routes(
+            collect_routes(&snapshot, &config, 1),
+            &RouteOrder::default(),
+        ));
         let expected: Vec<(String, String)> = [("a", "x"), ("a", "y"), ("b", "x"), ("c", "a")]
             .iter()
             .map(|(n, m)| (n.to_string(), m.to_string()))
@@ -1087,12 +1129,27 @@ mod tests {
             expected
         );
         let routes = collect_routes(&snapshot, &config, 1);
-        let (kept, by_name, _) = unique_routes(collect_routes(&snapshot, &config, 1), &[]);
-        let right: Vec<usize> = by_name.iter().map(|&i| name_address(&kept[i])).collect();
-        let reversed: Vec<usize> = routes.iter().rev().map(name_address).collect();
-        let doubled: Vec<usize> = routes.iter().chain(&routes).map(name_address).collect();
-        for previous in [right, reversed, doubled, vec![1, 2, 3]] {
-            let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &previous));
+        let (kept, by_name, _) = unique_routes(collect_routes(&snapshot, &config, 1), &RouteOrder::default());
+        let addresses: Vec<usize> = routes.iter().map(name_address).collect();
+        let kept_addresses: Vec<usize> = kept.iter().map(name_address).collect();
+        let reversed: Vec<usize> = (0..routes.len()).rev().collect();
+        let doubled: Vec<usize> = (0..routes.len()).chain(0..routes.len()).collect();
+        let mut moved = addresses.clone();
+        moved.rotate_left(2);
+        for (addresses, by_name) in [
+            (kept_addresses, by_name),
+            (addresses.clone(), reversed.clone()),
+            (addresses.clone(), doubled),
+            (moved, reversed),
+            (addresses, vec![7, 8, 9]),
+            (vec![1, 2, 3], vec![2, 1, 0]),
+        ] {
+            let last = RouteOrder {
+                addresses,
+                by_name,
+                by_age: Vec::new(),
+            };
+            let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &last));
             assert_eq!(arranged, fresh);
         }
     }
@@ -1120,7 +1177,7 @@ mod tests {
         let config = Config::default();
         let routes = collect_routes(&snapshot, &config, 1);
         assert_eq!(routes.len(), 6);
-        let fresh = age_ranks(&routes, &[], None);
+        let fresh = age_ranks(&routes, &RouteOrder::default(), None);
         let oldest: Vec<(RouteKind, &str, &str)> = (fresh.0.iter())
             .map(|&i| (routes[i].kind, routes[i].namespace, routes[i].name))
             .collect();
@@ -1137,14 +1194,55 @@ mod tests {
                 (Http, "c", "a")
             ]
         );
-        let right: Vec<usize> = fresh.0.iter().map(|&i| name_address(&routes[i])).collect();
+        let addresses: Vec<usize> = routes.iter().map(name_address).collect();
+        let right = fresh.0.clone();
         let reversed: Vec<usize> = right.iter().rev().copied().collect();
         let doubled: Vec<usize> = right.iter().chain(&reversed).copied().collect();
-        for previous in [right, reversed, doubled, vec![1, 2, 3]] {
-            assert_eq!(age_ranks(&routes, &previous, None), fresh);
-            let known = positions(routes.iter().map(name_address));
-            assert_eq!(age_ranks(&routes, &previous, Some(&known)), fresh);
+        let mut moved = addresses.clone();
+        moved.rotate_left(1);
+        for (addresses, by_age) in [
+            (addresses.clone(), right),
+            (addresses.clone(), reversed.clone()),
+            (addresses.clone(), doubled),
+            (moved, reversed),
+            (addresses, vec![7, 8, 9]),
+            (vec![1, 2, 3], vec![0, 1, 2]),
+        ] {
+            let last = RouteOrder {
+                by_name: Vec::new(),
+                by_age,
+                addresses,
+            };
+            assert_eq!(age_ranks(&routes, &last, None), fresh);
+            let carried = Carried::new(&last.addresses, &routes);
+            assert_eq!(age_ranks(&routes, &last, Some(&carried)), fresh);
         }
+    }
+
+    /// The last routes are found where they stay, where they moved, and not when they went.
+    #[test]
+    fn carried_routes_are_found_in_place_or_by_identity() {
+        let mut yaml = String::new();
+        for name in ["a", "b", "c", "d"] {
+            yaml.push_str(&format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: {name}, namespace: n}}\nspec: {{}}\n"
+            ));
+        }
+        let snapshot = Snapshot::from_yaml(&yaml).expect("objects parse");
+        let config = Config::default();
+        let routes = collect_routes(&snapshot, &config, 1);
+        let (a, b, c, d) = (
+            name_address(&routes[0]),
+            name_address(&routes[1]),
+            name_address(&routes[2]),
+            name_address(&routes[3]),
+        );
+        // Last time: a, b, x (gone), d, c; now a, b, c, d.
+        let carried = Carried::new(&[a, b, 1, d, c], &routes);
+        assert_eq!(carried.0, [Some(0), Some(1), None, Some(3), Some(2)]);
+        assert_eq!(carried.arranged(4, &[4, 2, 3, 0]), [2, 3, 0, 1]);
+        assert_eq!(Carried::new(&[], &routes).arranged(4, &[]), [0, 1, 2, 3]);
     }
 
     /// Named items come first in the previous order, once each; unknown names are skipped; the

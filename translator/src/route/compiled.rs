@@ -179,11 +179,9 @@ pub struct CompileCache {
     last: (usize, usize),
     /// The route statuses of the last translation.
     pub(crate) statuses: super::settled::Settled,
-    /// The last translation's routes in name order, by the address of their names: the next
-    /// one starts its name sort from there (`translate::unique_routes`).
-    pub(crate) name_order: Vec<usize>,
-    /// The same routes oldest first (`translate::age_ranks`).
-    pub(crate) age_order: Vec<usize>,
+    /// The last translation's routes, in name order and oldest first: the next one starts its
+    /// sorts from there (`translate::unique_routes`, `translate::age_ranks`).
+    pub(crate) route_order: crate::translate::RouteOrder,
     /// The virtual hosts of the last translation.
     pub(crate) assembled: super::assembled::Assembled,
     /// The Services and EndpointSlices of the last translation's snapshot, indexed (while
