@@ -408,11 +408,11 @@ pub fn translate_on(
 }
 
 /// The routes without duplicates (the first of each kind, namespace and name is kept), in
-/// their given order, and their positions in order of kind, namespace and name. `previous`
-/// (the addresses of the last translation's route names, in name order) only arranges the
-/// routes before sorting, so that the sort finds them almost in order and merges the few new
-/// ones: the result is the same for any `previous`. With a `previous` order, also the routes'
-/// positions by identity ([`positions`]), for [`age_ranks`] to arrange them again.
+/// their given order, and their positions in order of kind, namespace and name. The last
+/// translation's name order (`last`) only arranges the routes before sorting, so that the sort
+/// finds them almost in order and merges the few new ones: the result is the same for any
+/// `last`. With a last order, also where the last routes are now ([`Carried`]), for
+/// [`age_ranks`] to arrange them again.
 fn unique_routes<'a>(
     mut routes: Vec<RouteModel<'a>>,
     last: &RouteOrder,
