@@ -213,11 +213,11 @@ pub fn attach_all(
             RouteKind::Grpc => RouteKind::Http,
             _ => continue,
         };
-        // Copied only for a route that can conflict: the kept attachments stay as they were.
-        for a in std::sync::Arc::make_mut(&mut out[ri])
-            .iter_mut()
-            .filter(|a| a.problem.is_none())
-        {
+        for ai in 0..out[ri].len() {
+            let a = &out[ri][ai];
+            if a.problem.is_some() {
+                continue;
+            }
             let gw = &gateways[a.gateway];
             let conflict = a.listeners.iter().any(|li| {
                 served.get(&(a.gateway, *li, other)).is_some_and(|taken| {
@@ -226,6 +226,8 @@ pub fn attach_all(
                 })
             });
             if conflict {
+                // Copied only for a route that conflicts: the others stay shared with the cache.
+                let a = &mut std::sync::Arc::make_mut(&mut out[ri])[ai];
                 a.listeners.clear();
                 a.problem = Some(Problem::new(
                     reason::HOSTNAME_CONFLICT,
