@@ -139,18 +139,28 @@ impl<V> ByObject<V> {
     /// in it if some are elsewhere (routes removed, replaced or listed in another order).
     pub fn sweep(&mut self) {
         let pass = self.pass;
-        let mut moved = false;
+        let mut moved = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(kept) = slot else { continue };
             if *kept.pass.get_mut() != pass {
                 self.index.remove(&kept.address);
                 *slot = None;
             } else if *kept.at.get_mut() != i {
-                moved = true;
+                moved.push(i);
             }
         }
-        if moved {
-            self.arrange();
+        // Usually a few values moved, each to a position just freed (a replaced object's value
+        // was added at the end, a removed route's place taken by the last): swapped in, the
+        // others stay where they are (arranging copies every value into a new list).
+        for i in moved {
+            let kept = self.slots[i].as_mut().expect("a moved slot holds its value");
+            let (at, address) = (*kept.at.get_mut(), kept.address);
+            if !matches!(self.slots.get(at), Some(None)) {
+                self.arrange();
+                break;
+            }
+            self.slots.swap(i, at);
+            self.index.insert(address, at);
         }
         while matches!(self.slots.last(), Some(None)) {
             self.slots.pop();
@@ -270,6 +280,32 @@ mod tests {
         assert_eq!(cache.reuse(RouteObject::Http(&d), 1), None);
         cache.sweep();
         assert_eq!(positions(&cache), [Some("a".into())]);
+    }
+
+    #[test]
+    fn a_replaced_object_takes_the_place_of_the_one_it_replaced() {
+        // As a route's status write comes back: a new object at the old one's position, whose
+        // value goes at the end during the pass (the old one's is still there) and into the
+        // freed place at the sweep, the others left where they are.
+        let (a, b, c) = (route("a"), route("b"), route("c"));
+        let mut cache = ByObject::default();
+        pass(&mut cache, &[a.clone(), b.clone(), c.clone()]);
+        let b2 = route("b2");
+        assert_eq!(pass(&mut cache, &[a.clone(), b2.clone(), c.clone()]), ["a", "b2", "c"]);
+        assert_eq!(
+            positions(&cache),
+            [Some("a".into()), Some("b2".into()), Some("c".into())]
+        );
+        assert_eq!(cache.count(), 3);
+        cache.start();
+        for (i, r) in [&a, &b2, &c].into_iter().enumerate() {
+            assert_eq!(cache.find(RouteObject::Http(r).address(), i), Some(i), "found in place");
+        }
+        // Two replaced and one removed at once.
+        let (a2, c2) = (route("a2"), route("c2"));
+        assert_eq!(pass(&mut cache, &[c2.clone(), a2.clone()]), ["c2", "a2"]);
+        assert_eq!(positions(&cache), [Some("c2".into()), Some("a2".into())]);
+        assert_eq!(cache.count(), 2);
     }
 
     #[test]
