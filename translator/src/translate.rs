@@ -482,15 +482,22 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
     if installed(RouteKind::Http) {
         // Most routes are HTTPRoutes: read on several threads when there are many.
         let http = &snapshot.http_routes;
-        let models = crate::parallel::map(http.len(), threads, |i| {
-            Some(&http[i]).filter(|r| watched(r.namespace())).map(|r| {
-                let mut model = RouteModel::from_http(r);
-                model.object = Some(route::model::RouteObject::Http(r));
-                model.sessions = Some(&snapshot.session_persistence);
-                model
-            })
-        });
-        routes.extend(models.into_iter().flatten());
+        let model = |r: &'a Arc<crate::api::HttpRoute>| {
+            let mut model = RouteModel::from_http(r);
+            model.object = Some(route::model::RouteObject::Http(r));
+            model.sessions = Some(&snapshot.session_persistence);
+            model
+        };
+        if threads <= 1 {
+            // Made in place: a list of models made apart and copied over is written and read
+            // once more (thousands of models, more than a core's cache holds).
+            routes.extend(http.iter().filter(|r| watched(r.namespace())).map(model));
+        } else {
+            let models = crate::parallel::map(http.len(), threads, |i| {
+                Some(&http[i]).filter(|r| watched(r.namespace())).map(model)
+            });
+            routes.extend(models.into_iter().flatten());
+        }
     }
     if installed(RouteKind::Grpc) {
         routes.extend(snapshot.grpc_routes.iter().filter(|r| watched(r.namespace())).map(|r| {
