@@ -18,7 +18,9 @@
 //! first, as the work between two changes of a cluster does. `TURNA_BENCH_ONE_HOST=1` puts every
 //! route on one hostname (one virtual host of 4N rules, the shape of the operator's benchmarks).
 //! `TURNA_BENCH_SCRAMBLED=1` lists the routes in the snapshot in a scrambled order, as the
-//! operator's watch stores give them, instead of oldest first.
+//! operator's watch stores give them, instead of oldest first. `TURNA_BENCH_SCATTERED=1` first
+//! replaces every route object with a fresh copy, a few at a time among other allocations, as a
+//! running operator's store leaves them ([`scatter`]).
 
 use std::hint::black_box;
 
@@ -276,7 +278,13 @@ fn once(sizes: &[usize]) {
         // As the operator's loop translates after one more route: the rules of the others
         // come from the last translation's cache.
         let mut cache = translator::CompileCache::default();
-        let base = translator::translate_reusing(&snapshot, &config, &mut cache);
+        let mut base = translator::translate_reusing(&snapshot, &config, &mut cache);
+        let mut snapshot = snapshot;
+        // Kept alive until this size is done: what else the process holds between the routes.
+        let mut other = Vec::new();
+        if option("TURNA_BENCH_SCATTERED") {
+            base = scatter(&mut snapshot, &config, &mut cache, &mut other);
+        }
         let (mut best_added, mut best_difference, mut best_added_drop) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
         for run in 0..runs.max(1) {
             let mut added = snapshot.clone();
@@ -307,6 +315,37 @@ fn once(sizes: &[usize]) {
              {best_difference:.2} ms"
         );
     }
+}
+
+/// Replaces every route object with a fresh copy, a fiftieth at a time with a translation after
+/// each batch and other allocations between the copies, as a running operator's store does while
+/// the routes' statuses are written: each write comes back as a new object, compiled again, so
+/// a route's object and cached values end up spread over the heap among everything else the
+/// process allocated meanwhile, instead of side by side as one build leaves them.
+fn scatter(
+    snapshot: &mut Snapshot,
+    config: &Config,
+    cache: &mut translator::CompileCache,
+    other: &mut Vec<Vec<u8>>,
+) -> translator::Output {
+    const BATCHES: usize = 50;
+    let mut out = translator::translate_reusing(snapshot, config, cache);
+    let mut seed = 0x9e37_79b9_u32;
+    for batch in 0..BATCHES {
+        for i in (batch..snapshot.http_routes.len()).step_by(BATCHES) {
+            snapshot.http_routes[i] = std::sync::Arc::new((*snapshot.http_routes[i]).clone());
+            // xorshift: 256 B to 8 KiB between two copies; every other one freed again.
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            other.push(vec![seed as u8; 256 + (seed as usize % 8192)]);
+            if seed.is_multiple_of(2) {
+                other.swap_remove(seed as usize % other.len());
+            }
+        }
+        out = translator::translate_reusing(snapshot, config, cache);
+    }
+    out
 }
 
 fn main() {
