@@ -154,11 +154,7 @@ pub fn translate_on(
     if let Some(cache) = cache.as_deref_mut() {
         cache.keep(&routes, &compiled_routes);
         cache.backend_index = backends.built_index();
-        let order = &mut cache.route_order;
-        order.addresses.clear();
-        order.addresses.extend(routes.iter().map(name_address));
-        order.by_name.clone_from(&by_name);
-        order.by_age.clone_from(&by_age);
+        cache.route_order.record(&routes, &by_name, &by_age);
     }
     // Per-route scratch, reused: the Gateways a route attached to, with their listeners, and
     // the rules it gives each (whose backends and policies count if it is accepted).
@@ -422,6 +418,9 @@ fn unique_routes<'a>(
     }
     // The keys sit beside the positions, so comparisons do not reach into the routes; the
     // position breaks ties, as a stable sort of the positions would.
+    if let Some(by_name) = merged_order(&routes, last, &last.by_name, |i| key(&routes[i])) {
+        return (routes, by_name, None);
+    }
     let carried = (!last.by_name.is_empty()).then(|| Carried::new(&last.addresses, &routes));
     let order = match &carried {
         Some(carried) => carried.arranged(routes.len(), &last.by_name),
@@ -919,6 +918,98 @@ pub(crate) struct RouteOrder {
     addresses: Vec<usize>,
     by_name: Vec<usize>,
     by_age: Vec<usize>,
+    /// The last translation's HTTPRoute and GRPCRoute objects by position, held: a route found
+    /// at the same position with the address of the one held there is that object, so its
+    /// place in both orders is known without reading its keys ([`merged_order`]).
+    held: Vec<Option<Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl RouteOrder {
+    /// Whether the route at `i` is the object held at `i`.
+    fn holds(&self, i: usize, route: &RouteModel<'_>) -> bool {
+        match (self.held.get(i), route.object) {
+            (Some(Some(held)), Some(object)) => Arc::as_ptr(held).cast::<()>() as usize == object.address(),
+            _ => false,
+        }
+    }
+
+    /// Records `routes` (this translation's, without duplicates) and their orders; only the
+    /// positions whose object changed take a new hold.
+    fn record(&mut self, routes: &[RouteModel<'_>], by_name: &[usize], by_age: &[usize]) {
+        self.addresses.clear();
+        self.addresses.extend(routes.iter().map(name_address));
+        self.by_name.clear();
+        self.by_name.extend_from_slice(by_name);
+        self.by_age.clear();
+        self.by_age.extend_from_slice(by_age);
+        self.held.truncate(routes.len());
+        for (i, route) in routes.iter().enumerate() {
+            if !self.holds(i, route) {
+                let object = route.object.map(route::model::RouteObject::shared);
+                match self.held.get_mut(i) {
+                    Some(held) => *held = object,
+                    None => self.held.push(object),
+                }
+            }
+        }
+    }
+}
+
+/// The positions of `routes` in order of `key`, from `last` (the last translation's positions
+/// in that order) when most routes are the objects held at their positions then: those keep
+/// their order (their keys are the same), and the others (new, replaced) are sorted and put in
+/// by binary search, so the held routes' keys (spread over memory) are read only where a new
+/// one goes. `None` when this cannot be done or cannot tell: many routes changed, or two routes
+/// have equal keys (duplicates: the caller's sort decides). The same result as sorting all
+/// positions by `key`, then position.
+fn merged_order<K: Ord>(
+    routes: &[RouteModel<'_>],
+    order: &RouteOrder,
+    last: &[usize],
+    key: impl Fn(usize) -> K,
+) -> Option<Vec<usize>> {
+    let len = routes.len();
+    if last.is_empty() {
+        return None;
+    }
+    let held: Vec<bool> = (routes.iter().enumerate())
+        .map(|(i, route)| order.holds(i, route))
+        .collect();
+    let mut new: Vec<(K, usize)> = (0..len).filter(|&i| !held[i]).map(|i| (key(i), i)).collect();
+    // Many changes: sorting them all is no slower.
+    if new.len() > 64.max(len / 8) {
+        return None;
+    }
+    new.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    if new.windows(2).any(|w| w[0].0 == w[1].0) {
+        return None;
+    }
+    // Held routes sit at their last positions, so the last order is theirs (tied keys
+    // included: their positions compare as they did). It names each of them once.
+    let mut seen = vec![false; len];
+    let kept: Vec<usize> = last
+        .iter()
+        .copied()
+        .filter(|&j| j < len && held[j] && !std::mem::replace(&mut seen[j], true))
+        .collect();
+    if kept.len() + new.len() != len {
+        return None;
+    }
+    let mut out = Vec::with_capacity(len);
+    let mut from = 0;
+    for (k, i) in new {
+        let at = from + kept[from..].partition_point(|&j| key(j).cmp(&k).then(j.cmp(&i)).is_lt());
+        // An equal key sorts beside it, before or after by position.
+        let equal = |j: Option<&usize>| j.is_some_and(|&j| key(j) == k);
+        if equal(kept.get(at)) || equal(at.checked_sub(1).and_then(|b| kept.get(b))) {
+            return None;
+        }
+        out.extend_from_slice(&kept[from..at]);
+        out.push(i);
+        from = at;
+    }
+    out.extend_from_slice(&kept[from..]);
+    (out.len() == len).then_some(out)
 }
 
 /// Where each of the last translation's routes (by its position then) is in this one, if it
@@ -1014,6 +1105,19 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
 /// (`last`) arrange them first, so that the sort finds them almost in order and merges the few
 /// new ones; `carried` says where those routes are now when [`unique_routes`] found it.
 fn age_ranks(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carried>) -> (Vec<usize>, Vec<usize>) {
+    let by_age = match merged_order(routes, last, &last.by_age, |i| routes[i].age_key()) {
+        Some(by_age) => by_age,
+        None => sorted_by_age(routes, last, carried),
+    };
+    let mut age_rank = vec![0; routes.len()];
+    for (rank, i) in by_age.iter().enumerate() {
+        age_rank[*i] = rank;
+    }
+    (by_age, age_rank)
+}
+
+/// The positions of `routes` oldest first, sorted from the last translation's age order.
+fn sorted_by_age(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carried>) -> Vec<usize> {
     // Keys beside the positions: comparisons do not reach into the routes.
     let order = match carried {
         _ if last.by_age.is_empty() => (0..routes.len()).collect(),
@@ -1022,12 +1126,7 @@ fn age_ranks(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carr
     };
     let mut keyed: Vec<_> = order.into_iter().map(|i| (routes[i].age_key(), i)).collect();
     keyed.sort();
-    let by_age: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
-    let mut age_rank = vec![0; routes.len()];
-    for (rank, i) in by_age.iter().enumerate() {
-        age_rank[*i] = rank;
-    }
-    (by_age, age_rank)
+    keyed.into_iter().map(|(_, i)| i).collect()
 }
 
 #[cfg(test)]
@@ -1100,6 +1199,85 @@ mod tests {
         }
     }
 
+    /// Orders merged from the objects the last translation held are the sorts' own, and are
+    /// merged (not sorted again) when a few routes were added or replaced: routes added,
+    /// replaced, removed, listed twice, named like another, and tied in age.
+    #[test]
+    fn merged_orders_are_the_sorted_ones() {
+        let mut yaml = String::new();
+        for i in 0..40 {
+            // Every third route shares its creation time with the next: ties broken by name.
+            yaml.push_str(&format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: r{}, namespace: n{}, creationTimestamp: '2026-01-01T00:00:{:02}Z'}}\nspec: {{}}\n",
+                (i * 7) % 40,
+                i % 3,
+                i / 3
+            ));
+        }
+        let first = Snapshot::from_yaml(&yaml).expect("objects parse");
+        let config = Config::default();
+        let orders = |snapshot: &Snapshot, last: &RouteOrder| -> (Vec<usize>, Vec<usize>, bool, bool) {
+            // Duplicates are seen (and dropped) in the routes as the snapshot lists them.
+            let listed = collect_routes(snapshot, &config, 1);
+            let merged_name = merged_order(&listed, last, &last.by_name, |i| {
+                (listed[i].kind, listed[i].namespace, listed[i].name)
+            })
+            .is_some();
+            let (routes, by_name, _) = unique_routes(listed, last);
+            let merged_age = merged_order(&routes, last, &last.by_age, |i| routes[i].age_key()).is_some();
+            let (by_age, _) = age_ranks(&routes, last, None);
+            (by_name, by_age, merged_name, merged_age)
+        };
+        let mut last = RouteOrder::default();
+        {
+            let (routes, by_name, _) = unique_routes(collect_routes(&first, &config, 1), &last);
+            let (by_age, _) = age_ranks(&routes, &last, None);
+            last.record(&routes, &by_name, &by_age);
+        }
+        let extra = |name: &str| {
+            Snapshot::from_yaml(&format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: {name}, namespace: n1, creationTimestamp: '2026-01-01T00:00:05Z'}}\nspec: {{}}\n"
+            ))
+            .expect("object parses")
+            .http_routes
+            .remove(0)
+        };
+        let mut added = first.clone();
+        added.http_routes.push(extra("r55"));
+        let mut replaced = first.clone();
+        replaced.http_routes[5] = Arc::new((*replaced.http_routes[5]).clone());
+        let mut removed = first.clone();
+        removed.http_routes.swap_remove(3);
+        let mut twice = first.clone();
+        twice.http_routes.push(twice.http_routes[9].clone());
+        let mut named_alike = first.clone();
+        let name = named_alike.http_routes[2].metadata.name.clone().expect("named");
+        let mut alike = (*extra(&name)).clone();
+        alike
+            .metadata
+            .namespace
+            .clone_from(&named_alike.http_routes[2].metadata.namespace);
+        named_alike.http_routes.push(Arc::new(alike));
+        // Whether the name and age orders merge: duplicates leave the name order to the sort,
+        // and are gone from the routes the age order is made of.
+        for (case, snapshot, merges) in [
+            ("same", &first, (true, true)),
+            ("added", &added, (true, true)),
+            ("replaced", &replaced, (true, true)),
+            ("removed", &removed, (true, true)),
+            ("listed twice", &twice, (false, true)),
+            ("named alike", &named_alike, (false, true)),
+        ] {
+            let (by_name, by_age, merged_name, merged_age) = orders(snapshot, &last);
+            let (fresh_name, fresh_age, _, _) = orders(snapshot, &RouteOrder::default());
+            assert_eq!(by_name, fresh_name, "{case}: name order");
+            assert_eq!(by_age, fresh_age, "{case}: age order");
+            assert_eq!((merged_name, merged_age), merges, "{case}: merged");
+        }
+    }
+
     /// The name order and the duplicates dropped are the same whatever arrangement the last
     /// translation's order suggests: none, the right one, reversed, or addresses of nothing.
     #[test]
@@ -1155,6 +1333,7 @@ mod tests {
                 addresses,
                 by_name,
                 by_age: Vec::new(),
+                held: Vec::new(),
             };
             let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &last));
             assert_eq!(arranged, fresh);
@@ -1219,6 +1398,7 @@ mod tests {
                 by_name: Vec::new(),
                 by_age,
                 addresses,
+                held: Vec::new(),
             };
             assert_eq!(age_ranks(&routes, &last, None), fresh);
             let carried = Carried::new(&last.addresses, &routes);
