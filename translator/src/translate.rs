@@ -416,11 +416,12 @@ fn unique_routes<'a>(
     fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
         (r.kind, r.namespace, r.name)
     }
-    // The keys sit beside the positions, so comparisons do not reach into the routes; the
-    // position breaks ties, as a stable sort of the positions would.
+    // Few routes changed since the last translation, none twice: the others keep their places.
     if let Some(by_name) = merged_order(&routes, last, &last.by_name, |i| key(&routes[i])) {
         return (routes, by_name, None);
     }
+    // The keys sit beside the positions, so comparisons do not reach into the routes; the
+    // position breaks ties, as a stable sort of the positions would.
     let carried = (!last.by_name.is_empty()).then(|| Carried::new(&last.addresses, &routes));
     let order = match &carried {
         Some(carried) => carried.arranged(routes.len(), &last.by_name),
@@ -1206,7 +1207,7 @@ mod tests {
     fn merged_orders_are_the_sorted_ones() {
         let mut yaml = String::new();
         for i in 0..40 {
-            // Every third route shares its creation time with the next: ties broken by name.
+            // Three routes share each creation time: ties broken by namespace and name.
             yaml.push_str(&format!(
                 "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
                  metadata: {{name: r{}, namespace: n{}, creationTimestamp: '2026-01-01T00:00:{:02}Z'}}\nspec: {{}}\n",
