@@ -329,8 +329,8 @@ fn scatter(
     other: &mut Vec<Vec<u8>>,
 ) -> translator::Output {
     const BATCHES: usize = 50;
-    let mut out = translator::translate_reusing(snapshot, config, cache);
     let mut seed = 0x9e37_79b9_u32;
+    let mut out = None;
     for batch in 0..BATCHES {
         for i in (batch..snapshot.http_routes.len()).step_by(BATCHES) {
             snapshot.http_routes[i] = std::sync::Arc::new((*snapshot.http_routes[i]).clone());
@@ -343,9 +343,9 @@ fn scatter(
                 other.swap_remove(seed as usize % other.len());
             }
         }
-        out = translator::translate_reusing(snapshot, config, cache);
+        out = Some(translator::translate_reusing(snapshot, config, cache));
     }
-    out
+    out.expect("at least one batch")
 }
 
 fn main() {

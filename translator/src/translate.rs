@@ -407,8 +407,9 @@ pub fn translate_on(
 /// their given order, and their positions in order of kind, namespace and name. The last
 /// translation's name order (`last`) only arranges the routes before sorting, so that the sort
 /// finds them almost in order and merges the few new ones: the result is the same for any
-/// `last`. With a last order, also where the last routes are now ([`Carried`]), for
-/// [`age_ranks`] to arrange them again.
+/// `last`; when few routes changed, the held ones keep their places without a sort
+/// ([`merged_order`]). With a last order and a sort, also where the last routes are now
+/// ([`Carried`]), for [`age_ranks`] to arrange them again.
 fn unique_routes<'a>(
     mut routes: Vec<RouteModel<'a>>,
     last: &RouteOrder,
@@ -1010,7 +1011,7 @@ fn merged_order<K: Ord>(
         from = at;
     }
     out.extend_from_slice(&kept[from..]);
-    (out.len() == len).then_some(out)
+    Some(out)
 }
 
 /// Where each of the last translation's routes (by its position then) is in this one, if it
