@@ -17,7 +17,6 @@ use crate::policy;
 use crate::route::assembled::{Assembled, Hosts, Kept, Last, Origin, Sources};
 use crate::route::compiled::CompileCache;
 use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
-use crate::route::order::{NameKey, age_key, name_key};
 use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
 use crate::snapshot::Snapshot;
 use crate::status::Statuses;
@@ -415,8 +414,11 @@ fn unique_routes<'a>(
     mut routes: Vec<RouteModel<'a>>,
     last: &RouteOrder,
 ) -> (Vec<RouteModel<'a>>, Vec<usize>, Option<Carried>) {
+    fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
+        (r.kind, r.namespace, r.name)
+    }
     // Few routes changed since the last translation, none twice: the others keep their places.
-    if let Some(by_name) = merged_order(&routes, last, &last.by_name, |i| name_key(&routes[i])) {
+    if let Some(by_name) = merged_order(&routes, last, &last.by_name, |i| key(&routes[i])) {
         return (routes, by_name, None);
     }
     // The keys sit beside the positions, so comparisons do not reach into the routes; the
@@ -426,7 +428,7 @@ fn unique_routes<'a>(
         Some(carried) => carried.arranged(routes.len(), &last.by_name),
         None => (0..routes.len()).collect(),
     };
-    let mut keyed: Vec<(NameKey<'_>, usize)> = order.into_iter().map(|i| (name_key(&routes[i]), i)).collect();
+    let mut keyed: Vec<((RouteKind, &str, &str), usize)> = order.into_iter().map(|i| (key(&routes[i]), i)).collect();
     keyed.sort();
     let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
     let by_name: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
@@ -1105,7 +1107,7 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
 /// (`last`) arrange them first, so that the sort finds them almost in order and merges the few
 /// new ones; `carried` says where those routes are now when [`unique_routes`] found it.
 fn age_ranks(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carried>) -> (Vec<usize>, Vec<usize>) {
-    let by_age = match merged_order(routes, last, &last.by_age, |i| age_key(&routes[i])) {
+    let by_age = match merged_order(routes, last, &last.by_age, |i| routes[i].age_key()) {
         Some(by_age) => by_age,
         None => sorted_by_age(routes, last, carried),
     };
@@ -1124,7 +1126,7 @@ fn sorted_by_age(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&
         Some(carried) => carried.arranged(routes.len(), &last.by_age),
         None => Carried::new(&last.addresses, routes).arranged(routes.len(), &last.by_age),
     };
-    let mut keyed: Vec<_> = order.into_iter().map(|i| (age_key(&routes[i]), i)).collect();
+    let mut keyed: Vec<_> = order.into_iter().map(|i| (routes[i].age_key(), i)).collect();
     keyed.sort();
     keyed.into_iter().map(|(_, i)| i).collect()
 }
@@ -1225,7 +1227,7 @@ mod tests {
             })
             .is_some();
             let (routes, by_name, _) = unique_routes(listed, last);
-            let merged_age = merged_order(&routes, last, &last.by_age, |i| age_key(&routes[i])).is_some();
+            let merged_age = merged_order(&routes, last, &last.by_age, |i| routes[i].age_key()).is_some();
             let (by_age, _) = age_ranks(&routes, last, None);
             (by_name, by_age, merged_name, merged_age)
         };

@@ -16,7 +16,6 @@ pub mod by_object;
 pub mod compiled;
 pub mod http;
 pub mod model;
-pub mod order;
 pub mod precedence;
 pub mod session;
 pub mod settled;

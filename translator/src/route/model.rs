@@ -318,4 +318,9 @@ impl<'a> RouteModel<'a> {
         m.unreadable = Some(&r.error);
         m
     }
+
+    /// Oldest first, then namespace/name: precedence between conflicting routes.
+    pub fn age_key(&self) -> (Option<&'a Time>, &'a str, &'a str) {
+        (self.created, self.namespace, self.name)
+    }
 }
