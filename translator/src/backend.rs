@@ -5,11 +5,9 @@
 mod index;
 pub mod xbackend;
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::ServicePort;
 
@@ -40,8 +38,9 @@ pub struct Backends<'a> {
     pub traffic: TrafficPolicies<'a>,
     /// TurnaBackendPolicies: load balancing and circuit breaking.
     pub settings: BackendSettings<'a>,
-    /// Which [`Backends`] this is, for the resolutions each thread keeps ([`RESOLVED`]).
-    id: u64,
+    /// Resolutions already made in this translation: routes share few distinct backendRefs.
+    /// Behind a lock because routes are compiled on several threads ([`crate::translate`]).
+    cache: Mutex<Cache>,
 }
 
 /// A resolved backendRef.
@@ -55,33 +54,6 @@ pub struct Resolved {
 }
 
 type Resolution = Result<Resolved, Problem>;
-
-thread_local! {
-    /// The resolutions one [`Backends`] (by id) made on this thread: routes share few distinct
-    /// backendRefs. One per thread, as routes are compiled on several ([`crate::parallel`]):
-    /// with one cache behind a lock, compiling 10,000 routes on two threads took 5-8 % longer
-    /// (measured), both cores taking the lock and counting references to the same backends. A
-    /// backend is resolved once per thread rather than once; another [`Backends`] on the
-    /// thread starts it afresh.
-    static RESOLVED: RefCell<(u64, Cache)> = RefCell::new((0, Cache::default()));
-}
-
-/// The next [`Backends::id`]; 0 is no translation's.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-impl Drop for Backends<'_> {
-    /// The calling thread lets go of the resolutions (the workers' went with them).
-    fn drop(&mut self) {
-        // Not during a thread's teardown, when its cache may be gone already.
-        let _ = RESOLVED.try_with(|resolved| {
-            if let Ok(mut resolved) = resolved.try_borrow_mut()
-                && resolved.0 == self.id
-            {
-                *resolved = (0, Cache::default());
-            }
-        });
-    }
-}
 
 /// Resolutions by what determines them. Entries are found by a hash of the borrowed [`Key`],
 /// so a lookup allocates nothing.
@@ -242,7 +214,7 @@ impl<'a> Backends<'a> {
             policies: Policies::build(snapshot, config),
             traffic: TrafficPolicies::build(snapshot, config),
             settings: BackendSettings::build(snapshot, config),
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            cache: Mutex::default(),
         }
     }
 
@@ -272,12 +244,20 @@ impl<'a> Backends<'a> {
         // The Service, port and namespaces tell most resolutions apart; the bucket compares the
         // whole key.
         let hash = key_hash(key.name, key.port, key.route_ns, key.namespace);
-        if let Some(found) = self.resolved(|cache| cache.get(hash, key).cloned()) {
-            return found;
+        if let Some(found) = self.cache().get(hash, key) {
+            return found.clone();
         }
-        // Resolved outside the borrow: resolving may resolve again.
+        // Resolved outside the lock; two threads resolving the same key keep the first.
         let resolution = self.resolve_uncached(kind, route_ns, r, tls, client_certificate);
-        self.resolved(|cache| (cache.entries.entry(hash).or_default()).push((key.to_owned(), resolution.clone())));
+        let mut cache = self.cache();
+        if let Some(found) = cache.get(hash, key) {
+            return found.clone();
+        }
+        cache
+            .entries
+            .entry(hash)
+            .or_default()
+            .push((key.to_owned(), resolution.clone()));
         resolution
     }
 
@@ -337,15 +317,10 @@ impl<'a> Backends<'a> {
         Ok(ns)
     }
 
-    /// `f` on this thread's resolutions of this [`Backends`] ([`RESOLVED`]).
-    fn resolved<R>(&self, f: impl FnOnce(&mut Cache) -> R) -> R {
-        RESOLVED.with_borrow_mut(|(owner, cache)| {
-            if *owner != self.id {
-                *owner = self.id;
-                cache.entries.clear();
-            }
-            f(cache)
-        })
+    /// The resolution cache; a thread that panicked while holding it left it consistent (entries
+    /// are pushed whole), so a poisoned lock is still used.
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn resolve_uncached(
@@ -725,60 +700,5 @@ impl<'a> Backends<'a> {
         out.sort();
         out.dedup();
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    /// A snapshot with Service `ns/app` on port 80 when `with_service`, else none.
-    fn snapshot(with_service: bool) -> Snapshot {
-        let mut snapshot = Snapshot::default();
-        if with_service {
-            let service = json!({
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": "app", "namespace": "ns"},
-                "spec": {"ports": [{"name": "http", "port": 80}]},
-            });
-            snapshot.add_value(0, service).expect("a valid Service");
-        }
-        snapshot
-    }
-
-    fn app() -> BackendRef<'static> {
-        BackendRef {
-            group: "",
-            kind: "Service",
-            namespace: None,
-            name: "app",
-            port: Some(80),
-            weight: 1,
-            filters: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn resolutions_are_the_translations_own_on_every_thread() {
-        let config = Config::default();
-        let (with, without) = (snapshot(true), snapshot(false));
-        let resolve = |backends: &Backends<'_>| backends.resolve(RouteKind::Http, "ns", &app(), true, None).is_ok();
-        let first = Backends::new(&with, &config, None);
-        assert!(resolve(&first), "the Service resolves");
-        assert!(resolve(&first), "and again, from this thread's cache");
-        // Another translation on this thread while the first is alive (and after it is gone)
-        // resolves against its own snapshot, not the first one's resolutions.
-        let second = Backends::new(&without, &config, None);
-        assert!(!resolve(&second), "no Service, no backend");
-        assert!(resolve(&first), "the first translation's resolution holds");
-        drop(first);
-        assert!(!resolve(&second));
-        // Workers resolve the same as the calling thread.
-        let third = Backends::new(&with, &config, None);
-        let on_workers = crate::parallel::map(8, 2, |_| resolve(&third));
-        assert_eq!(on_workers, vec![true; 8]);
     }
 }
