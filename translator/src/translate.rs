@@ -414,11 +414,8 @@ fn unique_routes<'a>(
     mut routes: Vec<RouteModel<'a>>,
     last: &RouteOrder,
 ) -> (Vec<RouteModel<'a>>, Vec<usize>, Option<Carried>) {
-    fn key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
-        (r.kind, r.namespace, r.name)
-    }
     // Few routes changed since the last translation, none twice: the others keep their places.
-    if let Some(by_name) = merged_order(&routes, last, &last.by_name, |i| key(&routes[i])) {
+    if let Some(by_name) = merged_order(&routes, last, &last.by_name, |i| name_key(&routes[i])) {
         return (routes, by_name, None);
     }
     // The keys sit beside the positions, so comparisons do not reach into the routes; the
@@ -428,7 +425,8 @@ fn unique_routes<'a>(
         Some(carried) => carried.arranged(routes.len(), &last.by_name),
         None => (0..routes.len()).collect(),
     };
-    let mut keyed: Vec<((RouteKind, &str, &str), usize)> = order.into_iter().map(|i| (key(&routes[i]), i)).collect();
+    let mut keyed: Vec<((RouteKind, &str, &str), usize)> =
+        order.into_iter().map(|i| (name_key(&routes[i]), i)).collect();
     keyed.sort();
     let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
     let by_name: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
@@ -459,6 +457,11 @@ fn unique_routes<'a>(
         .collect();
     // Renumbered: where the last routes are no longer holds.
     (routes, by_name, None)
+}
+
+/// A route's place in name order: kind, namespace, name.
+fn name_key<'r>(r: &RouteModel<'r>) -> (RouteKind, &'r str, &'r str) {
+    (r.kind, r.namespace, r.name)
 }
 
 /// A route's identity from one translation to the next: the address of its name, which the
@@ -1222,10 +1225,7 @@ mod tests {
         let orders = |snapshot: &Snapshot, last: &RouteOrder| -> (Vec<usize>, Vec<usize>, bool, bool) {
             // Duplicates are seen (and dropped) in the routes as the snapshot lists them.
             let listed = collect_routes(snapshot, &config, 1);
-            let merged_name = merged_order(&listed, last, &last.by_name, |i| {
-                (listed[i].kind, listed[i].namespace, listed[i].name)
-            })
-            .is_some();
+            let merged_name = merged_order(&listed, last, &last.by_name, |i| name_key(&listed[i])).is_some();
             let (routes, by_name, _) = unique_routes(listed, last);
             let merged_age = merged_order(&routes, last, &last.by_age, |i| routes[i].age_key()).is_some();
             let (by_age, _) = age_ranks(&routes, last, None);
