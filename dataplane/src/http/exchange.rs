@@ -3,7 +3,6 @@
 use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode, Uri, header};
-use hyper::body::Incoming;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ use super::upgrade::UpgradeRequest;
 use crate::access_log::{Flag, Trail};
 use crate::metrics::{Metrics, Timeout};
 use crate::telemetry::RequestSpan;
-use crate::upstream::{BodyClock, BufferedBody, ClientBody, ForwardError, RequestBody, Upstream};
+use crate::upstream::{BodyClock, BufferedBody, ClientBody, ForwardError, Received, RequestBody, Upstream};
 
 /// A request routed to `rule`.
 pub struct Exchange<'a> {
@@ -53,7 +52,7 @@ pub struct Exchange<'a> {
 /// A request body as the exchange takes it.
 pub enum Body {
     /// Straight from the client.
-    Client(Incoming),
+    Client(Received),
     /// Through the listener's filters first (boxed: only their requests have one).
     Checked(Box<Checked>),
 }

@@ -26,7 +26,7 @@ use crate::access_log::{AccessLog, Flag, Pending, Trail};
 use crate::listener::{Activity, Deadlines, Limits};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::telemetry::RequestSpan;
-use crate::upstream::{ClientBody, RequestBody};
+use crate::upstream::{ClientBody, Received, RequestBody};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -98,7 +98,7 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
         let in_flight = InFlight(self.connection.clone());
         // The head is boxed once here: moved through every await below, it stays a pointer.
         let (parts, body) = req.into_parts();
-        let parts = Box::new(parts);
+        let (parts, body) = (Box::new(parts), Received::Hyper(body));
         // Decided before the future is made: requests that are not logged carry nothing of it.
         if let Some(log) = self.connection.context.access_log.clone() {
             return Box::pin(async move {
@@ -139,6 +139,19 @@ impl HttpService {
         }
     }
 
+    /// Answers a request read by Turna's own HTTP/1.1 connection (hyper's calls the service):
+    /// counted in flight until the response body is dropped, as [`HttpService::call`]'s.
+    pub async fn respond(&self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
+        self.connection.activity.start();
+        let in_flight = InFlight(self.connection.clone());
+        let mut response = match self.connection.context.access_log.clone() {
+            Some(log) => Box::pin(in_flight.0.handle_logged(&log, parts, body)).await,
+            None => in_flight.0.handle(parts, body).await,
+        };
+        response.body_mut().hold(in_flight);
+        response
+    }
+
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
         self.connection.peer
@@ -156,7 +169,7 @@ impl HttpService {
 }
 
 impl Connection {
-    async fn handle(&self, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
+    async fn handle(&self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
         let started = Instant::now();
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
@@ -168,7 +181,7 @@ impl Connection {
 
     /// [`Connection::handle`] with an access log line, written when the response body is done
     /// (or here, when the client goes away before the response).
-    async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Incoming) -> Response<ProxyBody> {
+    async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
         let mut pending = Pending::start(log, self.peer, self.context.scheme, &parts);
         let started = Instant::now();
         let table = self.context.table.load_full();
@@ -212,7 +225,7 @@ impl Connection {
         &self,
         table: &'t Table,
         parts: Box<Parts>,
-        body: Incoming,
+        body: Received,
         served: &mut Served<'t>,
         trail: Option<&Arc<Trail>>,
     ) -> Response<ProxyBody> {
@@ -290,7 +303,7 @@ impl Connection {
         listener: &'t ListenerRoutes,
         host: String,
         mut parts: Box<Parts>,
-        body: Incoming,
+        body: Received,
         served: &mut Served<'t>,
         span: Option<Box<RequestSpan>>,
         trail: Option<&Arc<Trail>>,

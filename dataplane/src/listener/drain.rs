@@ -103,12 +103,14 @@ impl Watch {
     }
 
     /// Serves `connection` until it ends, shutting it down gracefully once the listener closes
-    /// or its idle deadline passed, and dropping it once its `deadline` says so.
+    /// or its idle deadline passed; `None` when it was dropped because its `deadline` said so.
+    /// A connection that hands its client over to another (Turna's HTTP/1.1 one to hyper's)
+    /// is served by the same watch and deadline after it.
     pub async fn serve<C: Graceful>(
-        mut self,
+        &mut self,
         mut connection: Pin<Box<C>>,
-        mut deadline: Deadline,
-    ) -> Result<(), C::Error> {
+        deadline: &mut Deadline,
+    ) -> Option<C::Output> {
         let mut shutting = false;
         std::future::poll_fn(move |cx| {
             if !shutting && self.closing(cx) {
@@ -117,11 +119,11 @@ impl Watch {
             }
             loop {
                 if let Poll::Ready(served) = connection.as_mut().poll(cx) {
-                    return Poll::Ready(served);
+                    return Poll::Ready(Some(served));
                 }
                 match deadline.poll_expired(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Expired::Close) => return Poll::Ready(Ok(())),
+                    Poll::Ready(Expired::Close) => return Poll::Ready(None),
                     Poll::Ready(Expired::Finish) => {
                         if !shutting {
                             shutting = true;
@@ -149,9 +151,7 @@ impl Drop for Watch {
 }
 
 /// A server connection of an HTTP listener that can be told to finish.
-pub trait Graceful: Future<Output = Result<(), Self::Error>> {
-    type Error: std::fmt::Display;
-
+pub trait Graceful: Future {
     fn graceful_shutdown(self: Pin<&mut Self>);
 }
 
@@ -159,8 +159,6 @@ impl<I> Graceful for http1::UpgradeableConnection<I, HttpService>
 where
     I: Read + Write + Unpin + Send + 'static,
 {
-    type Error = hyper::Error;
-
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http1::UpgradeableConnection::graceful_shutdown(self)
     }
@@ -170,8 +168,6 @@ impl<I> Graceful for http2::Connection<I, HttpService, TokioExecutor>
 where
     I: Read + Write + Unpin + Send + 'static,
 {
-    type Error = hyper::Error;
-
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http2::Connection::graceful_shutdown(self)
     }

@@ -20,6 +20,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::deadline::{Deadline, Framing, Watched};
 use super::drain::{Drain, Watch};
+use super::http1::{Connection as OwnHttp1, Served};
 use super::limits::Limits;
 use super::tcp::listen;
 use super::{DRAIN_TIMEOUT, Release, Running, Shared, port_error, stopping};
@@ -318,17 +319,31 @@ async fn serve_known<I>(
         Protocol::Http2 => Framing::Multiplexed,
         Protocol::Http1 | Protocol::Detect => Framing::Sequential,
     };
-    let deadline = Deadline::new(&builders.limits, framing, service.clone(), started.into_std());
-    let io = TokioIo::new(Watched::new(io, service.clone()));
+    let mut watch = watch;
+    let mut deadline = Deadline::new(&builders.limits, framing, service.clone(), started.into_std());
+    let io = Watched::new(io, service.clone());
     // Connections are boxed: the spawned task's future stays small, and spawning copies it.
-    let served = if framing == Framing::Multiplexed {
-        let connection = Box::pin(builders.http2.serve_connection(io, service));
-        watch.serve(connection, deadline).await
-    } else {
-        let connection = Box::pin(builders.http1.serve_connection(io, service).with_upgrades());
-        watch.serve(connection, deadline).await
+    if framing == Framing::Multiplexed {
+        let connection = Box::pin(builders.http2.serve_connection(TokioIo::new(io), service));
+        if let Some(Err(error)) = watch.serve(connection, &mut deadline).await {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+        }
+        return;
+    }
+    // Turna's own connection serves the plain requests; hyper's the rest of the connection
+    // from the first other one.
+    let own = Box::pin(OwnHttp1::new(io, service.clone(), &builders.limits));
+    let (io, read) = match watch.serve(own, &mut deadline).await {
+        None | Some(Ok(Served::Closed)) => return,
+        Some(Ok(Served::Handoff { io, read })) => (io, read),
+        Some(Err(error)) => {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+            return;
+        }
     };
-    if let Err(error) = served {
+    let io = TokioIo::new(Prefixed::new(read.to_vec(), io));
+    let connection = Box::pin(builders.http1.serve_connection(io, service).with_upgrades());
+    if let Some(Err(error)) = watch.serve(connection, &mut deadline).await {
         tracing::debug!(%peer, %error, "connection ended with an error");
     }
 }

@@ -3,6 +3,7 @@
 mod deadline;
 mod drain;
 mod http;
+mod http1;
 mod limits;
 pub mod proxy_protocol;
 mod tcp;

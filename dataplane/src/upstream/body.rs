@@ -25,12 +25,30 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// [`BodyClock`].
 #[derive(Debug)]
 pub struct ClientBody {
-    incoming: Incoming,
+    incoming: Received,
     /// `None` for a body that was complete with its head.
     stall: Option<Box<Stall>>,
     /// Bytes the body may still hold (a traffic policy's `maxRequestBodyBytes`); beyond them
     /// it fails with [`BodyTooLarge`] and marks its [`BodyClock`].
     allowed: Option<u64>,
+}
+
+/// A request body as the listener received it.
+#[derive(Debug)]
+pub enum Received {
+    /// Read by hyper's connection.
+    Hyper(Incoming),
+    /// None: the request's head said so, and Turna's own HTTP/1.1 connection read it.
+    Empty,
+}
+
+impl Received {
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Received::Hyper(incoming) => incoming.is_end_stream(),
+            Received::Empty => true,
+        }
+    }
 }
 
 /// The timer of a body still to be read.
@@ -89,7 +107,7 @@ impl ClientBody {
     /// The bytes read are counted in `trail` when there is one (a body complete with its head
     /// has none to count).
     pub fn new(
-        incoming: Incoming,
+        incoming: Received,
         timeout: Duration,
         trail: Option<Arc<Trail>>,
     ) -> (ClientBody, Option<Arc<BodyClock>>) {
@@ -133,7 +151,10 @@ impl Body for ClientBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let frame = Pin::new(&mut this.incoming).poll_frame(cx).map_err(BoxError::from);
+        let frame = match &mut this.incoming {
+            Received::Hyper(incoming) => Pin::new(incoming).poll_frame(cx).map_err(BoxError::from),
+            Received::Empty => return Poll::Ready(None),
+        };
         if let (Some(allowed), Poll::Ready(Some(Ok(f)))) = (&mut this.allowed, &frame) {
             let len = f.data_ref().map_or(0, Bytes::len) as u64;
             match allowed.checked_sub(len) {
@@ -183,7 +204,10 @@ impl Body for ClientBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
+        match &self.incoming {
+            Received::Hyper(incoming) => incoming.size_hint(),
+            Received::Empty => SizeHint::with_exact(0),
+        }
     }
 }
 

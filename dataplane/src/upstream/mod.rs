@@ -18,7 +18,9 @@ mod retry_budget;
 mod tls;
 
 pub use balancer::pick_weighted;
-pub use body::{BodyClock, BodyTimeout, BodyTooLarge, BoxError, BufferedBody, ClientBody, RequestBody, ResponseBody};
+pub use body::{
+    BodyClock, BodyTimeout, BodyTooLarge, BoxError, BufferedBody, ClientBody, Received, RequestBody, ResponseBody,
+};
 pub use breaker::{Breaker, Slot, Taken as BreakerSlot};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
 pub use hashing::request_hash;

@@ -1,0 +1,651 @@
+//! Turna's own HTTP/1.1 server connection, for the plain requests: a head without a body
+//! (no `Content-Length` above zero, no `Transfer-Encoding`), no `Upgrade` or `Expect`, an
+//! origin-form target, HTTP/1.1. They are read, answered and written by the connection's task
+//! without hyper's dispatcher: the request's future is not boxed, the response's head is
+//! written from its header map into one buffer, and with the body's first bytes in one
+//! `writev`.
+//!
+//! The first request this connection does not serve (a body to stream, an upgrade, HTTP/1.0,
+//! a head too large or not valid) hands the client over to hyper's connection with the bytes
+//! read so far, before any byte of its response: hyper reads that request again, and serves
+//! the connection from then on.
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
+use hyper::body::{Body as _, Frame};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::drain::Graceful;
+use super::limits::Limits;
+use crate::http::{HttpService, ProxyBody};
+use crate::upstream::Received;
+
+/// Room made in the read buffer before each read.
+const READ_SIZE: usize = 8 * 1024;
+/// Header fields of a request this connection parses; a request with more goes to hyper
+/// (which takes up to [`Limits::max_headers`]).
+const MAX_FIELDS: usize = 64;
+
+/// How a connection ended.
+pub enum Served<I> {
+    Closed,
+    /// The client goes on with hyper: `read` are the bytes read from `io` and not served (the
+    /// next request's, in part or whole).
+    Handoff {
+        io: I,
+        read: Bytes,
+    },
+}
+
+/// A client connection served by [`serve`], which hyper's drain and deadline can finish.
+pub struct Connection<I> {
+    closing: Arc<AtomicBool>,
+    serving: Pin<Box<dyn Future<Output = io::Result<Served<I>>> + Send>>,
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> Connection<I> {
+    pub fn new(io: I, service: HttpService, limits: &Limits) -> Self {
+        let closing = Arc::new(AtomicBool::new(false));
+        let limits = Bounds {
+            header_bytes: limits.max_header_bytes,
+            fields: limits.max_headers.min(MAX_FIELDS),
+        };
+        Connection {
+            closing: closing.clone(),
+            serving: Box::pin(serve(io, service, limits, closing)),
+        }
+    }
+}
+
+impl<I> Future for Connection<I> {
+    type Output = io::Result<Served<I>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().serving.as_mut().poll(cx)
+    }
+}
+
+impl<I> Graceful for Connection<I> {
+    /// The request in flight is answered (with `Connection: close`); an idle connection closes.
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        self.closing.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What a request head may hold to be served here.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    header_bytes: usize,
+    fields: usize,
+}
+
+/// Serves requests on `io` until it closes, fails, or holds a request for hyper.
+async fn serve<I>(mut io: I, service: HttpService, bounds: Bounds, closing: Arc<AtomicBool>) -> io::Result<Served<I>>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buf = BytesMut::with_capacity(READ_SIZE);
+    let mut out = Vec::with_capacity(512);
+    loop {
+        let request = loop {
+            if !buf.is_empty() {
+                match parse(&mut buf, bounds) {
+                    Parsed::Request(request) => break request,
+                    Parsed::Partial if buf.len() < bounds.header_bytes => {}
+                    Parsed::Partial | Parsed::Other => return Ok(Served::Handoff { io, read: buf.freeze() }),
+                }
+            }
+            let idle = buf.is_empty();
+            if buf.capacity() - buf.len() < READ_SIZE / 2 {
+                buf.reserve(READ_SIZE);
+            }
+            let mut read = std::pin::pin!(io.read_buf(&mut buf));
+            let n = std::future::poll_fn(|cx| {
+                if idle && closing.load(Ordering::Relaxed) {
+                    return Poll::Ready(Ok(0));
+                }
+                read.as_mut().poll(cx)
+            })
+            .await?;
+            if n == 0 {
+                if buf.is_empty() {
+                    return Ok(Served::Closed);
+                }
+                // A part of a head, then the end: hyper answers it as it would have.
+                return Ok(Served::Handoff { io, read: buf.freeze() });
+            }
+        };
+        let Head { parts, close } = request;
+        let head_only = parts.method == Method::HEAD;
+        let respond = std::pin::pin!(service.respond(parts, Received::Empty));
+        // A client that goes away meanwhile cancels its request (as hyper's connection does).
+        let Some(response) = respond_watching(respond, &mut io, &mut buf, bounds).await else {
+            return Ok(Served::Closed);
+        };
+        let close = close || closing.load(Ordering::Relaxed);
+        let kept = write(&mut io, &mut out, response, head_only, close).await?;
+        if !kept {
+            let _ = io.shutdown().await;
+            return Ok(Served::Closed);
+        }
+    }
+}
+
+/// Awaits `respond` while reading what the client sends meanwhile into `buf` (a pipelined
+/// request, up to a head's size); `None` when the client closed or failed first.
+async fn respond_watching<I: AsyncRead + Unpin>(
+    mut respond: Pin<&mut impl Future<Output = Response<ProxyBody>>>,
+    io: &mut I,
+    buf: &mut BytesMut,
+    bounds: Bounds,
+) -> Option<Response<ProxyBody>> {
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(response) = respond.as_mut().poll(cx) {
+            return Poll::Ready(Some(response));
+        }
+        while buf.len() < bounds.header_bytes {
+            if buf.capacity() - buf.len() < READ_SIZE / 8 {
+                buf.reserve(READ_SIZE);
+            }
+            match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buf) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => break,
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// A request to serve and whether the client asked to close after it.
+struct Head {
+    parts: Box<http::request::Parts>,
+    close: bool,
+}
+
+enum Parsed {
+    Request(Head),
+    /// More bytes are needed.
+    Partial,
+    /// For hyper.
+    Other,
+}
+
+/// Parses the request head at the start of `buf`, taking it out of `buf` when it is served
+/// here.
+fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
+    // Not initialized: httparse writes the fields it returns (2 KiB less to zero per request).
+    let mut fields = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut request = httparse::Request::new(&mut []);
+    let len = match request.parse_with_uninit_headers(buf, &mut fields[..bounds.fields]) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    if len > bounds.header_bytes || len > u32::MAX as usize || request.version != Some(1) {
+        return Parsed::Other;
+    }
+    let (Some(method), Some(path)) = (request.method, request.path) else {
+        return Parsed::Other;
+    };
+    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
+        return Parsed::Other;
+    };
+    if method == Method::CONNECT || !path.starts_with('/') {
+        return Parsed::Other;
+    }
+    // Where each field lies in the head, to share the head's bytes once it is taken.
+    let start = buf.as_ptr() as usize;
+    // A head is at most `header_bytes` long, far below 4 GiB.
+    let offset = |s: &[u8]| (s.as_ptr() as usize - start) as u32;
+    let path = (offset(path.as_bytes()) as usize, path.len());
+    let mut close = false;
+    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_FIELDS];
+    let count = request.headers.len();
+    for (span, field) in spans.iter_mut().zip(request.headers.iter()) {
+        let name = field.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if field.value != b"0" {
+                return Parsed::Other;
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"upgrade")
+            || name.eq_ignore_ascii_case(b"expect")
+            // `TE: trailers`: hyper sends a chunked response's trailers to such a client.
+            || name.eq_ignore_ascii_case(b"te")
+        {
+            return Parsed::Other;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in field.value.split(|b| *b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    return Parsed::Other;
+                }
+            }
+        }
+        *span = (
+            offset(name),
+            name.len() as u32,
+            offset(field.value),
+            field.value.len() as u32,
+        );
+    }
+    let head = buf.split_to(len).freeze();
+    let Ok(uri) = Uri::from_maybe_shared(head.slice(path.0..path.0 + path.1)) else {
+        // hyper answers it 400: give the head back.
+        buf.unsplit(BytesMut::from(head));
+        return Parsed::Other;
+    };
+    // Room for the forwarding fields the proxy adds, so that the map does not grow for them.
+    let mut headers = HeaderMap::with_capacity(count + 4);
+    for &(name, name_len, value, value_len) in &spans[..count] {
+        let (name, value) = (name as usize, value as usize);
+        let (name_len, value_len) = (name_len as usize, value_len as usize);
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(&head[name..name + name_len]),
+            HeaderValue::from_maybe_shared(head.slice(value..value + value_len)),
+        ) else {
+            buf.unsplit(BytesMut::from(head));
+            return Parsed::Other;
+        };
+        headers.append(name, value);
+    }
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    let (parts, ()) = request.into_parts();
+    Parsed::Request(Head {
+        parts: Box::new(parts),
+        close,
+    })
+}
+
+/// How a response body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// No body follows the head (HEAD, 1xx, 204, 304).
+    None,
+    Body(Delimited),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delimited {
+    Length(u64),
+    Chunked,
+}
+
+/// Writes `response` (its body dropped once written: the request leaves the ones in flight);
+/// returns whether the connection can serve another request.
+async fn write<I>(
+    io: &mut I,
+    out: &mut Vec<u8>,
+    response: Response<ProxyBody>,
+    head_only: bool,
+    close: bool,
+) -> io::Result<bool>
+where
+    I: AsyncWrite + Unpin,
+{
+    let (parts, mut body) = response.into_parts();
+    let status = parts.status;
+    out.clear();
+    let fields = encode_head(out, status, &parts.headers);
+    let framing = if head_only
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        Framing::None
+    } else if let Some(length) = fields.length {
+        Framing::Body(Delimited::Length(length))
+    } else if let Some(length) = body.size_hint().exact() {
+        field(out, b"content-length", HeaderValue::from(length).as_bytes());
+        Framing::Body(Delimited::Length(length))
+    } else {
+        field(out, b"transfer-encoding", b"chunked");
+        Framing::Body(Delimited::Chunked)
+    };
+    // A response that tells the client to close is the connection's last; an informational
+    // one here answers no upgrade and ends it too.
+    let mut keep = !close && !status.is_informational() && !fields.close;
+    if !keep && !fields.connection {
+        field(out, b"connection", b"close");
+    }
+    if !fields.date {
+        field(out, b"date", date().as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    let Framing::Body(framing) = framing else {
+        io.write_all(out).await?;
+        io.flush().await?;
+        return Ok(keep);
+    };
+    // The head goes out with the body's first bytes when they are there already.
+    let mut head = Some(&out[..]);
+    let mut sent: u64 = 0;
+    loop {
+        let frame = std::future::poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
+            Poll::Pending if head.is_some() => Poll::Ready(Step::Waiting),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(frame) => Poll::Ready(Step::Frame(frame)),
+        })
+        .await;
+        let data = match frame {
+            Step::Waiting => {
+                if let Some(h) = head.take() {
+                    io.write_all(h).await?;
+                    io.flush().await?;
+                }
+                continue;
+            }
+            Step::Frame(None) => break,
+            Step::Frame(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => data,
+                // Trailers: HTTP/1.1 clients did not ask for them (hyper drops them too).
+                Err(_) => continue,
+            },
+            Step::Frame(Some(Err(error))) => {
+                // The backend's body failed: the client must see the response cut short.
+                tracing::debug!(%error, "response body failed");
+                if let Some(h) = head.take() {
+                    io.write_all(h).await?;
+                }
+                io.flush().await?;
+                return Ok(false);
+            }
+        };
+        if data.is_empty() {
+            continue;
+        }
+        let head_part = head.take().unwrap_or_default();
+        match framing {
+            Delimited::Length(length) => {
+                let room = length.saturating_sub(sent);
+                let data = if (data.len() as u64) > room {
+                    // More than the length said: the rest is not sent, and the connection ends.
+                    keep = false;
+                    data.slice(..room as usize)
+                } else {
+                    data
+                };
+                sent += data.len() as u64;
+                write_all_vectored(io, &mut [IoSlice::new(head_part), IoSlice::new(&data)]).await?;
+            }
+            Delimited::Chunked => {
+                let mut size = [0u8; 18];
+                let size = chunk_size(&mut size, data.len());
+                let parts = &mut [
+                    IoSlice::new(head_part),
+                    IoSlice::new(size),
+                    IoSlice::new(&data),
+                    IoSlice::new(b"\r\n"),
+                ];
+                write_all_vectored(io, parts).await?;
+            }
+        }
+        if !keep {
+            io.flush().await?;
+            return Ok(false);
+        }
+    }
+    match framing {
+        Delimited::Chunked => {
+            let head_part = head.take().unwrap_or_default();
+            write_all_vectored(io, &mut [IoSlice::new(head_part), IoSlice::new(b"0\r\n\r\n")]).await?;
+        }
+        Delimited::Length(length) => {
+            if let Some(h) = head.take() {
+                io.write_all(h).await?;
+            }
+            // Fewer bytes than the length said: the client waits for the rest unless the
+            // connection ends.
+            keep &= sent == length;
+        }
+    }
+    io.flush().await?;
+    drop(body);
+    Ok(keep)
+}
+
+/// What one poll of a response body gave.
+enum Step {
+    /// Nothing yet, and the head is still to be written.
+    Waiting,
+    Frame(Option<Result<Frame<Bytes>, crate::upstream::BoxError>>),
+}
+
+/// What the response's own fields said of its framing and connection.
+#[derive(Debug, Default)]
+struct Fields {
+    /// A valid `Content-Length`.
+    length: Option<u64>,
+    date: bool,
+    connection: bool,
+    /// `Connection` lists `close`.
+    close: bool,
+}
+
+/// Writes the status line and the response's fields, but for `Transfer-Encoding` and a
+/// `Content-Length` that is not a number (the framing is Turna's to choose), in one pass that
+/// also notes what the framing and the connection depend on. The head's last line is the
+/// caller's, after the fields it adds.
+fn encode_head(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) -> Fields {
+    let mut fields = Fields::default();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH {
+            match value.to_str().ok().and_then(|l| l.parse().ok()) {
+                Some(length) if fields.length.is_none() => fields.length = Some(length),
+                _ => continue,
+            }
+        } else if name == header::TRANSFER_ENCODING {
+            continue;
+        } else if name == header::DATE {
+            fields.date = true;
+        } else if name == header::CONNECTION {
+            fields.connection = true;
+            fields.close |= value
+                .as_bytes()
+                .split(|b| *b == b',')
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"));
+        }
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    fields
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.reserve(name.len() + value.len() + 4);
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A chunk's size line: hexadecimal digits and CRLF, in `buf`.
+fn chunk_size(buf: &mut [u8; 18], len: usize) -> &[u8] {
+    let mut at = buf.len() - 2;
+    buf[at..].copy_from_slice(b"\r\n");
+    let mut rest = len;
+    loop {
+        at -= 1;
+        buf[at] = b"0123456789abcdef"[rest & 15];
+        rest >>= 4;
+        if rest == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// Writes every byte of `parts` (empty ones skipped), with as few system calls as the socket
+/// takes.
+async fn write_all_vectored<I: AsyncWrite + Unpin>(io: &mut I, parts: &mut [IoSlice<'_>]) -> io::Result<()> {
+    let mut parts = &mut parts[..];
+    IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        let n = io.write_vectored(parts).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut parts, n);
+    }
+    Ok(())
+}
+
+/// The `Date` field's value, formatted once a second per thread.
+fn date() -> HeaderValue {
+    thread_local! {
+        static LAST: std::cell::RefCell<(u64, Option<HeaderValue>)> = const { std::cell::RefCell::new((0, None)) };
+    }
+    let now = SystemTime::now();
+    let second = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    LAST.with_borrow_mut(|(at, value)| {
+        if *at != second || value.is_none() {
+            *at = second;
+            *value = HeaderValue::from_str(&httpdate::fmt_http_date(now)).ok();
+        }
+        value
+            .clone()
+            .unwrap_or_else(|| HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_sizes_are_hexadecimal_lines() {
+        let mut buf = [0u8; 18];
+        for (len, line) in [
+            (0, "0\r\n"),
+            (5, "5\r\n"),
+            (255, "ff\r\n"),
+            (4096, "1000\r\n"),
+            (usize::MAX, "ffffffffffffffff\r\n"),
+        ] {
+            assert_eq!(chunk_size(&mut buf, len), line.as_bytes());
+        }
+    }
+
+    #[test]
+    fn the_head_names_what_framing_and_connection_depend_on() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("12"));
+        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Close"));
+        headers.insert("x-a", HeaderValue::from_static("b"));
+        let mut out = Vec::new();
+        let fields = encode_head(&mut out, StatusCode::OK, &headers);
+        assert_eq!(fields.length, Some(12));
+        assert!(fields.connection && fields.close && !fields.date);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\ncontent-length: 12\r\nconnection: keep-alive, Close\r\nx-a: b\r\n"
+        );
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("twelve"));
+        let fields = encode_head(&mut Vec::new(), StatusCode::OK, &headers);
+        assert_eq!(fields.length, None, "not a length: the framing is chosen again");
+    }
+
+    fn parsed(head: &[u8]) -> Option<(http::request::Parts, bool, usize)> {
+        let mut buf = BytesMut::from(head);
+        match parse(
+            &mut buf,
+            Bounds {
+                header_bytes: 1024,
+                fields: MAX_FIELDS,
+            },
+        ) {
+            Parsed::Request(Head { parts, close }) => Some((*parts, close, buf.len())),
+            Parsed::Partial | Parsed::Other => None,
+        }
+    }
+
+    #[test]
+    fn plain_heads_are_parsed_and_taken_out_of_the_buffer() {
+        let (parts, close, left) = parsed(
+            b"GET /a?b=c HTTP/1.1\r\nHost: x.example\r\nX-Two: 1\r\nx-two: 2\r\nContent-Length: 0\r\n\r\nGET /next",
+        )
+        .unwrap();
+        assert_eq!(parts.method, Method::GET);
+        assert_eq!(parts.uri, "/a?b=c");
+        assert_eq!(parts.version, Version::HTTP_11);
+        assert_eq!(parts.headers["host"], "x.example");
+        assert_eq!(parts.headers.get_all("x-two").iter().collect::<Vec<_>>(), ["1", "2"]);
+        assert!(!close);
+        assert_eq!(left, b"GET /next".len(), "the next request's bytes stay");
+        let (_, close, _) = parsed(b"HEAD / HTTP/1.1\r\nconnection: keep-alive, close\r\n\r\n").unwrap();
+        assert!(close);
+    }
+
+    #[test]
+    fn heads_with_a_body_an_upgrade_or_another_form_are_for_hyper() {
+        for head in [
+            &b"POST / HTTP/1.1\r\ncontent-length: 5\r\n\r\nhello"[..],
+            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n",
+            b"GET / HTTP/1.1\r\nconnection: Upgrade\r\n\r\n",
+            b"PUT / HTTP/1.1\r\nexpect: 100-continue\r\n\r\n",
+            b"GET / HTTP/1.0\r\n\r\n",
+            b"GET http://x.example/ HTTP/1.1\r\n\r\n",
+            b"OPTIONS * HTTP/1.1\r\n\r\n",
+            b"CONNECT x.example:443 HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nbad field\r\n\r\n",
+            b"GET / HTTP/1.1\r\nx: a\x01b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nte: trailers\r\n\r\n",
+        ] {
+            let mut buf = BytesMut::from(head);
+            let bounds = Bounds {
+                header_bytes: 1024,
+                fields: MAX_FIELDS,
+            };
+            assert!(
+                matches!(parse(&mut buf, bounds), Parsed::Other),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+            assert_eq!(&buf[..], head, "the bytes stay for hyper");
+        }
+        let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nhost: a"[..]);
+        let bounds = Bounds {
+            header_bytes: 1024,
+            fields: MAX_FIELDS,
+        };
+        assert!(matches!(parse(&mut buf, bounds), Parsed::Partial));
+        let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\n\r\n"[..]);
+        let few = Bounds {
+            header_bytes: 1024,
+            fields: 1,
+        };
+        assert!(
+            matches!(parse(&mut buf, few), Parsed::Other),
+            "more fields than served here"
+        );
+        let long = Bounds {
+            header_bytes: 10,
+            fields: MAX_FIELDS,
+        };
+        assert!(
+            matches!(parse(&mut buf, long), Parsed::Other),
+            "a head longer than allowed"
+        );
+    }
+}
