@@ -252,8 +252,9 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
     for &(name, name_len, value, value_len) in &spans[..count] {
         let (name, value) = (name as usize, value as usize);
         let (name_len, value_len) = (name_len as usize, value_len as usize);
+        let name = &head[name..name + name_len];
         let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(&head[name..name + name_len]),
+            common_name(name).map_or_else(|| HeaderName::from_bytes(name), Ok),
             HeaderValue::from_maybe_shared(head.slice(value..value + value_len)),
         ) else {
             buf.unsplit(BytesMut::from(head));
@@ -270,6 +271,32 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
     Parsed::Request(Head {
         parts: Box::new(parts),
         close,
+    })
+}
+
+/// The names most requests carry, as clients usually spell them (capitalized, as curl, wrk and
+/// browsers over HTTP/1.1 write them, or lower case): a match on the exact bytes instead of
+/// `HeaderName::from_bytes`, which lowercases and validates each name through a table first.
+/// Other spellings take the general path.
+fn common_name(name: &[u8]) -> Option<HeaderName> {
+    Some(match name {
+        b"Host" | b"host" => header::HOST,
+        b"User-Agent" | b"user-agent" => header::USER_AGENT,
+        b"Accept" | b"accept" => header::ACCEPT,
+        b"Accept-Encoding" | b"accept-encoding" => header::ACCEPT_ENCODING,
+        b"Accept-Language" | b"accept-language" => header::ACCEPT_LANGUAGE,
+        b"Connection" | b"connection" => header::CONNECTION,
+        b"Content-Length" | b"content-length" => header::CONTENT_LENGTH,
+        b"Content-Type" | b"content-type" => header::CONTENT_TYPE,
+        b"Cookie" | b"cookie" => header::COOKIE,
+        b"Authorization" | b"authorization" => header::AUTHORIZATION,
+        b"Referer" | b"referer" => header::REFERER,
+        b"Origin" | b"origin" => header::ORIGIN,
+        b"Cache-Control" | b"cache-control" => header::CACHE_CONTROL,
+        b"If-None-Match" | b"if-none-match" => header::IF_NONE_MATCH,
+        b"If-Modified-Since" | b"if-modified-since" => header::IF_MODIFIED_SINCE,
+        b"X-Forwarded-For" | b"x-forwarded-for" => header::HeaderName::from_static("x-forwarded-for"),
+        _ => return None,
     })
 }
 
@@ -530,6 +557,34 @@ fn date() -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn common_names_are_the_names_http_reads() {
+        for name in [
+            "Host",
+            "User-Agent",
+            "Accept",
+            "Accept-Encoding",
+            "Accept-Language",
+            "Connection",
+            "Content-Length",
+            "Content-Type",
+            "Cookie",
+            "Authorization",
+            "Referer",
+            "Origin",
+            "Cache-Control",
+            "If-None-Match",
+            "If-Modified-Since",
+            "X-Forwarded-For",
+        ] {
+            for spelled in [name.to_string(), name.to_ascii_lowercase()] {
+                let common = common_name(spelled.as_bytes()).unwrap_or_else(|| panic!("{spelled} is common"));
+                assert_eq!(common, HeaderName::from_bytes(spelled.as_bytes()).unwrap());
+            }
+        }
+        assert_eq!(common_name(b"HOST"), None, "other spellings take the general path");
+    }
 
     #[test]
     fn chunk_sizes_are_hexadecimal_lines() {
