@@ -82,6 +82,20 @@ struct Connection {
 #[derive(Debug)]
 pub struct InFlight(Arc<Connection>);
 
+impl InFlight {
+    /// Answers the request, whose response body then holds its place among those in flight.
+    async fn respond(self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
+        let connection = &self.0;
+        let mut response = match connection.context.access_log.clone() {
+            // Boxed: requests that are not logged carry nothing of it.
+            Some(log) => Box::pin(connection.handle_logged(&log, parts, body)).await,
+            None => connection.handle(parts, body).await,
+        };
+        response.body_mut().hold(self);
+        response
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.activity.end();
@@ -94,24 +108,11 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
     type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        self.connection.activity.start();
-        let in_flight = InFlight(self.connection.clone());
+        let in_flight = self.start();
         // The head is boxed once here: moved through every await below, it stays a pointer.
         let (parts, body) = req.into_parts();
         let (parts, body) = (Box::new(parts), Received::Hyper(body));
-        // Decided before the future is made: requests that are not logged carry nothing of it.
-        if let Some(log) = self.connection.context.access_log.clone() {
-            return Box::pin(async move {
-                let mut response = in_flight.0.handle_logged(&log, parts, body).await;
-                response.body_mut().hold(in_flight);
-                Ok(response)
-            });
-        }
-        Box::pin(async move {
-            let mut response = in_flight.0.handle(parts, body).await;
-            response.body_mut().hold(in_flight);
-            Ok(response)
-        })
+        Box::pin(async move { Ok(in_flight.respond(parts, body).await) })
     }
 }
 
@@ -139,17 +140,16 @@ impl HttpService {
         }
     }
 
-    /// Answers a request read by Turna's own HTTP/1.1 connection (hyper's calls the service):
-    /// counted in flight until the response body is dropped, as [`HttpService::call`]'s.
+    /// Answers a request read by Turna's own HTTP/1.1 connection (hyper's calls the service).
     pub async fn respond(&self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
+        self.start().respond(parts, body).await
+    }
+
+    /// Counts a request in flight on the connection, from now until its response body is
+    /// dropped.
+    fn start(&self) -> InFlight {
         self.connection.activity.start();
-        let in_flight = InFlight(self.connection.clone());
-        let mut response = match self.connection.context.access_log.clone() {
-            Some(log) => Box::pin(in_flight.0.handle_logged(&log, parts, body)).await,
-            None => in_flight.0.handle(parts, body).await,
-        };
-        response.body_mut().hold(in_flight);
-        response
+        InFlight(self.connection.clone())
     }
 
     /// The client's address.

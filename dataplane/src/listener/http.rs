@@ -2,9 +2,10 @@
 //! HTTP, ALPN on HTTPS).
 //!
 //! The protocol is chosen before the connection is served (the HTTP/2 preface peeked from the
-//! socket, or the ALPN protocol) so that hyper's HTTP/1.1 or HTTP/2 connection reads the socket
+//! socket, or the ALPN protocol) so that the HTTP/1.1 or HTTP/2 connection reads the socket
 //! directly; only a client whose first bytes leave the protocol open has them read first (at
-//! most the preface's length) and replayed.
+//! most the preface's length) and replayed. HTTP/1.1 is Turna's own connection
+//! ([`super::http1`]) until a request it does not serve hands the client to hyper's.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
