@@ -1,6 +1,6 @@
 //! Turna's own HTTP/1.1 server connection, for the plain requests: a head without a body
-//! (no `Content-Length` above zero, no `Transfer-Encoding`), no `Upgrade` or `Expect`, an
-//! origin-form target, HTTP/1.1. They are read, answered and written by the connection's task
+//! (no `Content-Length` above zero, no `Transfer-Encoding`), no `Upgrade`, `Expect` or `TE`,
+//! an origin-form target, HTTP/1.1. They are read, answered and written by the connection's task
 //! without hyper's dispatcher: the request's future is not boxed, the response's head is
 //! written from its header map into one buffer, and with the body's first bytes in one
 //! `writev`.
@@ -45,7 +45,8 @@ pub enum Served<I> {
     },
 }
 
-/// A client connection served by [`serve`], which hyper's drain and deadline can finish.
+/// A client connection served by [`serve`], which the listener's drain and the connection's
+/// deadline can finish like hyper's.
 pub struct Connection<I> {
     closing: Arc<AtomicBool>,
     serving: Pin<Box<dyn Future<Output = io::Result<Served<I>>> + Send>>,
