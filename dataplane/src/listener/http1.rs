@@ -349,7 +349,7 @@ where
     // A response that tells the client to close is the connection's last; an informational
     // one here answers no upgrade and ends it too.
     let mut keep = !close && !status.is_informational() && !fields.close;
-    if !keep && !fields.connection {
+    if !keep {
         field(out, b"connection", b"close");
     }
     if !fields.date {
@@ -461,13 +461,13 @@ struct Fields {
     /// A valid `Content-Length`.
     length: Option<u64>,
     date: bool,
-    connection: bool,
     /// `Connection` lists `close`.
     close: bool,
 }
 
 /// Writes the status line and the response's fields, but for `Transfer-Encoding` and a
-/// `Content-Length` that is not a number (the framing is Turna's to choose), in one pass that
+/// `Content-Length` that is not a number (the framing is Turna's to choose) and `Connection`
+/// (whether the connection stays is this connection's to say), in one pass that
 /// also notes what the framing and the connection depend on. The head's last line is the
 /// caller's, after the fields it adds.
 fn encode_head(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) -> Fields {
@@ -488,11 +488,12 @@ fn encode_head(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) -> Fi
         } else if name == header::DATE {
             fields.date = true;
         } else if name == header::CONNECTION {
-            fields.connection = true;
+            // The connection's own: written by the caller when it closes.
             fields.close |= value
                 .as_bytes()
                 .split(|b| *b == b',')
                 .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"));
+            continue;
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
@@ -611,10 +612,10 @@ mod tests {
         let mut out = Vec::new();
         let fields = encode_head(&mut out, StatusCode::OK, &headers);
         assert_eq!(fields.length, Some(12));
-        assert!(fields.connection && fields.close && !fields.date);
+        assert!(fields.close && !fields.date);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 OK\r\ncontent-length: 12\r\nconnection: keep-alive, Close\r\nx-a: b\r\n"
+            "HTTP/1.1 200 OK\r\ncontent-length: 12\r\nx-a: b\r\n"
         );
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("twelve"));
         let fields = encode_head(&mut Vec::new(), StatusCode::OK, &headers);
