@@ -245,7 +245,7 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
     let head = buf.split_to(len).freeze();
     let Ok(uri) = Uri::from_maybe_shared(head.slice(path.0..path.0 + path.1)) else {
         // hyper answers it 400: give the head back.
-        buf.unsplit(BytesMut::from(head));
+        give_back(buf, head);
         return Parsed::Other;
     };
     // Room for the forwarding fields the proxy adds, so that the map does not grow for them.
@@ -258,7 +258,7 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
             common_name(name).map_or_else(|| HeaderName::from_bytes(name), Ok),
             HeaderValue::from_maybe_shared(head.slice(value..value + value_len)),
         ) else {
-            buf.unsplit(BytesMut::from(head));
+            give_back(buf, head);
             return Parsed::Other;
         };
         headers.append(name, value);
@@ -299,6 +299,13 @@ fn common_name(name: &[u8]) -> Option<HeaderName> {
         b"X-Forwarded-For" | b"x-forwarded-for" => header::HeaderName::from_static("x-forwarded-for"),
         _ => return None,
     })
+}
+
+/// Puts a head taken out of `buf` back in front of the bytes that followed it, for hyper.
+fn give_back(buf: &mut BytesMut, head: Bytes) {
+    let mut whole = BytesMut::from(head);
+    whole.unsplit(std::mem::take(buf));
+    *buf = whole;
 }
 
 /// How a response body is delimited on the wire.
@@ -681,6 +688,16 @@ mod tests {
             );
             assert_eq!(&buf[..], head, "the bytes stay for hyper");
         }
+        // A target valid for httparse but too long for a URI (allowed heads can be longer): found
+        // after the head is taken, which goes back in front of a pipelined request's bytes.
+        let head = [&b"GET /"[..], &[b'a'; 70_000], b" HTTP/1.1\r\n\r\nGET /next"].concat();
+        let mut buf = BytesMut::from(&head[..]);
+        let roomy = Bounds {
+            header_bytes: 100_000,
+            fields: MAX_FIELDS,
+        };
+        assert!(matches!(parse(&mut buf, roomy), Parsed::Other));
+        assert!(buf[..] == head[..], "the bytes stay for hyper, in order");
         let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nhost: a"[..]);
         let bounds = Bounds {
             header_bytes: 1024,
