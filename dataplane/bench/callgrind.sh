@@ -12,6 +12,7 @@
 # a local rate limit on its rule (turna-ratelimited.yaml, never reached) and turna-compress
 # compresses every response with gzip (turna-compressed.yaml, the load accepting gzip): the
 # cost of a traffic policy's rate limit and of compression per request.
+# POST_BYTES=n makes every request a POST with an n-byte body (the backend answers it as a GET).
 # Needs valgrind, h2load (nghttp2-client) and nginx (Debian packages, installed when missing).
 set -euo pipefail
 
@@ -24,9 +25,11 @@ render 1 backend.conf nginx.conf
 sed -i '1i master_process off;' "$DIR/nginx.conf"
 nginx -c "$DIR/backend.conf" & PIDS+=($!)
 
-load() { # port kind; LOAD_HEADER adds a request header (name: value)
+if [ -n "${POST_BYTES:-}" ]; then head -c "$POST_BYTES" /dev/zero | tr '\0' p > "$DIR/post.txt"; fi
+load() { # port kind; LOAD_HEADER adds a request header (name: value), POST_BYTES a body
   local header=()
   [ -n "${LOAD_HEADER:-}" ] && header=(-H "$LOAD_HEADER")
+  [ -n "${POST_BYTES:-}" ] && header+=(-d "$DIR/post.txt")
   case $2 in
     c1) h2load --h1 -n "$REQUESTS" -c1 "${header[@]}" "http://127.0.0.1:$1/" >/dev/null ;;
     c64) h2load --h1 -n "$REQUESTS" -c64 "${header[@]}" "http://127.0.0.1:$1/" >/dev/null ;;

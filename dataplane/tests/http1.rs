@@ -1,6 +1,7 @@
-//! Turna's own HTTP/1.1 connection over real sockets: plain requests served on it, kept alive
-//! and pipelined; the first other request (a body, HTTP/1.0, a malformed head) handed over to
-//! hyper's connection, which serves the rest of the connection.
+//! Turna's own HTTP/1.1 connection over real sockets: plain requests and requests whose body
+//! arrived with their head served on it, kept alive and pipelined; the first other request (a
+//! body still arriving, HTTP/1.0, a malformed head) handed over to hyper's connection, which
+//! serves the rest of the connection.
 
 mod common;
 
@@ -64,7 +65,7 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
 }
 
 #[tokio::test]
-async fn requests_with_a_body_go_on_with_hyper_on_the_same_connection() {
+async fn requests_with_and_without_a_body_share_one_connection() {
     let (_dp, addr, echo) = echo_proxy().await;
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -110,6 +111,56 @@ async fn requests_with_a_body_go_on_with_hyper_on_the_same_connection() {
         );
     }
     assert!(!sender.is_closed(), "one connection served them all");
+    assert_eq!(echo.requests(), 5);
+}
+
+#[tokio::test]
+async fn bodies_that_came_with_their_head_or_after_it_reach_the_backend_whole() {
+    let (_dp, addr, echo) = echo_proxy().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // Pipelined: two bodies read with their heads, a request without one between them.
+    stream
+        .write_all(
+            b"POST /one HTTP/1.1\r\nhost: a.example\r\ncontent-length: 5\r\n\r\nhello\
+              GET /two HTTP/1.1\r\nhost: a.example\r\n\r\n\
+              PUT /three HTTP/1.1\r\nhost: a.example\r\nContent-Length: 12\r\n\r\nhello, world",
+        )
+        .await
+        .unwrap();
+    // Then a body that comes after its head (hyper streams it), and one more request.
+    stream
+        .write_all(b"POST /four HTTP/1.1\r\nhost: a.example\r\ncontent-length: 4\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    stream.write_all(b"late").await.unwrap();
+    stream
+        .write_all(b"POST /five HTTP/1.1\r\nhost: a.example\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        .await
+        .unwrap();
+    let (text, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed, "closed after the request that asked for it");
+    assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), 5, "{text}");
+    let mut at = 0;
+    for (path, method, length) in [
+        ("/one", "POST", 5),
+        ("/two", "GET", 0),
+        ("/three", "PUT", 12),
+        ("/four", "POST", 4),
+        ("/five", "POST", 2),
+    ] {
+        let response = &text[at..];
+        let found = response
+            .find(&format!("x-path: {path}\r\n"))
+            .unwrap_or_else(|| panic!("{path} in order: {text}"));
+        let end = response[found..]
+            .find("HTTP/1.1 ")
+            .map_or(response.len(), |e| found + e);
+        let this = &response[..end];
+        assert!(this.contains(&format!("x-method: {method}\r\n")), "{this}");
+        assert!(this.contains(&format!("x-body-length: {length}\r\n")), "{this}");
+        at += end;
+    }
     assert_eq!(echo.requests(), 5);
 }
 

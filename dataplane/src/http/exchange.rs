@@ -22,7 +22,7 @@ use super::upgrade::UpgradeRequest;
 use crate::access_log::{Flag, Trail};
 use crate::metrics::{Metrics, Timeout};
 use crate::telemetry::RequestSpan;
-use crate::upstream::{BodyClock, BufferedBody, ClientBody, ForwardError, Received, RequestBody, Upstream};
+use crate::upstream::{BodyClock, BufferedBody, ForwardError, Received, RequestBody, Upstream};
 
 /// A request routed to `rule`.
 pub struct Exchange<'a> {
@@ -134,25 +134,22 @@ impl<'a> Exchange<'a> {
         if declared.is_some_and(|len| len > max) {
             return too_large();
         }
-        let (body, clock) = match body {
+        let mut checked = match body {
             Body::Client(incoming) => {
-                let (mut client, clock) = ClientBody::new(incoming, self.body_timeout, self.trail.cloned());
-                client.limit(max);
-                let checked = Checked {
-                    body: RequestBody::streaming(client),
-                    clock: clock.clone(),
+                let (body, clock) = RequestBody::received(incoming, self.body_timeout, self.trail.cloned());
+                Box::new(Checked {
+                    body,
+                    clock,
                     added: None,
-                };
-                (Body::Checked(Box::new(checked)), clock)
+                })
             }
-            Body::Checked(mut checked) => {
-                if checked.body.limit(max).is_err() {
-                    return too_large();
-                }
-                let clock = checked.clock.clone();
-                (Body::Checked(checked), clock)
-            }
+            Body::Checked(checked) => checked,
         };
+        if checked.body.limit(max).is_err() {
+            return too_large();
+        }
+        let clock = checked.clock.clone();
+        let body = Body::Checked(checked);
         let response = self.run_phases(parts, body).await;
         if clock.is_some_and(|c| c.too_large()) && !response.status().is_success() {
             return too_large();
@@ -164,8 +161,8 @@ impl<'a> Exchange<'a> {
     async fn run_phases(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
         let (body, clock, added) = match body {
             Body::Client(body) => {
-                let (body, clock) = ClientBody::new(body, self.body_timeout, self.trail.cloned());
-                (RequestBody::streaming(body), clock, None)
+                let (body, clock) = RequestBody::received(body, self.body_timeout, self.trail.cloned());
+                (body, clock, None)
             }
             Body::Checked(checked) => {
                 let Checked { body, clock, added } = *checked;

@@ -26,7 +26,7 @@ use crate::access_log::{AccessLog, Flag, Pending, Trail};
 use crate::listener::{Activity, Deadlines, Limits};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::telemetry::RequestSpan;
-use crate::upstream::{ClientBody, Received, RequestBody};
+use crate::upstream::{Received, RequestBody};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -311,7 +311,7 @@ impl Connection {
         let context = &self.context;
         let grpc = is_grpc(&parts.headers);
         self.forwarding_headers(&mut parts.headers, &parts.uri);
-        let (body, clock) = ClientBody::new(body, context.limits.request_body_timeout, trail.cloned());
+        let (body, clock) = RequestBody::received(body, context.limits.request_body_timeout, trail.cloned());
         let access = access::Context {
             peer: self.peer,
             trusted_hops: context.trusted_hops,
@@ -324,10 +324,7 @@ impl Connection {
         };
         let hosts: Vec<HeaderValue> = parts.headers.get_all(header::HOST).iter().cloned().collect();
         let authority = parts.uri.authority().cloned();
-        let outcome = listener
-            .access
-            .run(&mut parts, RequestBody::streaming(body), &access, grpc, trail)
-            .await;
+        let outcome = listener.access.run(&mut parts, body, &access, grpc, trail).await;
         let checked = match outcome {
             access::Outcome::Proceed(body, added) => Checked { body, clock, added },
             access::Outcome::Answer(answer) => return traced(span, answer),

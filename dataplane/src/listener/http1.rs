@@ -1,14 +1,14 @@
-//! Turna's own HTTP/1.1 server connection, for the plain requests: a head without a body
-//! (no `Content-Length` above zero, no `Transfer-Encoding`), no `Upgrade`, `Expect` or `TE`,
-//! an origin-form target, HTTP/1.1. They are read, answered and written by the connection's task
-//! without hyper's dispatcher: the request's future is not boxed, the response's head is
-//! written from its header map into one buffer, and with the body's first bytes in one
-//! `writev`.
+//! Turna's own HTTP/1.1 server connection, for the plain requests: a head without a body, or
+//! with a `Content-Length` body that arrived with it (no `Transfer-Encoding`), no `Upgrade`,
+//! `Expect` or `TE`, an origin-form target, HTTP/1.1. They are read, answered and written by the
+//! connection's task without hyper's dispatcher: the request's future is not boxed, a body read
+//! with its head goes to the backend as one buffer, the response's head is written from its
+//! header map into one buffer, and with the body's first bytes in one `writev`.
 //!
-//! The first request this connection does not serve (a body to stream, an upgrade, HTTP/1.0,
-//! a head too large or not valid) hands the client over to hyper's connection with the bytes
-//! read so far, before any byte of its response: hyper reads that request again, and serves
-//! the connection from then on.
+//! The first request this connection does not serve (a body still arriving or chunked, an
+//! upgrade, HTTP/1.0, a head too large or not valid) hands the client over to hyper's
+//! connection with the bytes read so far, before any byte of its response: hyper reads that
+//! request again, and serves the connection from then on.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -124,9 +124,9 @@ where
                 return Ok(Served::Handoff { io, read: buf.freeze() });
             }
         };
-        let Head { parts, close } = request;
+        let Head { parts, body, close } = request;
         let head_only = parts.method == Method::HEAD;
-        let respond = std::pin::pin!(service.respond(parts, Received::Empty));
+        let respond = std::pin::pin!(service.respond(parts, body));
         // A client that goes away meanwhile cancels its request (as hyper's connection does).
         let Some(response) = respond_watching(respond, &mut io, &mut buf, bounds).await else {
             return Ok(Served::Closed);
@@ -167,9 +167,10 @@ async fn respond_watching<I: AsyncRead + Unpin>(
     .await
 }
 
-/// A request to serve and whether the client asked to close after it.
+/// A request to serve, its body, and whether the client asked to close after it.
 struct Head {
     parts: Box<http::request::Parts>,
+    body: Received,
     close: bool,
 }
 
@@ -210,13 +211,16 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
     let offset = |s: &[u8]| (s.as_ptr() as usize - start) as u32;
     let path = (offset(path.as_bytes()) as usize, path.len());
     let mut close = false;
+    let mut length: Option<usize> = None;
     let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_FIELDS];
     let count = request.headers.len();
     for (span, field) in spans.iter_mut().zip(request.headers.iter()) {
         let name = field.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            if field.value != b"0" {
-                return Parsed::Other;
+            // One length, in digits only: anything else is hyper's to judge (400).
+            match (length, content_length(field.value)) {
+                (None, Some(value)) => length = Some(value),
+                _ => return Parsed::Other,
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding")
             || name.eq_ignore_ascii_case(b"upgrade")
@@ -241,6 +245,12 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
             offset(field.value),
             field.value.len() as u32,
         );
+    }
+    let body_len = length.unwrap_or(0);
+    if body_len > buf.len() - len {
+        // The body is still arriving: hyper streams it (its timeout is the body's, not the
+        // head's).
+        return Parsed::Other;
     }
     let head = buf.split_to(len).freeze();
     let Ok(uri) = Uri::from_maybe_shared(head.slice(path.0..path.0 + path.1)) else {
@@ -269,10 +279,23 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
     let (parts, ()) = request.into_parts();
+    let body = match body_len {
+        0 => Received::Empty,
+        len => Received::Whole(buf.split_to(len).freeze()),
+    };
     Parsed::Request(Head {
         parts: Box::new(parts),
+        body,
         close,
     })
+}
+
+/// A `Content-Length` value: digits only, no sign or spaces (RFC 9110 section 8.6).
+fn content_length(value: &[u8]) -> Option<usize> {
+    if value.is_empty() || value.len() > 18 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
 }
 
 /// The names most requests carry, as clients usually spell them (capitalized, as curl, wrk and
@@ -630,6 +653,10 @@ mod tests {
     }
 
     fn parsed(head: &[u8]) -> Option<(http::request::Parts, bool, usize)> {
+        parsed_with_body(head).map(|(parts, _, close, left)| (parts, close, left))
+    }
+
+    fn parsed_with_body(head: &[u8]) -> Option<(http::request::Parts, Received, bool, usize)> {
         let mut buf = BytesMut::from(head);
         match parse(
             &mut buf,
@@ -638,8 +665,52 @@ mod tests {
                 fields: MAX_FIELDS,
             },
         ) {
-            Parsed::Request(Head { parts, close }) => Some((*parts, close, buf.len())),
+            Parsed::Request(Head { parts, body, close }) => Some((*parts, body, close, buf.len())),
             Parsed::Partial | Parsed::Other => None,
+        }
+    }
+
+    #[test]
+    fn a_body_read_with_its_head_is_taken_with_it() {
+        let (parts, body, _, left) =
+            parsed_with_body(b"POST /form HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /next").unwrap();
+        assert_eq!(parts.method, Method::POST);
+        assert_eq!(parts.headers["content-length"], "5");
+        assert!(matches!(body, Received::Whole(ref data) if data == "hello"), "{body:?}");
+        assert_eq!(left, b"GET /next".len(), "the next request's bytes stay");
+        let (_, body, _, left) = parsed_with_body(b"GET / HTTP/1.1\r\ncontent-length: 0\r\n\r\n").unwrap();
+        assert!(matches!(body, Received::Empty) && left == 0);
+        let (_, body, _, _) = parsed_with_body(b"PUT / HTTP/1.1\r\ncontent-length:  007 \r\n\r\n1234567").unwrap();
+        assert!(
+            matches!(body, Received::Whole(ref data) if data == "1234567"),
+            "{body:?}"
+        );
+    }
+
+    #[test]
+    fn a_body_still_arriving_or_with_a_doubtful_length_is_for_hyper() {
+        for head in [
+            &b"POST / HTTP/1.1\r\ncontent-length: 6\r\n\r\nhello"[..],
+            b"POST / HTTP/1.1\r\ncontent-length: 5\r\n\r\n",
+            b"POST / HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\nhello",
+            b"POST / HTTP/1.1\r\ncontent-length: 5, 5\r\n\r\nhello",
+            b"POST / HTTP/1.1\r\ncontent-length: +5\r\n\r\nhello",
+            b"POST / HTTP/1.1\r\ncontent-length: -1\r\n\r\nhello",
+            b"POST / HTTP/1.1\r\ncontent-length: \r\n\r\nhello",
+            b"POST / HTTP/1.1\r\ncontent-length: 99999999999999999999\r\n\r\nhello",
+            b"POST / HTTP/1.1\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\nhello",
+        ] {
+            let mut buf = BytesMut::from(head);
+            let bounds = Bounds {
+                header_bytes: 1024,
+                fields: MAX_FIELDS,
+            };
+            assert!(
+                matches!(parse(&mut buf, bounds), Parsed::Other),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+            assert_eq!(&buf[..], head, "the bytes stay for hyper");
         }
     }
 
@@ -661,10 +732,9 @@ mod tests {
     }
 
     #[test]
-    fn heads_with_a_body_an_upgrade_or_another_form_are_for_hyper() {
+    fn heads_with_a_chunked_body_an_upgrade_or_another_form_are_for_hyper() {
         for head in [
-            &b"POST / HTTP/1.1\r\ncontent-length: 5\r\n\r\nhello"[..],
-            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
+            &b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n"[..],
             b"GET / HTTP/1.1\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n",
             b"GET / HTTP/1.1\r\nconnection: Upgrade\r\n\r\n",
             b"PUT / HTTP/1.1\r\nexpect: 100-continue\r\n\r\n",

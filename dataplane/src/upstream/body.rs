@@ -40,6 +40,8 @@ pub enum Received {
     Hyper(Incoming),
     /// None: the request's head said so, and Turna's own HTTP/1.1 connection read it.
     Empty,
+    /// All of it, read with the head by Turna's own HTTP/1.1 connection.
+    Whole(Bytes),
 }
 
 impl Received {
@@ -47,6 +49,7 @@ impl Received {
         match self {
             Received::Hyper(incoming) => incoming.is_end_stream(),
             Received::Empty => true,
+            Received::Whole(data) => data.is_empty(),
         }
     }
 }
@@ -154,6 +157,11 @@ impl Body for ClientBody {
         let frame = match &mut this.incoming {
             Received::Hyper(incoming) => Pin::new(incoming).poll_frame(cx).map_err(BoxError::from),
             Received::Empty => return Poll::Ready(None),
+            Received::Whole(data) => {
+                let data = std::mem::take(data);
+                this.incoming = Received::Empty;
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
         };
         if let (Some(allowed), Poll::Ready(Some(Ok(f)))) = (&mut this.allowed, &frame) {
             let len = f.data_ref().map_or(0, Bytes::len) as u64;
@@ -207,6 +215,7 @@ impl Body for ClientBody {
         match &self.incoming {
             Received::Hyper(incoming) => incoming.size_hint(),
             Received::Empty => SizeHint::with_exact(0),
+            Received::Whole(data) => SizeHint::with_exact(data.len() as u64),
         }
     }
 }
@@ -242,6 +251,24 @@ impl BufferedBody {
 }
 
 impl RequestBody {
+    /// A request's body as its listener received it: one read whole with its head is buffered
+    /// at once (nothing to wait for, and a retry can send it again); any other streams from
+    /// the client, timed by `timeout` ([`ClientBody::new`]). The bytes are counted in `trail`.
+    pub fn received(
+        body: Received,
+        timeout: Duration,
+        trail: Option<Arc<Trail>>,
+    ) -> (RequestBody, Option<Arc<BodyClock>>) {
+        if let Received::Whole(data) = body {
+            if let Some(trail) = trail {
+                trail.received(data.len());
+            }
+            return (RequestBody::Buffered(data.into()), None);
+        }
+        let (body, clock) = ClientBody::new(body, timeout, trail);
+        (RequestBody::streaming(body), clock)
+    }
+
     pub fn streaming(body: ClientBody) -> Self {
         RequestBody::Streaming {
             prefix: VecDeque::new(),
