@@ -254,6 +254,7 @@ impl RequestBody {
     /// A request's body as its listener received it: one read whole with its head is buffered
     /// at once (nothing to wait for, and a retry can send it again); any other streams from
     /// the client, timed by `timeout` ([`ClientBody::new`]). The bytes are counted in `trail`.
+    #[inline(always)]
     pub fn received(
         body: Received,
         timeout: Duration,

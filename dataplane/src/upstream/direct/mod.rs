@@ -12,7 +12,7 @@ mod head;
 pub use body::Body;
 pub use head::{Framing, Request, ResponseHead};
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -139,21 +139,11 @@ impl Connection {
     }
 
     async fn write(&mut self, request: &Request) -> io::Result<()> {
-        let (head, body) = (&request.head[..], &request.body[..]);
-        if body.is_empty() {
-            return self.io.write_all(head).await;
+        self.io.write_all(&request.head).await?;
+        if !request.body.is_empty() {
+            self.io.write_all(&request.body).await?;
         }
-        // Head and body in one system call when the socket takes both.
-        let written = self
-            .io
-            .write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
-            .await?;
-        if written < head.len() {
-            self.io.write_all(&head[written..]).await?;
-            self.io.write_all(body).await
-        } else {
-            self.io.write_all(&body[written - head.len()..]).await
-        }
+        Ok(())
     }
 
     async fn read_head(&mut self, first: bool) -> Result<ResponseHead, Error> {
