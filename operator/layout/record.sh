@@ -31,8 +31,10 @@ command -v valgrind >/dev/null || { echo "record.sh: needs valgrind (apt install
 export TURNA_LAYOUT=off
 cd "$ROOT"
 
-# 1. turna local.
-cargo build --release --bin turna >&2
+# 1. turna local. Built as the shipped binary is (`make release-pgo`, the Dockerfile): `-p
+# turna-operator`. A workspace build enables more features of shared dependencies (the e2e
+# crates' tokio `full`), which gives every crate after them other hashes.
+cargo build --release -p turna-operator --bin turna >&2
 cp target/release/turna "$WORK/turna-release"
 for port in 9081 9082; do
   mkdir -p "$WORK/$port/one" "$WORK/$port/two"
