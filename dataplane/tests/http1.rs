@@ -165,6 +165,23 @@ async fn bodies_that_came_with_their_head_or_after_it_reach_the_backend_whole() 
 }
 
 #[tokio::test]
+async fn a_small_body_still_arriving_is_read_whole_before_the_backend_hears_of_it() {
+    let (_dp, addr, echo) = echo_proxy().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"POST /slow HTTP/1.1\r\nhost: a.example\r\ncontent-length: 10\r\nconnection: close\r\n\r\nhello")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(echo.requests(), 0, "half a body: the backend is not asked yet");
+    stream.write_all(b"world").await.unwrap();
+    let (text, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed && text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("x-body-length: 10\r\n"), "{text}");
+    assert_eq!(echo.requests(), 1);
+}
+
+#[tokio::test]
 async fn heads_turna_does_not_serve_are_answered_by_hyper() {
     let (_dp, addr, echo) = echo_proxy().await;
     // A field line without a colon: hyper answers 400 and closes.

@@ -239,7 +239,10 @@ impl<'a> Exchange<'a> {
         // With a route retry, endpoints are not retried by the backend: attempts + 1 in all.
         let connect_retries = if rule.retry.is_some() { 0 } else { self.connect_retries };
         // Retries and mirrors need the body more than once; upgrades are sent once, unmirrored.
-        let buffered = upgrade.is_none() && (rule.retry.is_some() || !mirrors.is_empty());
+        // A small body of a known length is read first too (as nginx buffers request bodies):
+        // with it at hand, the request-task client sends it with the head, hyper's client
+        // would stream it.
+        let buffered = upgrade.is_none() && (rule.retry.is_some() || !mirrors.is_empty() || body.is_small());
         let (retries, mut source) = if buffered {
             // Boxed, like the other rare paths below, to keep the common request's future small.
             match Box::pin(body.buffered(MAX_RETRY_BODY)).await {

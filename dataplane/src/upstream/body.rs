@@ -220,6 +220,10 @@ impl Body for ClientBody {
     }
 }
 
+/// A request body of a known length up to this is read before it is sent
+/// ([`RequestBody::is_small`]): the request-task client joins bodies this large to their head.
+pub const SMALL_BODY: usize = 16 * 1024;
+
 /// The body of a request to a backend.
 #[derive(Debug)]
 pub enum RequestBody {
@@ -292,6 +296,19 @@ impl RequestBody {
                 rest.limit(left);
                 Ok(())
             }
+        }
+    }
+
+    /// Whether the body is still to be read and its length is known to be at most
+    /// [`SMALL_BODY`].
+    pub fn is_small(&self) -> bool {
+        match self {
+            RequestBody::Streaming { prefix, rest } => {
+                prefix.is_empty()
+                    && !rest.is_end_stream()
+                    && rest.size_hint().exact().is_some_and(|n| n <= SMALL_BODY as u64)
+            }
+            RequestBody::Buffered(_) => false,
         }
     }
 

@@ -12,8 +12,9 @@ use super::Error;
 
 /// Headers read per response at most (hyper's limit too).
 const MAX_HEADERS: usize = 100;
-/// A body up to this size is written together with the head, in one write.
-const INLINE_BODY: usize = 16 * 1024;
+/// A body up to this size is written together with the head, in one write (the size the
+/// exchange reads a body of a known length first for).
+const INLINE_BODY: usize = super::super::body::SMALL_BODY;
 
 /// A request as written to the backend.
 #[derive(Debug)]
