@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
@@ -140,9 +140,11 @@ impl Upstream {
         };
         let direct = payload.is_some();
         // A kept-alive connection is taken without waiting. Opening one is rare and its future
-        // large: boxed, so that every request's future stays small.
-        let (index, checkout, reused) = match self.endpoints[index].pool.ready(direct) {
-            Some(checkout) => (index, checkout, true),
+        // large: boxed, so that every request's future stays small. One clock read tells a
+        // kept connection's idle age and starts its latency; an opened one's starts once open.
+        let now = Instant::now();
+        let (index, checkout, reused, started) = match self.endpoints[index].pool.ready(direct, now) {
+            Some(checkout) => (index, checkout, true, now),
             None => {
                 // Waiting for a connection to open: a pending request of the circuit breaker.
                 let _pending = match &self.breaker {
@@ -152,11 +154,11 @@ impl Upstream {
                     ),
                     None => None,
                 };
-                Box::pin(self.open(index, Vec::new(), connect_retries, direct)).await?
+                let (index, checkout, reused) = Box::pin(self.open(index, Vec::new(), connect_retries, direct)).await?;
+                (index, checkout, reused, Instant::now())
             }
         };
         let mut guard = ActiveGuard::new(&self.endpoints[index].active);
-        let started = std::time::Instant::now();
         let (response, checkin, index) = match (checkout, payload) {
             (Checkout::Direct(connection), Some(payload)) => {
                 let sent = Sent {

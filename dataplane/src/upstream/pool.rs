@@ -166,7 +166,7 @@ impl Pool {
     /// closed by the endpoint meanwhile).
     pub async fn checkout(&self, direct: bool) -> io::Result<(Checkout, bool)> {
         if direct && self.direct() {
-            if let Some(connection) = self.take_direct() {
+            if let Some(connection) = self.take_direct(Instant::now()) {
                 return Ok((Checkout::Direct(connection), true));
             }
             return Ok((Checkout::Direct(self.connect_direct().await?), false));
@@ -175,7 +175,7 @@ impl Pool {
             let (sender, reused) = self.checkout_http2().await?;
             return Ok((Checkout::Hyper(sender), reused));
         }
-        if let Some(sender) = self.take_idle() {
+        if let Some(sender) = self.take_idle(Instant::now()) {
             return Ok((Checkout::Hyper(Sender::Http1(sender)), true));
         }
         // Boxed: connecting is rare and its future is large.
@@ -183,15 +183,15 @@ impl Pool {
         Ok((Checkout::Hyper(Sender::Http1(sender)), false))
     }
 
-    /// An open connection ready for a request, without waiting: an idle HTTP/1.1 one or the
-    /// shared HTTP/2 one.
-    pub fn ready(&self, direct: bool) -> Option<Checkout> {
+    /// An open connection ready for a request, without waiting: an idle HTTP/1.1 one (not
+    /// idle too long at `now`) or the shared HTTP/2 one.
+    pub fn ready(&self, direct: bool, now: Instant) -> Option<Checkout> {
         if direct && self.direct() {
-            self.take_direct().map(Checkout::Direct)
+            self.take_direct(now).map(Checkout::Direct)
         } else if self.http2 {
             self.open_http2().map(|s| Checkout::Hyper(Sender::Http2(s)))
         } else {
-            self.take_idle().map(|s| Checkout::Hyper(Sender::Http1(s)))
+            self.take_idle(now).map(|s| Checkout::Hyper(Sender::Http1(s)))
         }
     }
 
@@ -202,9 +202,8 @@ impl Pool {
         ))
     }
 
-    fn take_direct(&self) -> Option<direct::Connection> {
+    fn take_direct(&self, now: Instant) -> Option<direct::Connection> {
         let mut idle = lock(&self.idle_direct);
-        let now = Instant::now();
         // Connections the endpoint closed, and ones idle too long, are dropped on the way.
         while let Some(mut candidate) = idle.pop() {
             if now.duration_since(candidate.since) < IDLE_TIMEOUT && !candidate.closed_while_idle() {
@@ -244,9 +243,8 @@ impl Pool {
         }
     }
 
-    fn take_idle(&self) -> Option<http1::SendRequest<RequestBody>> {
+    fn take_idle(&self, now: Instant) -> Option<http1::SendRequest<RequestBody>> {
         let mut idle = lock(&self.idle);
-        let now = Instant::now();
         // Connections the endpoint closed, and ones idle too long, are dropped on the way.
         while let Some(candidate) = idle.pop() {
             if candidate.sender.is_ready() && now.duration_since(candidate.since) < IDLE_TIMEOUT {
