@@ -657,15 +657,26 @@ mod tests {
         parsed_with_body(head).map(|(parts, _, close, left)| (parts, close, left))
     }
 
+    /// Room for the heads of these tests.
+    const BOUNDS: Bounds = Bounds {
+        header_bytes: 1024,
+        fields: MAX_FIELDS,
+    };
+
+    /// `head` goes to hyper, its bytes untouched.
+    fn assert_for_hyper(head: &[u8]) {
+        let mut buf = BytesMut::from(head);
+        assert!(
+            matches!(parse(&mut buf, BOUNDS), Parsed::Other),
+            "{:?}",
+            String::from_utf8_lossy(head)
+        );
+        assert_eq!(&buf[..], head, "the bytes stay for hyper");
+    }
+
     fn parsed_with_body(head: &[u8]) -> Option<(http::request::Parts, Bytes, bool, usize)> {
         let mut buf = BytesMut::from(head);
-        match parse(
-            &mut buf,
-            Bounds {
-                header_bytes: 1024,
-                fields: MAX_FIELDS,
-            },
-        ) {
+        match parse(&mut buf, BOUNDS) {
             Parsed::Request(Head { parts, body, close }) => {
                 let body = buf.split_to(body).freeze();
                 Some((*parts, body, close, buf.len()))
@@ -701,17 +712,7 @@ mod tests {
             b"POST / HTTP/1.1\r\ncontent-length: 99999999999999999999\r\n\r\nhello",
             b"POST / HTTP/1.1\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\nhello",
         ] {
-            let mut buf = BytesMut::from(head);
-            let bounds = Bounds {
-                header_bytes: 1024,
-                fields: MAX_FIELDS,
-            };
-            assert!(
-                matches!(parse(&mut buf, bounds), Parsed::Other),
-                "{:?}",
-                String::from_utf8_lossy(head)
-            );
-            assert_eq!(&buf[..], head, "the bytes stay for hyper");
+            assert_for_hyper(head);
         }
     }
 
@@ -747,17 +748,7 @@ mod tests {
             b"GET / HTTP/1.1\r\nx: a\x01b\r\n\r\n",
             b"GET / HTTP/1.1\r\nte: trailers\r\n\r\n",
         ] {
-            let mut buf = BytesMut::from(head);
-            let bounds = Bounds {
-                header_bytes: 1024,
-                fields: MAX_FIELDS,
-            };
-            assert!(
-                matches!(parse(&mut buf, bounds), Parsed::Other),
-                "{:?}",
-                String::from_utf8_lossy(head)
-            );
-            assert_eq!(&buf[..], head, "the bytes stay for hyper");
+            assert_for_hyper(head);
         }
         // A target valid for httparse but too long for a URI (allowed heads can be longer): found
         // after the head is taken, which goes back in front of a pipelined request's bytes.
@@ -770,11 +761,7 @@ mod tests {
         assert!(matches!(parse(&mut buf, roomy), Parsed::Other));
         assert!(buf[..] == head[..], "the bytes stay for hyper, in order");
         let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nhost: a"[..]);
-        let bounds = Bounds {
-            header_bytes: 1024,
-            fields: MAX_FIELDS,
-        };
-        assert!(matches!(parse(&mut buf, bounds), Parsed::Partial));
+        assert!(matches!(parse(&mut buf, BOUNDS), Parsed::Partial));
         let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\n\r\n"[..]);
         let few = Bounds {
             header_bytes: 1024,
