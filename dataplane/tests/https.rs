@@ -566,3 +566,153 @@ async fn https_and_tls_passthrough_share_a_port() {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
     assert!(exchange(&mut tcp, &client_hello("pass.example.com"), "pass").await);
 }
+
+/// A client socket that keeps a copy of every byte it reads: the TLS records as they came.
+struct Recorded {
+    tcp: TcpStream,
+    read: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl tokio::io::AsyncRead for Recorded {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &poll {
+            self.read.lock().unwrap().extend_from_slice(&buf.filled()[before..]);
+        }
+        poll
+    }
+}
+
+impl tokio::io::AsyncWrite for Recorded {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tcp).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+/// The TLS records in `bytes`, which hold whole records.
+fn tls_records(bytes: &[u8]) -> usize {
+    let (mut count, mut at) = (0, 0);
+    while at + 5 <= bytes.len() {
+        at += 5 + u16::from_be_bytes([bytes[at + 3], bytes[at + 4]]) as usize;
+        count += 1;
+    }
+    assert_eq!(at, bytes.len(), "whole records");
+    count
+}
+
+/// A backend that answers every request on a connection with one write of a whole response.
+async fn one_write_backend() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let response = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+                        if conn.write_all(response).await.is_err() {
+                            return;
+                        }
+                    }
+                    match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Reads one response with a 5-byte body off `tls`.
+async fn read_hello<S: tokio::io::AsyncRead + Unpin>(tls: &mut S) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 1024];
+    // Until the head and its 5-byte body are in.
+    let whole = |r: &[u8]| {
+        r.windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .is_some_and(|end| r.len() >= end + 4 + 5)
+    };
+    while !whole(&response) {
+        let n = tls.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the proxy closed the connection");
+        response.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+#[tokio::test]
+async fn a_response_goes_out_as_one_tls_record() {
+    use tokio::io::AsyncWriteExt;
+    let backend_addr = one_write_backend().await;
+    let (certificate, root) = self_signed(&["a.example.com"]);
+    let mut material = Material::default();
+    material.certificates.insert("test/a".into(), certificate);
+    let listener = https_listener(
+        "a",
+        Some("a.example.com"),
+        "test/a",
+        vec![rule("a", prefix("/"), "one-write")],
+    );
+    let ir = proxy(
+        vec![http_port(443, vec![listener])],
+        vec![backend("one-write", vec![common::stream::endpoint(backend_addr)])],
+    );
+    let dp = Dataplane::new(Settings::on([127, 0, 0, 1].into()));
+    dp.apply_with(&ir, &material).await.unwrap();
+    let addr = dp.local_addr(443).await.unwrap();
+    // Without ALPN (as wrk connects) the proxy reads the first bytes to tell HTTP/1.1 from
+    // HTTP/2 and gives them back through a wrapper: the path where head and body were written
+    // one at a time.
+    for alpn in [&[][..], &[b"http/1.1" as &[u8]][..]] {
+        let read = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tcp = Recorded {
+            tcp: TcpStream::connect(addr).await.unwrap(),
+            read: read.clone(),
+        };
+        let client = connector(std::slice::from_ref(&root), None, alpn);
+        let server_name = ServerName::try_from("a.example.com").unwrap();
+        let mut tls = client.connect(server_name, tcp).await.unwrap();
+        let request = b"GET / HTTP/1.1\r\nhost: a.example.com\r\n\r\n";
+        // The first response also follows the handshake's last records (session tickets).
+        tls.write_all(request).await.unwrap();
+        assert!(read_hello(&mut tls).await.ends_with("hello"));
+        let before = read.lock().unwrap().len();
+        tls.write_all(request).await.unwrap();
+        let response = read_hello(&mut tls).await;
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(response.ends_with("\r\n\r\nhello"), "{response}");
+        let records = tls_records(&read.lock().unwrap()[before..]);
+        assert_eq!(records, 1, "head and body in one record (ALPN {alpn:?})");
+    }
+}

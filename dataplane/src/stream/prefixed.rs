@@ -1,5 +1,7 @@
-//! A stream that first yields bytes already read from it (a peeked ClientHello).
+//! A stream that first yields bytes already read from it (a peeked ClientHello, the first
+//! bytes read to tell HTTP/1.1 from HTTP/2).
 
+use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -35,6 +37,20 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
 impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    /// Passed on whole: without it a response's head and body written together would go out
+    /// one at a time (on TLS, two records and two system calls).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        parts: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, parts)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
