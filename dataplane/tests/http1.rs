@@ -1,7 +1,7 @@
-//! Turna's own HTTP/1.1 connection over real sockets: plain requests and requests whose body
-//! arrived with their head served on it, kept alive and pipelined; the first other request (a
-//! body still arriving, HTTP/1.0, a malformed head) handed over to hyper's connection, which
-//! serves the rest of the connection.
+//! Turna's own HTTP/1.1 connection over real sockets: plain requests and requests with a body
+//! (read with their head, or arriving after it) served on it, kept alive and pipelined; the
+//! first other request (HTTP/1.0, a chunked body, a malformed head) handed over to hyper's
+//! connection, which serves the rest of the connection.
 
 mod common;
 
@@ -127,7 +127,8 @@ async fn bodies_that_came_with_their_head_or_after_it_reach_the_backend_whole() 
         )
         .await
         .unwrap();
-    // Then a body that comes after its head (hyper streams it), and one more request.
+    // Then a body that comes after its head (read here while the request waits), and one
+    // more request.
     stream
         .write_all(b"POST /four HTTP/1.1\r\nhost: a.example\r\ncontent-length: 4\r\n\r\n")
         .await
@@ -322,4 +323,68 @@ async fn a_client_that_closes_while_idle_ends_its_connection() {
         assert!(std::time::Instant::now() < deadline, "still open: {open:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_body_arriving_in_pieces_is_read_here_and_the_next_request_after_it_served() {
+    let (_dp, addr, echo) = echo_proxy().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // The last piece of the body and the next request in one write.
+    for part in [
+        &b"PUT /pieces HTTP/1.1\r\nhost: a.example\r\ncontent-length: 11\r\n\r\nfir"[..],
+        b"st,",
+        b"lastGET /after HTTP/1.1\r\nhost: a.example\r\nconnection: close\r\n\r\n",
+    ] {
+        stream.write_all(part).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (text, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed, "closed after the request that asked for it");
+    assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{text}");
+    let after = text.find("x-path: /after\r\n").expect("the next request answered");
+    let first = &text[..after];
+    assert!(
+        first.contains("x-path: /pieces\r\n") && first.contains("x-body-length: 11\r\n"),
+        "{text}"
+    );
+    assert_eq!(echo.requests(), 2);
+}
+
+#[tokio::test]
+async fn a_client_that_closes_within_its_body_reaches_no_backend() {
+    let (_dp, addr, echo) = echo_proxy().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"POST /cut HTTP/1.1\r\nhost: a.example\r\ncontent-length: 10\r\n\r\nhello")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Gone within the body: the request is cancelled, as any whose client goes away before
+    // its answer (hyper's connection answered this one 400 after the client had left).
+    stream.shutdown().await.unwrap();
+    let (text, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed && text.is_empty(), "{text}");
+    assert_eq!(echo.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_request_answered_before_its_body_came_is_the_connections_last() {
+    let echo = EchoBackend::start("echo").await;
+    let (_dp, addr) = start(simple(
+        vec![rule("r", prefix("/known"), "echo")],
+        vec![echo_backend(&echo)],
+    ))
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // No route: answered at once, with half of the body still to come, so where the next
+    // request would start is not known (hyper's connection kept it open, waiting for the rest).
+    stream
+        .write_all(b"POST /unknown HTTP/1.1\r\nhost: a.example\r\ncontent-length: 10\r\n\r\nhello")
+        .await
+        .unwrap();
+    let (text, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed, "{text}");
+    assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"), "{text}");
+    assert!(text.to_ascii_lowercase().contains("connection: close\r\n"), "{text}");
+    assert_eq!(echo.requests(), 0);
 }

@@ -1,12 +1,14 @@
 //! Turna's own HTTP/1.1 server connection, for the plain requests: a head without a body, or
-//! with a `Content-Length` body that arrived with it (no `Transfer-Encoding`), no `Upgrade`,
-//! `Expect` or `TE`, an origin-form target, HTTP/1.1. They are read, answered and written by the
-//! connection's task without hyper's dispatcher: the request's future is not boxed, a body read
-//! with its head goes to the backend as one buffer, the response's head is written from its
-//! header map into one buffer, and with the body's first bytes in one `writev`.
+//! with a `Content-Length` body that arrived with it or is at most [`SMALL_BODY`] long (no
+//! `Transfer-Encoding`), no `Upgrade`, `Expect` or `TE`, an origin-form target, HTTP/1.1. They
+//! are read, answered and written by the connection's task without hyper's dispatcher: the
+//! request's future is not boxed, a body read with its head goes to the backend as one buffer
+//! (one still arriving is read by this task while it waits for the response and handed to the
+//! exchange, [`crate::upstream::Arriving`]), the response's head is written from its header
+//! map into one buffer, and with the body's first bytes in one `writev`.
 //!
-//! The first request this connection does not serve (a body still arriving or chunked, an
-//! upgrade, HTTP/1.0, a head too large or not valid) hands the client over to hyper's
+//! The first request this connection does not serve (a longer body still arriving, a chunked
+//! one, an upgrade, HTTP/1.0, a head too large or not valid) hands the client over to hyper's
 //! connection with the bytes read so far, before any byte of its response: hyper reads that
 //! request again, and serves the connection from then on.
 
@@ -26,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::drain::Graceful;
 use super::limits::Limits;
 use crate::http::{HttpService, ProxyBody};
-use crate::upstream::Received;
+use crate::upstream::{Feeder, Received, SMALL_BODY};
 
 /// Room made in the read buffer before each read.
 const READ_SIZE: usize = 8 * 1024;
@@ -126,16 +128,20 @@ where
         };
         let Head { parts, body, close } = request;
         let head_only = parts.method == Method::HEAD;
-        let body = match body {
-            0 => Received::Empty,
-            len => Received::Whole(buf.split_to(len).freeze()),
+        let (body, feeder) = match body {
+            0 => (Received::Empty, None),
+            len if len <= buf.len() => (Received::Whole(buf.split_to(len).freeze()), None),
+            len => arriving(&mut buf, len),
         };
         let respond = std::pin::pin!(service.respond(parts, body));
         // A client that goes away meanwhile cancels its request (as hyper's connection does).
-        let Some(response) = respond_watching(respond, &mut io, &mut buf, bounds).await else {
+        let Some(response) = respond_watching(respond, &mut io, &mut buf, bounds, feeder.as_ref()).await else {
             return Ok(Served::Closed);
         };
-        let close = close || closing.load(Ordering::Relaxed);
+        // Answered before its body was read (refused, timed out, or not read by the route):
+        // where the next request starts is not known, so this is the connection's last.
+        let unread = feeder.is_some_and(|f| f.left() > 0);
+        let close = close || unread || closing.load(Ordering::Relaxed);
         let kept = write(&mut io, &mut out, response, head_only, close).await?;
         if !kept {
             let _ = io.shutdown().await;
@@ -144,29 +150,44 @@ where
     }
 }
 
-/// Awaits `respond` while reading what the client sends meanwhile into `buf` (a pipelined
-/// request, up to a head's size); `None` when the client closed or failed first.
+/// A body of `len` bytes still arriving, whose first ones are all of `buf`; out of line, as
+/// most requests have none.
+#[cold]
+#[inline(never)]
+fn arriving(buf: &mut BytesMut, len: usize) -> (Received, Option<Feeder>) {
+    let (feeder, body) = crate::upstream::arriving(buf.split().freeze(), len);
+    (Received::Arriving(body), Some(feeder))
+}
+
+/// Awaits `respond` while reading what the client sends meanwhile into `buf`: the rest of the
+/// request's body, which goes to `feeder`, then a pipelined request, up to a head's size.
+/// `None` when the client closed or failed first.
 async fn respond_watching<I: AsyncRead + Unpin>(
     mut respond: Pin<&mut impl Future<Output = Response<ProxyBody>>>,
     io: &mut I,
     buf: &mut BytesMut,
     bounds: Bounds,
+    feeder: Option<&Feeder>,
 ) -> Option<Response<ProxyBody>> {
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(response) = respond.as_mut().poll(cx) {
-            return Poll::Ready(Some(response));
-        }
-        while buf.len() < bounds.header_bytes {
-            if buf.capacity() - buf.len() < READ_SIZE / 8 {
-                buf.reserve(READ_SIZE);
+        'poll: loop {
+            if let Poll::Ready(response) = respond.as_mut().poll(cx) {
+                return Poll::Ready(Some(response));
             }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buf) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
-                Poll::Ready(Ok(_)) => {}
-                Poll::Pending => break,
+            while buf.len() < bounds.header_bytes {
+                if buf.capacity() - buf.len() < READ_SIZE / 8 {
+                    buf.reserve(READ_SIZE);
+                }
+                match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buf) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
+                    // Body bytes for the request: it may go on at once.
+                    Poll::Ready(Ok(_)) if feeder.is_some_and(|f| f.take_from(buf)) => continue 'poll,
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Pending => break,
+                }
             }
+            return Poll::Pending;
         }
-        Poll::Pending
     })
     .await
 }
@@ -252,9 +273,9 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
         );
     }
     let body_len = length.unwrap_or(0);
-    if body_len > buf.len() - len {
-        // The body is still arriving: hyper streams it (its timeout is the body's, not the
-        // head's).
+    if body_len > buf.len() - len && body_len > SMALL_BODY {
+        // A long body still arriving: hyper streams it, reading no faster than the backend
+        // takes it. A short one is read here while the request waits for it.
         return Parsed::Other;
     }
     let head = buf.split_to(len).freeze();
@@ -700,10 +721,25 @@ mod tests {
     }
 
     #[test]
-    fn a_body_still_arriving_or_with_a_doubtful_length_is_for_hyper() {
+    fn a_short_body_still_arriving_is_served_here() {
+        for (head, length) in [
+            (&b"POST / HTTP/1.1\r\ncontent-length: 6\r\n\r\nhello"[..], 6),
+            (b"POST / HTTP/1.1\r\ncontent-length: 5\r\n\r\n", 5),
+            (b"PUT / HTTP/1.1\r\ncontent-length: 16384\r\n\r\n", SMALL_BODY),
+        ] {
+            let mut buf = BytesMut::from(head);
+            let Parsed::Request(Head { body, .. }) = parse(&mut buf, BOUNDS) else {
+                panic!("{:?} is served here", String::from_utf8_lossy(head));
+            };
+            assert_eq!(body, length);
+            assert!(head.ends_with(&buf), "what came of the body stays in the buffer");
+        }
+    }
+
+    #[test]
+    fn a_long_body_still_arriving_or_a_doubtful_length_is_for_hyper() {
         for head in [
-            &b"POST / HTTP/1.1\r\ncontent-length: 6\r\n\r\nhello"[..],
-            b"POST / HTTP/1.1\r\ncontent-length: 5\r\n\r\n",
+            &b"POST / HTTP/1.1\r\ncontent-length: 16385\r\n\r\nhello"[..],
             b"POST / HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\nhello",
             b"POST / HTTP/1.1\r\ncontent-length: 5, 5\r\n\r\nhello",
             b"POST / HTTP/1.1\r\ncontent-length: +5\r\n\r\nhello",

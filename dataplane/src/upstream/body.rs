@@ -42,14 +42,19 @@ pub enum Received {
     Empty,
     /// All of it, read with the head by Turna's own HTTP/1.1 connection.
     Whole(Bytes),
+    /// Of a known length, still arriving on Turna's own HTTP/1.1 connection.
+    Arriving(super::Arriving),
 }
 
 impl Received {
+    /// Inlined: every request asks, and most bodies are empty.
+    #[inline(always)]
     fn is_end_stream(&self) -> bool {
         match self {
             Received::Hyper(incoming) => incoming.is_end_stream(),
             Received::Empty => true,
             Received::Whole(data) => data.is_empty(),
+            Received::Arriving(body) => body.is_end_stream(),
         }
     }
 }
@@ -162,6 +167,7 @@ impl Body for ClientBody {
                 this.incoming = Received::Empty;
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
+            Received::Arriving(body) => Pin::new(body).poll_frame(cx),
         };
         if let (Some(allowed), Poll::Ready(Some(Ok(f)))) = (&mut this.allowed, &frame) {
             let len = f.data_ref().map_or(0, Bytes::len) as u64;
@@ -216,6 +222,7 @@ impl Body for ClientBody {
             Received::Hyper(incoming) => incoming.size_hint(),
             Received::Empty => SizeHint::with_exact(0),
             Received::Whole(data) => SizeHint::with_exact(data.len() as u64),
+            Received::Arriving(body) => body.size_hint(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Backends: weighted choice among a rule's backends, endpoint balancing, and a pooled client
 //! per backend.
 
+mod arriving;
 mod balancer;
 mod body;
 mod breaker;
@@ -17,9 +18,11 @@ mod probe;
 mod retry_budget;
 mod tls;
 
+pub use arriving::{Arriving, Feeder, arriving};
 pub use balancer::pick_weighted;
 pub use body::{
     BodyClock, BodyTimeout, BodyTooLarge, BoxError, BufferedBody, ClientBody, Received, RequestBody, ResponseBody,
+    SMALL_BODY,
 };
 pub use breaker::{Breaker, Slot, Taken as BreakerSlot};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
