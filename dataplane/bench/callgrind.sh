@@ -13,6 +13,8 @@
 # compresses every response with gzip (turna-compressed.yaml, the load accepting gzip): the
 # cost of a traffic policy's rate limit and of compression per request.
 # POST_BYTES=n makes every request a POST with an n-byte body (the backend answers it as a GET).
+# SPLIT_BODY=1 (with POST_BYTES) measures one connection whose POSTs each write the body 2 ms
+# after the head (split_post.py, REQUESTS of them; the only load then).
 # Needs valgrind, h2load (nghttp2-client) and nginx (Debian packages, installed when missing).
 set -euo pipefail
 
@@ -30,6 +32,7 @@ load() { # port kind; LOAD_HEADER adds a request header (name: value), POST_BYTE
   local header=()
   [ -n "${LOAD_HEADER:-}" ] && header=(-H "$LOAD_HEADER")
   [ -n "${POST_BYTES:-}" ] && header+=(-d "$DIR/post.txt")
+  if [ -n "${SPLIT_BODY:-}" ]; then python3 "$HERE/split_post.py" "$1" "$REQUESTS" "${POST_BYTES:?SPLIT_BODY needs POST_BYTES}"; return; fi
   case $2 in
     c1) h2load --h1 -n "$REQUESTS" -c1 "${header[@]}" "http://127.0.0.1:$1/" >/dev/null ;;
     c64) h2load --h1 -n "$REQUESTS" -c64 "${header[@]}" "http://127.0.0.1:$1/" >/dev/null ;;
@@ -43,7 +46,9 @@ measure() { # name port h2port command...
   valgrind --tool=callgrind --callgrind-out-file="$DIR/$name.%p" "$@" 2>"$DIR/$name.valgrind" & PIDS+=($!)
   local pid=$!
   listening "$DIR/$name.valgrind" "$port"
-  for kind in c1 c64 h2; do
+  local kinds="c1 c64 h2"
+  [ -n "${SPLIT_BODY:-}" ] && kinds=split
+  for kind in $kinds; do
     local p=$port
     [ "$kind" = h2 ] && p=$h2port
     load "$p" "$kind"
