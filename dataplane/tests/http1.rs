@@ -64,6 +64,57 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     );
 }
 
+/// The connection parses a request's fields into the map of the response before it (emptied):
+/// nothing of that response may reach the backend with the next request.
+#[tokio::test]
+async fn a_request_carries_only_its_own_fields_after_a_response_on_its_connection() {
+    let (_dp, addr, echo) = echo_proxy().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /first HTTP/1.1\r\nhost: a.example\r\nx-first: 1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&first).contains("x-first: 1\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("first response in time")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&first));
+        first.extend_from_slice(&buf[..n]);
+    }
+    let first = String::from_utf8_lossy(&first).into_owned();
+    assert!(first.contains("x-backend: echo\r\n"), "{first}");
+    stream
+        .write_all(b"GET /second HTTP/1.1\r\nhost: b.example\r\nx-second: 2\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (second, closed) = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed, "{second}");
+    assert_eq!(echo.connections(), 1, "both requests went on one backend connection");
+    // The echo's body lists the fields the backend received, one `name: value` per line.
+    let (_, echoed) = second.split_once("\r\n\r\n").expect("a head and a body");
+    for field in ["host: b.example\n", "x-second: 2\n"] {
+        assert!(echoed.contains(field), "{field:?} missing: {echoed}");
+    }
+    for leaked in [
+        "x-first",
+        "x-backend",
+        "x-path",
+        "x-host",
+        "x-method",
+        "x-version",
+        "x-body-length",
+        "date:",
+    ] {
+        assert!(
+            !echoed.contains(leaked),
+            "{leaked} leaked into the next request: {echoed}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn requests_with_and_without_a_body_share_one_connection() {
     let (_dp, addr, echo) = echo_proxy().await;

@@ -35,6 +35,9 @@ const READ_SIZE: usize = 8 * 1024;
 /// Header fields of a request this connection parses; a request with more goes to hyper
 /// (which takes up to [`Limits::max_headers`]).
 const MAX_FIELDS: usize = 64;
+/// The largest field map kept from a response for the next request: emptying a map walks all
+/// of its slots.
+const SPARE_FIELDS: usize = 64;
 
 /// How a connection ended.
 pub enum Served<I> {
@@ -97,10 +100,13 @@ where
 {
     let mut buf = BytesMut::with_capacity(READ_SIZE);
     let mut out = Vec::with_capacity(512);
+    // The last response's field map, emptied, for the next request's fields: a map is two
+    // allocations, and this one is still in the cache.
+    let mut spare: Option<HeaderMap> = None;
     loop {
         let request = loop {
             if !buf.is_empty() {
-                match parse(&mut buf, bounds) {
+                match parse(&mut buf, bounds, &mut spare) {
                     Parsed::Request(request) => break request,
                     Parsed::Partial if buf.len() < bounds.header_bytes => {}
                     Parsed::Partial | Parsed::Other => return Ok(Served::Handoff { io, read: buf.freeze() }),
@@ -142,7 +148,7 @@ where
         // where the next request starts is not known, so this is the connection's last.
         let unread = feeder.is_some_and(|f| f.left() > 0);
         let close = close || unread || closing.load(Ordering::Relaxed);
-        let kept = write(&mut io, &mut out, response, head_only, close).await?;
+        let kept = write(&mut io, &mut out, response, head_only, close, &mut spare).await?;
         if !kept {
             let _ = io.shutdown().await;
             return Ok(Served::Closed);
@@ -209,8 +215,9 @@ enum Parsed {
 }
 
 /// Parses the request head at the start of `buf`, taking it out of `buf` when it is served
-/// here (its body, when it has one, is then at the start of `buf`).
-fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
+/// here (its body, when it has one, is then at the start of `buf`); its fields go into `spare`
+/// when there is one.
+fn parse(buf: &mut BytesMut, bounds: Bounds, spare: &mut Option<HeaderMap>) -> Parsed {
     // Not initialized: httparse writes the fields it returns (2 KiB less to zero per request).
     let mut fields = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
     let mut request = httparse::Request::new(&mut []);
@@ -285,7 +292,13 @@ fn parse(buf: &mut BytesMut, bounds: Bounds) -> Parsed {
         return Parsed::Other;
     };
     // Room for the forwarding fields the proxy adds, so that the map does not grow for them.
-    let mut headers = HeaderMap::with_capacity(count + 4);
+    let mut headers = match spare.take() {
+        Some(mut headers) => {
+            headers.reserve(count + 4);
+            headers
+        }
+        None => HeaderMap::with_capacity(count + 4),
+    };
     for &(name, name_len, value, value_len) in &spans[..count] {
         let (name, value) = (name as usize, value as usize);
         let (name_len, value_len) = (name_len as usize, value_len as usize);
@@ -375,14 +388,20 @@ async fn write<I>(
     response: Response<ProxyBody>,
     head_only: bool,
     close: bool,
+    spare: &mut Option<HeaderMap>,
 ) -> io::Result<bool>
 where
     I: AsyncWrite + Unpin,
 {
-    let (parts, mut body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
     let status = parts.status;
     out.clear();
     let fields = encode_head(out, status, &parts.headers);
+    // Encoded: the map serves the next request (not a large one: emptying it walks all of it).
+    if parts.headers.capacity() <= SPARE_FIELDS {
+        parts.headers.clear();
+        *spare = Some(std::mem::take(&mut parts.headers));
+    }
     let framing = if head_only
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -688,7 +707,7 @@ mod tests {
     fn assert_for_hyper(head: &[u8]) {
         let mut buf = BytesMut::from(head);
         assert!(
-            matches!(parse(&mut buf, BOUNDS), Parsed::Other),
+            matches!(parse(&mut buf, BOUNDS, &mut None), Parsed::Other),
             "{:?}",
             String::from_utf8_lossy(head)
         );
@@ -697,7 +716,7 @@ mod tests {
 
     fn parsed_with_body(head: &[u8]) -> Option<(http::request::Parts, Bytes, bool, usize)> {
         let mut buf = BytesMut::from(head);
-        match parse(&mut buf, BOUNDS) {
+        match parse(&mut buf, BOUNDS, &mut None) {
             Parsed::Request(Head { parts, body, close }) => {
                 let body = buf.split_to(body).freeze();
                 Some((*parts, body, close, buf.len()))
@@ -728,7 +747,7 @@ mod tests {
             (b"PUT / HTTP/1.1\r\ncontent-length: 16384\r\n\r\n", SMALL_BODY),
         ] {
             let mut buf = BytesMut::from(head);
-            let Parsed::Request(Head { body, .. }) = parse(&mut buf, BOUNDS) else {
+            let Parsed::Request(Head { body, .. }) = parse(&mut buf, BOUNDS, &mut None) else {
                 panic!("{:?} is served here", String::from_utf8_lossy(head));
             };
             assert_eq!(body, length);
@@ -794,17 +813,17 @@ mod tests {
             header_bytes: 100_000,
             fields: MAX_FIELDS,
         };
-        assert!(matches!(parse(&mut buf, roomy), Parsed::Other));
+        assert!(matches!(parse(&mut buf, roomy, &mut None), Parsed::Other));
         assert!(buf[..] == head[..], "the bytes stay for hyper, in order");
         let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nhost: a"[..]);
-        assert!(matches!(parse(&mut buf, BOUNDS), Parsed::Partial));
+        assert!(matches!(parse(&mut buf, BOUNDS, &mut None), Parsed::Partial));
         let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\n\r\n"[..]);
         let few = Bounds {
             header_bytes: 1024,
             fields: 1,
         };
         assert!(
-            matches!(parse(&mut buf, few), Parsed::Other),
+            matches!(parse(&mut buf, few, &mut None), Parsed::Other),
             "more fields than served here"
         );
         let long = Bounds {
@@ -812,7 +831,7 @@ mod tests {
             fields: MAX_FIELDS,
         };
         assert!(
-            matches!(parse(&mut buf, long), Parsed::Other),
+            matches!(parse(&mut buf, long, &mut None), Parsed::Other),
             "a head longer than allowed"
         );
     }
