@@ -34,17 +34,20 @@ pub fn map<T: Send>(len: usize, threads: usize, f: impl Fn(usize) -> T + Sync) -
     }
     let chunk = len.div_ceil(threads.min(len));
     let f = &f;
+    // The calling thread computes the first chunk into the result itself: one thread fewer to
+    // start, and what it allocates stays in its own heap, where freeing it later is cheap.
+    let mut out = Vec::with_capacity(len);
     let parts: Vec<Vec<T>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..len)
+        let handles: Vec<_> = (chunk..len)
             .step_by(chunk)
             .map(|start| scope.spawn(move || (start..(start + chunk).min(len)).map(f).collect()))
             .collect();
+        out.extend((0..chunk).map(f));
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
             .collect()
     });
-    let mut out = Vec::with_capacity(len);
     for part in parts {
         out.extend(part);
     }
