@@ -21,7 +21,8 @@ static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     allocator::without_huge_pages();
     // One worker thread (TOKIO_WORKER_THREADS=1) runs on a current-thread runtime: no work
-    // stealing or cross-thread wakeups, as a single nginx or HAProxy worker.
+    // stealing or cross-thread wakeups, as a single nginx or HAProxy worker; `turna proxy`
+    // chooses it the same way, and with one core (`operator::modes::proxy::runtime`).
     let single = std::env::var("TOKIO_WORKER_THREADS").is_ok_and(|n| n.trim() == "1");
     let runtime = if single {
         tokio::runtime::Builder::new_current_thread().enable_all().build()?

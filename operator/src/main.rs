@@ -476,7 +476,7 @@ fn main() -> anyhow::Result<()> {
             let settings = load(config, settings::Mode::Proxy)?;
             let ca_pem =
                 std::fs::read_to_string(&operator_ca).with_context(|| format!("reading {}", operator_ca.display()))?;
-            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            let runtime = operator::modes::proxy::runtime().context("starting the async runtime")?;
             runtime.block_on(async {
                 let client = operator::api_client::infer()
                     .await

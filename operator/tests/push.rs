@@ -355,7 +355,9 @@ async fn pod_token(
     path
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// On a current-thread runtime, as `turna proxy` runs with one core (`modes::proxy::runtime`):
+/// the controller beside it too.
+#[tokio::test(flavor = "current_thread")]
 async fn proxies_sharing_a_service_account_are_told_apart_by_their_pod() {
     let client = common::client(&plane().kubeconfig()).await;
     let ns = plane().fresh_namespace("shared");

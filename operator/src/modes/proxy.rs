@@ -163,3 +163,45 @@ pub async fn run(client: Client, options: Options, signal: impl Future<Output = 
     start(client, options).await?.serve(signal).await;
     Ok(())
 }
+
+/// The runtime `turna proxy` runs on. With one core to use (a CPU limit of one or less, one CPU
+/// in its affinity, or `TOKIO_WORKER_THREADS=1`) a current-thread runtime, as a single nginx
+/// worker: no work-stealing queues or wake-ups across threads, 1-5 % fewer instructions per
+/// request than a multi-thread runtime of one worker (`make bench-dataplane-instructions`
+/// measures this runtime). Otherwise one worker per core.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = std::env::var("TOKIO_WORKER_THREADS").ok();
+    if one_worker(workers.as_deref(), std::thread::available_parallelism().ok()) {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Runtime::new()
+    }
+}
+
+/// Whether a runtime gets one worker: `TOKIO_WORKER_THREADS` when set (tokio refuses values
+/// that are not numbers itself), else the cores the process may use.
+fn one_worker(workers: Option<&str>, cores: Option<std::num::NonZeroUsize>) -> bool {
+    match workers {
+        Some(workers) => workers.trim() == "1",
+        None => cores.is_none_or(|cores| cores.get() == 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroUsize;
+
+    use super::one_worker;
+
+    #[test]
+    fn one_core_or_one_worker_asked_for_gets_a_current_thread_runtime() {
+        let cores = |n| NonZeroUsize::new(n);
+        assert!(one_worker(None, cores(1)));
+        assert!(one_worker(None, None), "cores unknown: one");
+        assert!(!one_worker(None, cores(2)));
+        assert!(one_worker(Some("1"), cores(8)), "asked for one worker");
+        assert!(one_worker(Some(" 1 "), cores(8)));
+        assert!(!one_worker(Some("2"), cores(1)), "asked for two on one core");
+        assert!(!one_worker(Some("x"), cores(1)), "tokio's to refuse");
+    }
+}
