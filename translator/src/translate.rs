@@ -111,9 +111,9 @@ pub fn translate_on(
     // is much faster on large snapshots than in name order. Only statuses need name order.
     let first = RouteOrder::default();
     let last_order = cache.as_deref().map_or(&first, |c| &c.route_order);
-    let (routes, by_name, carried) = unique_routes(collect_routes(snapshot, config, threads), last_order);
+    let (routes, by_name, carried) = unique_routes(collect_routes(snapshot, config, threads), last_order, threads);
     // Age rank of each route, oldest first: precedence between routes.
-    let (by_age, age_rank) = age_ranks(&routes, last_order, carried.as_ref());
+    let (by_age, age_rank) = age_ranks(&routes, last_order, carried.as_ref(), threads);
 
     // Per Gateway: listener index -> contributions; the backends and policies they use.
     let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
@@ -371,6 +371,7 @@ pub fn translate_on(
             rule_policies,
             &snapshot.facts,
             assembled.as_deref_mut(),
+            threads,
         );
         let backends = std::mem::take(&mut gateway_backends[gi]);
         if proxy.backends.is_empty() {
@@ -413,6 +414,7 @@ pub fn translate_on(
 fn unique_routes<'a>(
     mut routes: Vec<RouteModel<'a>>,
     last: &RouteOrder,
+    threads: usize,
 ) -> (Vec<RouteModel<'a>>, Vec<usize>, Option<Carried>) {
     // Few routes changed since the last translation, none twice: the others keep their places.
     if let Some(by_name) = merged_order(&routes, last, &last.by_name, |i| name_key(&routes[i])) {
@@ -425,9 +427,12 @@ fn unique_routes<'a>(
         Some(carried) => carried.arranged(routes.len(), &last.by_name),
         None => (0..routes.len()).collect(),
     };
-    let mut keyed: Vec<((RouteKind, &str, &str), usize)> =
-        order.into_iter().map(|i| (name_key(&routes[i]), i)).collect();
-    keyed.sort();
+    let keyed = crate::parallel::sorted(
+        order.len(),
+        threads,
+        |range, keyed| keyed.extend(order[range].iter().map(|&i| (name_key(&routes[i]), i))),
+        <[_]>::sort,
+    );
     let duplicate: Vec<usize> = keyed.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| w[1].1).collect();
     let by_name: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     if duplicate.is_empty() {
@@ -572,6 +577,7 @@ fn add_listeners(
     policies: policy::RulePolicies<'_, '_>,
     facts: &crate::snapshot::Facts,
     mut assembled: Option<&mut Assembled>,
+    threads: usize,
 ) {
     for (li, l) in gw.listeners.iter().enumerate() {
         if !l.is_ready() {
@@ -618,7 +624,8 @@ fn add_listeners(
                 listener.security = (policies.security).for_listener(&gw.namespace, &gw.name, own);
                 listener.traffic = (policies.traffic).for_listener(&gw.namespace, &gw.name, own);
                 let kept = assembled.as_deref_mut().map(|a| a.listener(&listener.name));
-                listener.virtual_hosts = virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank, kept);
+                listener.virtual_hosts =
+                    virtual_hosts(l.spec.hostname.as_deref(), list, routes, age_rank, kept, threads);
             }
             Protocol::Tls | Protocol::Tcp | Protocol::Udp => {
                 let attached = list
@@ -668,6 +675,7 @@ fn virtual_hosts(
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
     mut kept: Option<Hosts<'_>>,
+    threads: usize,
 ) -> Vec<VirtualHost> {
     // Hosts list (contribution, the route's own hostname that produced the effective one).
     // Unordered: the hosts are sorted by specificity, a total order, before they are built.
@@ -773,6 +781,17 @@ fn virtual_hosts(
         let total: usize = sources.iter().map(|(compiled, _, _)| compiled.rules.len()).sum();
         let origins: Vec<Origin> = match previous {
             Some(last) if total >= MERGE_FROM => merged(&sources, last, key),
+            // A host of thousands of routes (from scratch): its keys made and sorted on every
+            // thread the translation has.
+            _ if threads > 1 && sources.len() >= crate::parallel::SORT_FROM => {
+                let keys = |range: std::ops::Range<usize>, order: &mut Vec<HostKey>| {
+                    for si in range {
+                        order.extend((0..sources[si].0.rules.len()).map(|k| key(si as u32, k as u32)));
+                    }
+                };
+                let order = crate::parallel::sorted(sources.len(), threads, keys, <[_]>::sort_unstable);
+                order.iter().map(|&(_, _, si, k)| (si, k)).collect()
+            }
             _ => {
                 order.clear();
                 order.reserve(total);
@@ -1109,10 +1128,15 @@ fn owners(gw: &GatewayModel<'_>, classes: &BTreeMap<String, gateway::class::Clas
 /// the order does not depend on the one sorted from. The last translation's routes oldest first
 /// (`last`) arrange them first, so that the sort finds them almost in order and merges the few
 /// new ones; `carried` says where those routes are now when [`unique_routes`] found it.
-fn age_ranks(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carried>) -> (Vec<usize>, Vec<usize>) {
+fn age_ranks(
+    routes: &[RouteModel<'_>],
+    last: &RouteOrder,
+    carried: Option<&Carried>,
+    threads: usize,
+) -> (Vec<usize>, Vec<usize>) {
     let by_age = match merged_order(routes, last, &last.by_age, |i| routes[i].age_key()) {
         Some(by_age) => by_age,
-        None => sorted_by_age(routes, last, carried),
+        None => sorted_by_age(routes, last, carried, threads),
     };
     let mut age_rank = vec![0; routes.len()];
     for (rank, i) in by_age.iter().enumerate() {
@@ -1122,15 +1146,24 @@ fn age_ranks(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carr
 }
 
 /// The positions of `routes` oldest first, sorted from the last translation's age order.
-fn sorted_by_age(routes: &[RouteModel<'_>], last: &RouteOrder, carried: Option<&Carried>) -> Vec<usize> {
+fn sorted_by_age(
+    routes: &[RouteModel<'_>],
+    last: &RouteOrder,
+    carried: Option<&Carried>,
+    threads: usize,
+) -> Vec<usize> {
     // Keys beside the positions: comparisons do not reach into the routes.
     let order = match carried {
         _ if last.by_age.is_empty() => (0..routes.len()).collect(),
         Some(carried) => carried.arranged(routes.len(), &last.by_age),
         None => Carried::new(&last.addresses, routes).arranged(routes.len(), &last.by_age),
     };
-    let mut keyed: Vec<_> = order.into_iter().map(|i| (routes[i].age_key(), i)).collect();
-    keyed.sort();
+    let keyed = crate::parallel::sorted(
+        order.len(),
+        threads,
+        |range, keyed| keyed.extend(order[range].iter().map(|&i| (routes[i].age_key(), i))),
+        <[_]>::sort,
+    );
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
@@ -1204,6 +1237,55 @@ mod tests {
         }
     }
 
+    /// Snapshots large enough for the name, age and rule sorts to run on several threads
+    /// ([`crate::parallel::sorted`]) translate as on one: routes listed in a scrambled order,
+    /// ages tied and missing, most routes on one hostname (a host of thousands of rules) and
+    /// the others on a wildcard above it.
+    #[test]
+    fn large_snapshots_translate_alike_on_any_number_of_threads() {
+        let count = 4_200;
+        let mut yaml = String::from(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n\
+             metadata: {name: turna}\nspec: {controllerName: rakunlabs.com/turna}\n\
+             ---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata: {name: edge, namespace: infra}\nspec:\n  gatewayClassName: turna\n\
+             \x20 listeners: [{name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}]\n",
+        );
+        for i in 0..count {
+            let j = (i * 7919) % count;
+            let created = if j % 11 == 0 {
+                String::new()
+            } else {
+                format!(
+                    ", creationTimestamp: '2026-01-01T00:{:02}:{:02}Z'",
+                    (j / 60) % 60,
+                    j % 60
+                )
+            };
+            let hostname = if j % 5 == 0 { "'*.test'" } else { "app.test" };
+            let path = format!("/p{}", j % 37);
+            yaml.push_str(&format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: r{j}, namespace: n{}{created}}}\n\
+                 spec:\n  parentRefs: [{{name: edge, namespace: infra}}]\n  hostnames: [{hostname}]\n  rules:\n\
+                 \x20 - matches: [{{path: {{type: PathPrefix, value: {path}}}}}, {{path: {{type: Exact, value: {path}/x}}}}]\n",
+                j % 5
+            ));
+        }
+        let snapshot = Snapshot::from_yaml(&yaml).expect("objects parse");
+        let config = Config::default();
+        let one = translate_on(&snapshot, &config, 1, None);
+        // Four in five routes serve app.test, two rules each (and the wildcard's after them).
+        assert!(count * 4 / 5 >= crate::parallel::SORT_FROM);
+        let host = &one.proxies[0].ports[0].listeners[0].virtual_hosts[0];
+        assert_eq!((host.hostname.as_str(), host.rules.len()), ("app.test", 2 * count));
+        let one = serde_json::to_string(&one).expect("serializes");
+        for threads in 2..4 {
+            let many = serde_json::to_string(&translate_on(&snapshot, &config, threads, None)).expect("serializes");
+            assert!(one == many, "{threads} threads change the output");
+        }
+    }
+
     /// Orders merged from the objects the last translation held are the sorts' own, and are
     /// merged (not sorted again) when a few routes were added or replaced: routes added,
     /// replaced, removed, listed twice, named like another, and tied in age.
@@ -1226,15 +1308,15 @@ mod tests {
             // Duplicates are seen (and dropped) in the routes as the snapshot lists them.
             let listed = collect_routes(snapshot, &config, 1);
             let merged_name = merged_order(&listed, last, &last.by_name, |i| name_key(&listed[i])).is_some();
-            let (routes, by_name, _) = unique_routes(listed, last);
+            let (routes, by_name, _) = unique_routes(listed, last, 1);
             let merged_age = merged_order(&routes, last, &last.by_age, |i| routes[i].age_key()).is_some();
-            let (by_age, _) = age_ranks(&routes, last, None);
+            let (by_age, _) = age_ranks(&routes, last, None, 1);
             (by_name, by_age, merged_name, merged_age)
         };
         let mut last = RouteOrder::default();
         {
-            let (routes, by_name, _) = unique_routes(collect_routes(&first, &config, 1), &last);
-            let (by_age, _) = age_ranks(&routes, &last, None);
+            let (routes, by_name, _) = unique_routes(collect_routes(&first, &config, 1), &last, 1);
+            let (by_age, _) = age_ranks(&routes, &last, None, 1);
             last.record(&routes, &by_name, &by_age);
         }
         let extra = |name: &str| {
@@ -1306,6 +1388,7 @@ mod tests {
         let fresh = names(unique_routes(
             collect_routes(&snapshot, &config, 1),
             &RouteOrder::default(),
+            1,
         ));
         let expected: Vec<(String, String)> = [("a", "x"), ("a", "y"), ("b", "x"), ("c", "a")]
             .iter()
@@ -1316,7 +1399,7 @@ mod tests {
             expected
         );
         let routes = collect_routes(&snapshot, &config, 1);
-        let (kept, by_name, _) = unique_routes(collect_routes(&snapshot, &config, 1), &RouteOrder::default());
+        let (kept, by_name, _) = unique_routes(collect_routes(&snapshot, &config, 1), &RouteOrder::default(), 1);
         let addresses: Vec<usize> = routes.iter().map(name_address).collect();
         let kept_addresses: Vec<usize> = kept.iter().map(name_address).collect();
         let reversed: Vec<usize> = (0..routes.len()).rev().collect();
@@ -1337,7 +1420,7 @@ mod tests {
                 by_age: Vec::new(),
                 held: Vec::new(),
             };
-            let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &last));
+            let arranged = names(unique_routes(collect_routes(&snapshot, &config, 1), &last, 1));
             assert_eq!(arranged, fresh);
         }
     }
@@ -1365,7 +1448,7 @@ mod tests {
         let config = Config::default();
         let routes = collect_routes(&snapshot, &config, 1);
         assert_eq!(routes.len(), 6);
-        let fresh = age_ranks(&routes, &RouteOrder::default(), None);
+        let fresh = age_ranks(&routes, &RouteOrder::default(), None, 1);
         let oldest: Vec<(RouteKind, &str, &str)> = (fresh.0.iter())
             .map(|&i| (routes[i].kind, routes[i].namespace, routes[i].name))
             .collect();
@@ -1402,9 +1485,9 @@ mod tests {
                 addresses,
                 held: Vec::new(),
             };
-            assert_eq!(age_ranks(&routes, &last, None), fresh);
+            assert_eq!(age_ranks(&routes, &last, None, 1), fresh);
             let carried = Carried::new(&last.addresses, &routes);
-            assert_eq!(age_ranks(&routes, &last, Some(&carried)), fresh);
+            assert_eq!(age_ranks(&routes, &last, Some(&carried), 1), fresh);
         }
     }
 
