@@ -71,22 +71,18 @@ fn local<'r>(r: &BackendRef<'r>) -> BackendRef<'r> {
     }
 }
 
-/// FNV-1a of the Service name, port and both namespaces: cheap for these short keys, and a
-/// bucket compares whole keys, so collisions cost only a comparison. The route's namespace
-/// matters: most backendRefs name no namespace, and the same Service name recurs across them.
+/// A hash of the Service name, port and both namespaces (foldhash, a word at a time: FNV-1a, a
+/// byte at a time, was a fifth of a cached resolution). A bucket compares whole keys, so
+/// collisions cost only a comparison. The route's namespace matters: most backendRefs name no
+/// namespace, and the same Service name recurs across them.
 fn key_hash(name: &str, port: Option<i32>, route_ns: &str, namespace: Option<&str>) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let port = port.map_or([0xff; 4], i32::to_le_bytes);
-    let parts = [
-        name.as_bytes(),
-        &port,
-        route_ns.as_bytes(),
-        namespace.unwrap_or_default().as_bytes(),
-    ];
-    for b in parts.into_iter().flatten() {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    name.hash(&mut h);
+    port.hash(&mut h);
+    route_ns.hash(&mut h);
+    namespace.hash(&mut h);
+    h.finish()
 }
 
 /// A hasher for keys that are hashes already.
