@@ -1,7 +1,9 @@
 //! Work over many independent routes, split across threads. Compiling rules, reading routes and
-//! writing their statuses are each a loop whose iterations share nothing mutable; on large
+//! writing their statuses are each a loop whose iterations share nothing mutable, and the name
+//! and age orders and a large host's rules are sorted in parts that are merged; on large
 //! snapshots they run on up to one thread per core, and the result is the same for any number
-//! of threads (a property test holds translation to that).
+//! of threads (a property test and `large_snapshots_translate_alike_on_any_number_of_threads`
+//! hold translation to that).
 
 use std::ops::Range;
 
