@@ -139,7 +139,14 @@ pub fn translate_on(
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
     let kept_attachments = cache.as_deref_mut().map(|c| &mut c.attached);
-    let all_attachments = route::attach_all(&routes, &gateways, &namespace_labels, &by_age, kept_attachments);
+    let all_attachments = route::attach_all(
+        &routes,
+        &gateways,
+        &namespace_labels,
+        &by_age,
+        kept_attachments,
+        threads,
+    );
     let mut compiled_routes = route::compiled::CompiledRoutes::new(
         &routes,
         &all_attachments,
@@ -1238,7 +1245,8 @@ mod tests {
     }
 
     /// Snapshots large enough for the name, age and rule sorts to run on several threads
-    /// ([`crate::parallel::sorted`]) translate as on one: routes listed in a scrambled order,
+    /// ([`crate::parallel::sorted`]) translate as on one, with a cache too (routes attached on
+    /// several threads, then found there): routes listed in a scrambled order,
     /// ages tied and missing, most routes on one hostname (a host of thousands of rules) and
     /// the others on a wildcard above it.
     #[test]
@@ -1283,6 +1291,13 @@ mod tests {
         for threads in 2..4 {
             let many = serde_json::to_string(&translate_on(&snapshot, &config, threads, None)).expect("serializes");
             assert!(one == many, "{threads} threads change the output");
+            // As the operator starts: from scratch into an empty cache, then reusing all of it.
+            let mut cache = CompileCache::default();
+            for pass in ["first", "second"] {
+                let reused = translate_on(&snapshot, &config, threads, Some(&mut cache));
+                let reused = serde_json::to_string(&reused).expect("serializes");
+                assert!(one == reused, "{threads} threads change the {pass} output with a cache");
+            }
         }
     }
 

@@ -82,11 +82,13 @@ impl Parents {
 impl Attached {
     /// Every route's attachments, as [`super::attach`] gives them: the last ones for a route
     /// whose object is unchanged while the parents are the same. Keeps these, and only these.
+    /// The routes without one are attached on `threads` threads (all of them, from scratch).
     pub fn attach(
         &mut self,
         routes: &[RouteModel<'_>],
         gateways: &[GatewayModel<'_>],
         namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+        threads: usize,
     ) -> Vec<Attachments> {
         let parents = Parents::of(gateways, namespace_labels);
         if self.parents.as_ref() != Some(&parents) {
@@ -94,14 +96,21 @@ impl Attached {
             self.parents = Some(parents);
         }
         self.routes.start();
-        let out = (routes.iter().enumerate())
-            .map(|(ri, route)| match route.object {
-                Some(object) => (self.routes)
-                    .kept_or(object, ri, || {
-                        Attachments::new(attach(route, gateways, namespace_labels))
-                    })
-                    .clone(),
-                None => Attachments::new(attach(route, gateways, namespace_labels)),
+        // Each route's attachments, and whether they are new (to keep after the others).
+        let kept = &self.routes;
+        let out = crate::parallel::map(routes.len(), threads, |ri| {
+            let route = &routes[ri];
+            match route.object.and_then(|object| kept.reuse(object, ri)) {
+                Some(last) => (last.clone(), false),
+                None => (Attachments::new(attach(route, gateways, namespace_labels)), true),
+            }
+        });
+        let out = (out.into_iter().enumerate())
+            .map(|(ri, (attachments, new))| {
+                if new && let Some(object) = routes[ri].object {
+                    (self.routes).kept_or(object, ri, || attachments.clone());
+                }
+                attachments
             })
             .collect();
         self.routes.sweep();

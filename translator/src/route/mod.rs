@@ -191,12 +191,13 @@ pub fn attach_all(
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
     by_age: &[usize],
     kept: Option<&mut attached::Attached>,
+    threads: usize,
 ) -> Vec<Attachments> {
     let mut out: Vec<Attachments> = match kept {
-        Some(kept) => kept.attach(routes, gateways, namespace_labels),
-        None => (routes.iter())
-            .map(|r| Attachments::new(attach(r, gateways, namespace_labels)))
-            .collect(),
+        Some(kept) => kept.attach(routes, gateways, namespace_labels, threads),
+        None => crate::parallel::map(routes.len(), threads, |ri| {
+            Attachments::new(attach(&routes[ri], gateways, namespace_labels))
+        }),
     };
     // Conflicts need routes of both kinds.
     let has = |kind: RouteKind| routes.iter().any(|r| r.kind == kind);
