@@ -690,8 +690,15 @@ fn virtual_hosts(
     let mut owners = Vec::with_capacity(contributions.len());
     // Shared by every host that serves them.
     let mut entries: Vec<Arc<Compiled>> = Vec::with_capacity(contributions.len());
+    // Whether HTTPRoutes and GRPCRoutes both contribute: only then can they meet on a host.
+    let (mut http, mut grpc) = (false, false);
     for (ci, c) in contributions.into_iter().enumerate() {
-        let route_hostnames = routes[c.route].hostnames;
+        let route = &routes[c.route];
+        match route.kind {
+            RouteKind::Grpc => grpc = true,
+            _ => http = true,
+        }
+        let route_hostnames = route.hostnames;
         match route_hostnames {
             // Most routes name one hostname: its intersection is the one effective hostname,
             // and the hostname itself the original (no list to collect and sort).
@@ -734,12 +741,15 @@ fn virtual_hosts(
     let mut out: Vec<VirtualHost> = Vec::with_capacity(hosts.len());
     for (_, i) in by_specificity {
         let (hostname, mut served) = std::mem::take(&mut hosts[i]);
-        // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins.
-        let oldest_kind = served
-            .iter()
-            .min_by_key(|(ci, _)| age_rank[owners[*ci]])
-            .map(|(ci, _)| routes[owners[*ci]].kind);
-        served.retain(|(ci, _)| Some(routes[owners[*ci]].kind) == oldest_kind);
+        // HTTPRoutes and GRPCRoutes on one hostname: the kind of the older route wins. (Each
+        // look reaches into a route: skipped for a listener of one kind.)
+        if http && grpc {
+            let oldest_kind = served
+                .iter()
+                .min_by_key(|(ci, _)| age_rank[owners[*ci]])
+                .map(|(ci, _)| routes[owners[*ci]].kind);
+            served.retain(|(ci, _)| Some(routes[owners[*ci]].kind) == oldest_kind);
+        }
         sources.clear();
         sources.extend((served.iter()).map(|&(ci, original)| (&entries[ci], age_rank[owners[ci]], original)));
         let previous = match kept.as_mut().map(|k| k.lookup(hostname, &sources)) {
