@@ -796,25 +796,25 @@ fn virtual_hosts(
             )
         };
         let total: usize = sources.iter().map(|(compiled, _, _)| compiled.rules.len()).sum();
+        // The keys of the rules of sources `range`.
+        let keys = |range: std::ops::Range<usize>, order: &mut Vec<HostKey>| {
+            for si in range {
+                order.extend((0..sources[si].0.rules.len()).map(|k| key(si as u32, k as u32)));
+            }
+        };
         let origins: Vec<Origin> = match previous {
             Some(last) if total >= MERGE_FROM => merged(&sources, last, key),
             // A host of thousands of routes (from scratch): its keys made and sorted on every
             // thread the translation has.
             _ if threads > 1 && sources.len() >= crate::parallel::SORT_FROM => {
-                let keys = |range: std::ops::Range<usize>, order: &mut Vec<HostKey>| {
-                    for si in range {
-                        order.extend((0..sources[si].0.rules.len()).map(|k| key(si as u32, k as u32)));
-                    }
-                };
                 let order = crate::parallel::sorted(sources.len(), threads, keys, <[_]>::sort_unstable);
                 order.iter().map(|&(_, _, si, k)| (si, k)).collect()
             }
+            // Most hosts: in the scratch list kept from host to host.
             _ => {
                 order.clear();
                 order.reserve(total);
-                for (si, (compiled, _, _)) in sources.iter().enumerate() {
-                    order.extend((0..compiled.rules.len()).map(|k| key(si as u32, k as u32)));
-                }
+                keys(0..sources.len(), &mut order);
                 order.sort_unstable();
                 order.iter().map(|&(_, _, si, k)| (si, k)).collect()
             }
