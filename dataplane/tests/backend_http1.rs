@@ -507,3 +507,95 @@ async fn large_content_length_body_arrives_intact() {
     assert_eq!(reply.body.len(), expected.len());
     assert!(reply.body == expected, "1 MiB body differs");
 }
+
+/// Sends `request` on a new connection and reads the response head and a `body_len`-byte body
+/// as bytes.
+async fn raw_exchange(addr: SocketAddr, request: &str, body_len: usize) -> (String, Vec<u8>) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let end = loop {
+        if let Some(at) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("a response head within 10 s")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the head ended: {:?}",
+            String::from_utf8_lossy(&read)
+        );
+        read.extend_from_slice(&chunk[..n]);
+    };
+    while read.len() < end + body_len {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed within the body");
+        read.extend_from_slice(&chunk[..n]);
+    }
+    (String::from_utf8(read[..end].to_vec()).unwrap(), read[end..].to_vec())
+}
+
+/// A response no mechanism edits reaches an HTTP/1.1 client with the backend's own field
+/// lines (spelling and spacing kept: they are written on, not parsed into a map and encoded
+/// again), but for those of the backend's hop; one a filter edits goes through the map.
+#[tokio::test]
+async fn unedited_response_fields_are_the_backends_lines_but_for_its_hop() {
+    let scripted = Scripted::start(|_| {
+        keep(
+            "HTTP/1.1 200 OK\r\nServer: scripted\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
+             X-Mixed-Case:  spaced\t\r\nContent-Length: 2\r\nset-cookie: a=1\r\nset-cookie: b=2\r\n\r\nok",
+        )
+    })
+    .await;
+    let endpoint = ir::Endpoint {
+        address: scripted.addr.ip().to_string(),
+        port: scripted.addr.port(),
+    };
+    let mut edited = rule("edited", prefix("/edited"), "b");
+    edited.filters = vec![ir::Filter::ResponseHeaderModifier(ir::HeaderModifier {
+        add: vec![("x-added".into(), "yes".into())],
+        ..Default::default()
+    })];
+    let (_dp, addr) = start(simple(
+        vec![edited, rule("r", prefix("/"), "b")],
+        vec![backend("b", vec![endpoint])],
+    ))
+    .await;
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: example.com\r\n\r\n");
+
+    let (head, body) = raw_exchange(addr, &get("/"), 2).await;
+    assert_eq!(body, b"ok");
+    let lines: Vec<&str> = head.split("\r\n").collect();
+    assert_eq!(lines[0], "HTTP/1.1 200 OK");
+    assert_eq!(
+        lines[1..6],
+        [
+            "Server: scripted",
+            "X-Mixed-Case:  spaced\t",
+            "Content-Length: 2",
+            "set-cookie: a=1",
+            "set-cookie: b=2"
+        ],
+        "{head:?}"
+    );
+    assert!(lines[6].starts_with("date: "), "{head:?}");
+    assert_eq!(lines[7..], ["", ""], "{head:?}");
+
+    let (head, body) = raw_exchange(addr, &get("/edited"), 2).await;
+    assert_eq!(body, b"ok");
+    let lower = head.to_ascii_lowercase();
+    assert!(lower.contains("\r\nx-added: yes\r\n"), "{head:?}");
+    assert!(lower.contains("\r\nserver: scripted\r\n"), "{head:?}");
+    assert!(lower.contains("\r\ncontent-length: 2\r\n"), "{head:?}");
+    assert!(!lower.contains("keep-alive"), "{head:?}");
+    assert!(!head.contains("Server: scripted"), "the map's own spelling: {head:?}");
+
+    // An HTTP/2 client gets the same fields from the map.
+    let reply = send_h2(addr, request(addr, "example.com", "GET", "/")).await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.header("x-mixed-case"), "spaced");
+    assert!(reply.headers.get("keep-alive").is_none());
+}

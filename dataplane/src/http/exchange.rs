@@ -47,6 +47,9 @@ pub struct Exchange<'a> {
     pub trail: Option<&'a Arc<Trail>>,
     /// The request's span; `None` when its Gateway is not traced.
     pub span: Option<&'a RequestSpan>,
+    /// The connection writes a backend's field lines on ([`ProxyBody::take_lines`]): a
+    /// response nothing here reads or edits may come as lines instead of a map.
+    pub lines: bool,
 }
 
 /// A request body as the exchange takes it.
@@ -442,7 +445,15 @@ impl<'a> Exchange<'a> {
             let hash = crate::upstream::request_hash(on, &parts.headers, parts.uri.query(), client)?;
             upstream.hashed_endpoint(hash)
         });
-        let mut forwarded = match upstream.forward_to(parts, body, connect_retries, preferred).await {
+        // Past here only the status of a response is read unless a filter, a session, an
+        // upgrade or a response mechanism of the rule's traffic policy edits its fields.
+        let lines = self.lines
+            && rule_edits.is_empty()
+            && response_edits.is_empty()
+            && sticky.is_none()
+            && upgrade.is_none()
+            && self.rule.respond().is_empty();
+        let mut forwarded = match (upstream.forward_to(parts, body, connect_retries, preferred, lines)).await {
             Ok(forwarded) => forwarded,
             Err(error) => {
                 log_failure(self.rule, &error);

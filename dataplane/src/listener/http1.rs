@@ -396,9 +396,24 @@ where
     let (mut parts, mut body) = response.into_parts();
     let status = parts.status;
     out.clear();
-    let fields = encode_head(out, status, &parts.headers);
-    // Encoded: the map serves the next request (not a large one: emptying it walks all of it).
-    if parts.headers.capacity() <= SPARE_FIELDS {
+    let fields = match body.take_lines() {
+        // The backend's lines as it sent them, and what the map may hold beside them.
+        Some(lines) => {
+            encode_status(out, status);
+            lines.write(out);
+            let mut fields = encode_fields(out, &parts.headers, lines.length.is_some());
+            fields.length = fields.length.or(lines.length);
+            fields.date |= lines.date;
+            fields
+        }
+        None => {
+            encode_status(out, status);
+            encode_fields(out, &parts.headers, false)
+        }
+    };
+    // Encoded: the map serves the next request (not a large one: emptying it walks all of it;
+    // nor one never filled, which a request would have to grow).
+    if (1..=SPARE_FIELDS).contains(&parts.headers.capacity()) {
         parts.headers.clear();
         *spare = Some(std::mem::take(&mut parts.headers));
     }
@@ -536,22 +551,26 @@ struct Fields {
     close: bool,
 }
 
-/// Writes the status line and the response's fields, but for `Transfer-Encoding` and a
-/// `Content-Length` that is not a number (the framing is Turna's to choose) and `Connection`
-/// (whether the connection stays is this connection's to say), in one pass that
-/// also notes what the framing and the connection depend on. The head's last line is the
-/// caller's, after the fields it adds.
-fn encode_head(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap) -> Fields {
-    let mut fields = Fields::default();
+/// Writes the status line.
+fn encode_status(out: &mut Vec<u8>, status: StatusCode) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the response's fields, but for `Transfer-Encoding` and a `Content-Length` that is
+/// not a number or not the first (the framing is Turna's to choose; `has_length`: a length was
+/// written already) and `Connection` (whether the connection stays is this connection's to
+/// say), in one pass that also notes what the framing and the connection depend on. The
+/// head's last line is the caller's, after the fields it adds.
+fn encode_fields(out: &mut Vec<u8>, headers: &HeaderMap, has_length: bool) -> Fields {
+    let mut fields = Fields::default();
     for (name, value) in headers {
         if name == header::CONTENT_LENGTH {
             match value.to_str().ok().and_then(|l| l.parse().ok()) {
-                Some(length) if fields.length.is_none() => fields.length = Some(length),
+                Some(length) if fields.length.is_none() && !has_length => fields.length = Some(length),
                 _ => continue,
             }
         } else if name == header::TRANSFER_ENCODING {
@@ -681,15 +700,21 @@ mod tests {
         headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Close"));
         headers.insert("x-a", HeaderValue::from_static("b"));
         let mut out = Vec::new();
-        let fields = encode_head(&mut out, StatusCode::OK, &headers);
+        encode_status(&mut out, StatusCode::OK);
+        let fields = encode_fields(&mut out, &headers, false);
         assert_eq!(fields.length, Some(12));
         assert!(fields.close && !fields.date);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-length: 12\r\nx-a: b\r\n"
         );
+        // Beside lines that had a length, the map's is not written again.
+        let mut out = Vec::new();
+        let fields = encode_fields(&mut out, &headers, true);
+        assert_eq!(fields.length, None);
+        assert_eq!(String::from_utf8(out).unwrap(), "x-a: b\r\n");
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("twelve"));
-        let fields = encode_head(&mut Vec::new(), StatusCode::OK, &headers);
+        let fields = encode_fields(&mut Vec::new(), &headers, false);
         assert_eq!(fields.length, None, "not a length: the framing is chosen again");
     }
 

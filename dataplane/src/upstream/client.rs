@@ -29,6 +29,9 @@ pub struct Forwarded {
     pub checkin: Option<Checkin>,
     /// The endpoint that answered ([`Upstream::endpoint_address`]).
     pub endpoint: usize,
+    /// The response's fields as lines to write on, when they were asked for and could be
+    /// kept so; the response's map is then empty.
+    pub lines: Option<Box<direct::FieldLines>>,
 }
 
 /// Counts a request in flight on an endpoint while alive.
@@ -111,17 +114,19 @@ impl Upstream {
         body: RequestBody,
         connect_retries: u32,
     ) -> Result<Forwarded, ForwardError> {
-        self.forward_to(parts, body, connect_retries, None).await
+        self.forward_to(parts, body, connect_retries, None, false).await
     }
 
     /// [`Upstream::forward`] to endpoint `preferred` when it can take requests (a persistent
-    /// session's), else to one the strategy picks.
+    /// session's), else to one the strategy picks; with `lines`, a plain HTTP/1.1 response's
+    /// fields come as lines to write on when they can ([`direct::FieldLines`]).
     pub async fn forward_to(
         &self,
         parts: Box<Parts>,
         body: RequestBody,
         connect_retries: u32,
         preferred: Option<usize>,
+        lines: bool,
     ) -> Result<Forwarded, ForwardError> {
         if matches!(self.tls, BackendTls::Invalid) {
             return Err(ForwardError::InvalidTls(self.id.clone()));
@@ -159,23 +164,23 @@ impl Upstream {
             }
         };
         let mut guard = ActiveGuard::new(&self.endpoints[index].active);
-        let (response, checkin, index) = match (checkout, payload) {
+        let (response, checkin, index, lines) = match (checkout, payload) {
             (Checkout::Direct(connection), Some(payload)) => {
                 let sent = Sent {
                     index,
                     connection,
                     reused,
                 };
-                let (response, index) = self
-                    .send_direct(sent, &parts, payload, connect_retries, &mut guard)
+                let (response, index, lines) = self
+                    .send_direct(sent, &parts, payload, connect_retries, &mut guard, lines)
                     .await?;
-                (response, None, index)
+                (response, None, index, lines)
             }
             (Checkout::Hyper(sender), _) => {
                 let (response, checkin) = self
                     .send_hyper(&self.endpoints[index], sender, reused, parts, body)
                     .await?;
-                (response, checkin, index)
+                (response, checkin, index, None)
             }
             // Not taken: a pool hands out direct connections only when asked, with a payload.
             (Checkout::Direct(_), None) => {
@@ -190,6 +195,7 @@ impl Upstream {
             guard,
             checkin,
             endpoint: index,
+            lines,
         })
     }
 
@@ -201,7 +207,8 @@ impl Upstream {
     /// moves away from endpoints that went away (they closed or reset the new connection: their
     /// process stopped before the proxy heard of it, as when a Deployment scales down): those are
     /// passed over until every endpoint was tried, as [`Upstream::open`] passes over endpoints
-    /// that refuse. Returns the answering endpoint.
+    /// that refuse. Returns the answering endpoint, and the response's fields as lines when
+    /// `lines` asked for them and they could be kept so.
     async fn send_direct(
         &self,
         sent: Sent,
@@ -209,7 +216,8 @@ impl Upstream {
         payload: bytes::Bytes,
         connect_retries: u32,
         guard: &mut ActiveGuard,
-    ) -> Result<(Response<ResponseBody>, usize), ForwardError> {
+        lines: bool,
+    ) -> Result<(Response<ResponseBody>, usize, Option<Box<direct::FieldLines>>), ForwardError> {
         let Sent {
             mut index,
             mut connection,
@@ -221,7 +229,7 @@ impl Upstream {
         // Endpoints this request left behind.
         let mut left = Vec::new();
         let mut head = loop {
-            let error = match connection.exchange(&request).await {
+            let error = match connection.exchange(&request, lines).await {
                 Ok(head) => break head,
                 Err(error) if error.retryable(&parts.method) => error,
                 Err(error) => return Err(self.direct_error(error)),
@@ -279,7 +287,7 @@ impl Upstream {
         *response.status_mut() = head.status;
         *response.version_mut() = head.version;
         *response.headers_mut() = head.headers;
-        Ok((response, index))
+        Ok((response, index, head.lines))
     }
 
     /// Counts a connect failure towards the endpoint's ejection.

@@ -26,6 +26,7 @@ pub use body::{
 };
 pub use breaker::{Breaker, Slot, Taken as BreakerSlot};
 pub use client::{ActiveGuard, ForwardError, Forwarded};
+pub use direct::FieldLines;
 pub use hashing::request_hash;
 pub use health::PassiveHealth;
 pub use retry_budget::RetryBudget;

@@ -9,6 +9,7 @@ use http::uri::Authority;
 use http::{Method, StatusCode, Version};
 
 use super::Error;
+use super::lines::FieldLines;
 
 /// Headers read per response at most (hyper's limit too).
 const MAX_HEADERS: usize = 100;
@@ -72,13 +73,17 @@ fn field(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 pub struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
+    /// Empty when the fields are `lines`.
     pub headers: HeaderMap,
-    delimiting: Delimiting,
+    /// The fields as lines to write on, when [`parse`] was asked for them and could.
+    pub lines: Option<Box<FieldLines>>,
+    pub(super) delimiting: Delimiting,
 }
 
 /// Parses a complete response head off the front of `buf`; `None` while it is incomplete.
-/// Header values share the buffer's memory.
-pub fn parse(buf: &mut BytesMut) -> Result<Option<ResponseHead>, Error> {
+/// Header values share the buffer's memory. With `lines`, the fields are kept as lines to write
+/// on when they can be ([`FieldLines`]), and no map is made.
+pub fn parse(buf: &mut BytesMut, lines: bool) -> Result<Option<ResponseHead>, Error> {
     let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
     let len =
@@ -95,9 +100,21 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<ResponseHead>, Error> {
     } else {
         Version::HTTP_11
     };
+    let mut delimiting = Delimiting::default();
+    if lines && let Some(lines) = FieldLines::read(buf, len, response.headers, &mut delimiting) {
+        // Boxed: the heads and responses that carry it are moved many times.
+        let lines = Box::new(lines.of(buf.split_to(len).freeze()));
+        return Ok(Some(ResponseHead {
+            status,
+            version,
+            headers: HeaderMap::new(),
+            lines: Some(lines),
+            delimiting,
+        }));
+    }
+    delimiting = Delimiting::default();
     let base = buf.as_ptr() as usize;
     let mut fields = Vec::with_capacity(response.headers.len());
-    let mut delimiting = Delimiting::default();
     for field in response.headers.iter() {
         let name = match common_name(field.name.as_bytes()) {
             Some(name) => name,
@@ -124,6 +141,7 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<ResponseHead>, Error> {
         status,
         version,
         headers,
+        lines: None,
         delimiting,
     }))
 }
@@ -158,15 +176,15 @@ fn common_name(name: &[u8]) -> Option<HeaderName> {
 
 /// The fields of a response head that say how its body ends and whether its connection stays.
 #[derive(Debug, Default)]
-struct Delimiting {
+pub(super) struct Delimiting {
     /// Connection lists `close`.
-    close: bool,
+    pub(super) close: bool,
     /// Connection lists `keep-alive`.
-    keep_alive: bool,
+    pub(super) keep_alive: bool,
     /// A Transfer-Encoding was sent; whether its last coding is chunked.
-    transfer: Option<bool>,
+    pub(super) transfer: Option<bool>,
     /// The Content-Length, when every value says the same.
-    length: Option<u64>,
+    pub(super) length: Option<u64>,
     /// A Content-Length value was not a number, or values differ.
     bad_length: bool,
 }
@@ -254,7 +272,7 @@ impl ResponseHead {
 }
 
 /// A non-empty run of decimal digits that fits in a u64.
-fn decimal(digits: &[u8]) -> Option<u64> {
+pub(super) fn decimal(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() {
         return None;
     }
@@ -271,13 +289,13 @@ mod tests {
 
     fn head(raw: &str) -> ResponseHead {
         let mut buf = BytesMut::from(raw);
-        parse(&mut buf).unwrap().unwrap()
+        parse(&mut buf, false).unwrap().unwrap()
     }
 
     #[test]
     fn parses_a_head_and_leaves_the_body() {
         let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: 1\r\nx-a: 2\r\n\r\nabc");
-        let head = parse(&mut buf).unwrap().unwrap();
+        let head = parse(&mut buf, false).unwrap().unwrap();
         assert_eq!(head.status, StatusCode::OK);
         assert_eq!(head.version, Version::HTTP_11);
         let values: Vec<_> = head.headers.get_all("x-a").iter().collect();
@@ -291,7 +309,7 @@ mod tests {
             let mut raw = b"HTTP/1.1 200 OK\r\nx-a: a".to_vec();
             raw.push(byte);
             raw.extend_from_slice(b"b\r\n\r\n");
-            let accepted = matches!(parse(&mut BytesMut::from(&raw[..])), Ok(Some(_)));
+            let accepted = matches!(parse(&mut BytesMut::from(&raw[..]), false), Ok(Some(_)));
             let valid = HeaderValue::from_bytes(&[b'a', byte, b'b']).is_ok();
             assert!(
                 !accepted || valid,
@@ -356,10 +374,10 @@ mod tests {
     #[test]
     fn an_incomplete_head_waits_and_garbage_fails() {
         let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Le");
-        assert!(parse(&mut buf).unwrap().is_none());
+        assert!(parse(&mut buf, false).unwrap().is_none());
         assert_eq!(buf.len(), 27);
-        assert!(parse(&mut BytesMut::from("HTTP/1.1 abc\r\n\r\n")).is_err());
-        assert!(parse(&mut BytesMut::from("hello world\r\n\r\n")).is_err());
+        assert!(parse(&mut BytesMut::from("HTTP/1.1 abc\r\n\r\n"), false).is_err());
+        assert!(parse(&mut BytesMut::from("hello world\r\n\r\n"), false).is_err());
     }
 
     #[test]

@@ -8,9 +8,11 @@
 
 mod body;
 mod head;
+mod lines;
 
 pub use body::Body;
 pub use head::{Framing, Request, ResponseHead};
+pub use lines::FieldLines;
 
 use std::io;
 use std::task::{Context, Poll, Waker};
@@ -120,14 +122,15 @@ impl Connection {
         }
     }
 
-    /// Writes `request` and reads the final response head (interim 1xx responses are skipped).
-    pub async fn exchange(&mut self, request: &Request) -> Result<ResponseHead, Error> {
+    /// Writes `request` and reads the final response head (interim 1xx responses are skipped);
+    /// with `lines`, its fields as lines to write on when they can be ([`FieldLines`]).
+    pub async fn exchange(&mut self, request: &Request, lines: bool) -> Result<ResponseHead, Error> {
         if let Err(source) = self.write(request).await {
             return Err(Error::Unanswered { written: false, source });
         }
         let mut first = true;
         loop {
-            let head = self.read_head(first).await?;
+            let head = self.read_head(first, lines).await?;
             first = false;
             if !head.status.is_informational() {
                 return Ok(head);
@@ -146,10 +149,10 @@ impl Connection {
         Ok(())
     }
 
-    async fn read_head(&mut self, first: bool) -> Result<ResponseHead, Error> {
+    async fn read_head(&mut self, first: bool, lines: bool) -> Result<ResponseHead, Error> {
         loop {
             if !self.buf.is_empty() {
-                if let Some(head) = head::parse(&mut self.buf)? {
+                if let Some(head) = head::parse(&mut self.buf, lines)? {
                     return Ok(head);
                 }
                 if self.buf.len() > MAX_HEAD {
