@@ -47,8 +47,9 @@ pub struct Exchange<'a> {
     pub trail: Option<&'a Arc<Trail>>,
     /// The request's span; `None` when its Gateway is not traced.
     pub span: Option<&'a RequestSpan>,
-    /// The connection writes a backend's field lines on ([`ProxyBody::take_lines`]): a
-    /// response nothing here reads or edits may come as lines instead of a map.
+    /// The connection writes a backend's field lines on ([`crate::upstream::FieldLines`]): a
+    /// response nothing here reads or edits may come as lines instead of a map. Only Turna's
+    /// own HTTP/1.1 connection does.
     pub lines: bool,
 }
 

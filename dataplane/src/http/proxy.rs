@@ -84,13 +84,12 @@ pub struct InFlight(Arc<Connection>);
 
 impl InFlight {
     /// Answers the request, whose response body then holds its place among those in flight.
-    /// `lines`: the connection writes a backend's field lines on ([`ProxyBody::take_lines`]).
-    async fn respond(self, parts: Box<Parts>, body: Received, lines: bool) -> Response<ProxyBody> {
+    async fn respond(self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
         let connection = &self.0;
         let mut response = match connection.context.access_log.clone() {
             // Boxed: requests that are not logged carry nothing of it.
-            Some(log) => Box::pin(connection.handle_logged(&log, parts, body, lines)).await,
-            None => connection.handle(parts, body, lines).await,
+            Some(log) => Box::pin(connection.handle_logged(&log, parts, body)).await,
+            None => connection.handle(parts, body).await,
         };
         response.body_mut().hold(self);
         response
@@ -113,7 +112,7 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
         // The head is boxed once here: moved through every await below, it stays a pointer.
         let (parts, body) = req.into_parts();
         let (parts, body) = (Box::new(parts), Received::Hyper(body));
-        Box::pin(async move { Ok(in_flight.respond(parts, body, false).await) })
+        Box::pin(async move { Ok(in_flight.respond(parts, body).await) })
     }
 }
 
@@ -141,11 +140,9 @@ impl HttpService {
         }
     }
 
-    /// Answers a request read by Turna's own HTTP/1.1 connection (hyper's calls the service),
-    /// which writes a backend's field lines on when the response has them
-    /// ([`ProxyBody::take_lines`]).
+    /// Answers a request read by Turna's own HTTP/1.1 connection (hyper's calls the service).
     pub async fn respond(&self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
-        self.start().respond(parts, body, true).await
+        self.start().respond(parts, body).await
     }
 
     /// Counts a request in flight on the connection, from now until its response body is
@@ -172,30 +169,24 @@ impl HttpService {
 }
 
 impl Connection {
-    async fn handle(&self, parts: Box<Parts>, body: Received, lines: bool) -> Response<ProxyBody> {
+    async fn handle(&self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
         let started = Instant::now();
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
-        let response = self.route(&table, parts, body, &mut served, None, lines).await;
+        let response = self.route(&table, parts, body, &mut served, None).await;
         self.count(&served, response.status().as_u16(), started);
         response
     }
 
     /// [`Connection::handle`] with an access log line, written when the response body is done
     /// (or here, when the client goes away before the response).
-    async fn handle_logged(
-        &self,
-        log: &Arc<AccessLog>,
-        parts: Box<Parts>,
-        body: Received,
-        lines: bool,
-    ) -> Response<ProxyBody> {
+    async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
         let mut pending = Pending::start(log, self.peer, self.context.scheme, &parts);
         let started = Instant::now();
         let table = self.context.table.load_full();
         let mut served = Served::Unrouted;
-        let mut response = (self.route(&table, parts, body, &mut served, Some(&pending.trail), lines)).await;
+        let mut response = self.route(&table, parts, body, &mut served, Some(&pending.trail)).await;
         let code = response.status().as_u16();
         pending.answered(code);
         pending.line.listener = self.count(&served, code, started).to_string();
@@ -237,7 +228,6 @@ impl Connection {
         body: Received,
         served: &mut Served<'t>,
         trail: Option<&Arc<Trail>>,
-        lines: bool,
     ) -> Response<ProxyBody> {
         let context = &self.context;
         let flag = |flag| {
@@ -276,7 +266,7 @@ impl Connection {
         if !listener.access.is_empty() {
             // Boxed: only the requests of listeners with filters carry this future.
             let host = host.into_owned();
-            return Box::pin(self.filtered(table, listener, host, parts, body, served, span, trail, lines)).await;
+            return Box::pin(self.filtered(table, listener, host, parts, body, served, span, trail)).await;
         }
         let routed = routes.route(&RequestView {
             host: &host,
@@ -296,7 +286,7 @@ impl Connection {
         } else {
             String::new()
         };
-        self.exchange(table, rule, host, parts, Body::Client(body), served, span, trail, lines)
+        self.exchange(table, rule, host, parts, Body::Client(body), served, span, trail)
             .await
     }
 
@@ -317,7 +307,6 @@ impl Connection {
         served: &mut Served<'t>,
         span: Option<Box<RequestSpan>>,
         trail: Option<&Arc<Trail>>,
-        lines: bool,
     ) -> Response<ProxyBody> {
         let context = &self.context;
         let grpc = is_grpc(&parts.headers);
@@ -356,8 +345,7 @@ impl Connection {
         };
         let host = if redirects(rule) { host } else { String::new() };
         let body = Body::Checked(Box::new(checked));
-        self.exchange(table, rule, host, parts, body, served, span, trail, lines)
-            .await
+        self.exchange(table, rule, host, parts, body, served, span, trail).await
     }
 
     /// Serves a request routed to `rule`; `host` is the request's host when a redirect may
@@ -373,7 +361,6 @@ impl Connection {
         served: &mut Served<'t>,
         mut span: Option<Box<RequestSpan>>,
         trail: Option<&Arc<Trail>>,
-        lines: bool,
     ) -> Response<ProxyBody> {
         let context = &self.context;
         *served = Served::Rule(rule);
@@ -384,6 +371,10 @@ impl Connection {
             // A checked body comes from `filtered`, which set them before its filters.
             self.forwarding_headers(&mut parts.headers, &parts.uri);
         }
+        // Turna's own HTTP/1.1 connection writes a backend's field lines on; hyper's would
+        // drop them. (A request of a listener with filters is not told apart: it goes as
+        // hyper's.)
+        let lines = matches!(&body, Body::Client(received) if received.own_connection());
         let exchange = Exchange {
             rule,
             scheme: context.scheme,

@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use super::proxy::InFlight;
 use crate::access_log::{Flag, Pending};
 use crate::telemetry::RequestSpan;
-use crate::upstream::{FieldLines, Forwarded};
+use crate::upstream::Forwarded;
 
 pub use crate::upstream::BoxError;
 
@@ -22,23 +22,11 @@ pub use crate::upstream::BoxError;
 pub struct ProxyBody {
     inner: UnsyncBoxBody<Bytes, BoxError>,
     in_flight: Option<InFlight>,
-    /// The backend's fields as lines to write on (the response's map is then empty): only a
-    /// response no mechanism reads or edits, for Turna's own HTTP/1.1 connection, has them.
-    lines: Option<Box<FieldLines>>,
 }
 
 impl ProxyBody {
     fn new(inner: UnsyncBoxBody<Bytes, BoxError>) -> Self {
-        ProxyBody {
-            inner,
-            in_flight: None,
-            lines: None,
-        }
-    }
-
-    /// Takes the backend's fields as lines to write on, if the response has them.
-    pub fn take_lines(&mut self) -> Option<Box<FieldLines>> {
-        self.lines.take()
+        ProxyBody { inner, in_flight: None }
     }
 
     /// Keeps the request counted as in flight until this body is dropped.
@@ -201,18 +189,15 @@ pub fn upstream(forwarded: Forwarded) -> Response<ProxyBody> {
         guard,
         checkin,
         endpoint: _,
-        lines,
     } = forwarded;
     response.map(|body| {
-        let mut body = ProxyBody::new(
+        ProxyBody::new(
             GuardedBody {
                 inner: body,
                 _guard: (guard, checkin),
             }
             .boxed_unsync(),
-        );
-        body.lines = lines;
-        body
+        )
     })
 }
 

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
+use crate::upstream::FieldLines;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use hyper::body::{Body as _, Frame};
@@ -396,20 +397,17 @@ where
     let (mut parts, mut body) = response.into_parts();
     let status = parts.status;
     out.clear();
-    let fields = match body.take_lines() {
+    encode_status(out, status);
+    let fields = match parts.extensions.remove::<FieldLines>() {
         // The backend's lines as it sent them, and what the map may hold beside them.
         Some(lines) => {
-            encode_status(out, status);
             lines.write(out);
             let mut fields = encode_fields(out, &parts.headers, lines.length.is_some());
             fields.length = fields.length.or(lines.length);
             fields.date |= lines.date;
             fields
         }
-        None => {
-            encode_status(out, status);
-            encode_fields(out, &parts.headers, false)
-        }
+        None => encode_fields(out, &parts.headers, false),
     };
     // Encoded: the map serves the next request (not a large one: emptying it walks all of it;
     // nor one never filled, which a request would have to grow).

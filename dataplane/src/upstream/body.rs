@@ -47,6 +47,12 @@ pub enum Received {
 }
 
 impl Received {
+    /// Whether Turna's own HTTP/1.1 connection read the request (and writes its response: a
+    /// backend's field lines on too, [`super::FieldLines`]); hyper's reads only `Hyper`.
+    pub fn own_connection(&self) -> bool {
+        !matches!(self, Received::Hyper(_))
+    }
+
     /// Inlined: every request asks, and most bodies are empty.
     #[inline(always)]
     fn is_end_stream(&self) -> bool {

@@ -29,9 +29,6 @@ pub struct Forwarded {
     pub checkin: Option<Checkin>,
     /// The endpoint that answered ([`Upstream::endpoint_address`]).
     pub endpoint: usize,
-    /// The response's fields as lines to write on, when they were asked for and could be
-    /// kept so; the response's map is then empty.
-    pub lines: Option<Box<direct::FieldLines>>,
 }
 
 /// Counts a request in flight on an endpoint while alive.
@@ -119,7 +116,8 @@ impl Upstream {
 
     /// [`Upstream::forward`] to endpoint `preferred` when it can take requests (a persistent
     /// session's), else to one the strategy picks; with `lines`, a plain HTTP/1.1 response's
-    /// fields come as lines to write on when they can ([`direct::FieldLines`]).
+    /// fields come as lines to write on when they can: a [`direct::FieldLines`] among the
+    /// response's extensions, and an empty map.
     pub async fn forward_to(
         &self,
         parts: Box<Parts>,
@@ -164,23 +162,23 @@ impl Upstream {
             }
         };
         let mut guard = ActiveGuard::new(&self.endpoints[index].active);
-        let (response, checkin, index, lines) = match (checkout, payload) {
+        let (response, checkin, index) = match (checkout, payload) {
             (Checkout::Direct(connection), Some(payload)) => {
                 let sent = Sent {
                     index,
                     connection,
                     reused,
                 };
-                let (response, index, lines) = self
+                let (response, index) = self
                     .send_direct(sent, &parts, payload, connect_retries, &mut guard, lines)
                     .await?;
-                (response, None, index, lines)
+                (response, None, index)
             }
             (Checkout::Hyper(sender), _) => {
                 let (response, checkin) = self
                     .send_hyper(&self.endpoints[index], sender, reused, parts, body)
                     .await?;
-                (response, checkin, index, None)
+                (response, checkin, index)
             }
             // Not taken: a pool hands out direct connections only when asked, with a payload.
             (Checkout::Direct(_), None) => {
@@ -195,7 +193,6 @@ impl Upstream {
             guard,
             checkin,
             endpoint: index,
-            lines,
         })
     }
 
@@ -207,8 +204,8 @@ impl Upstream {
     /// moves away from endpoints that went away (they closed or reset the new connection: their
     /// process stopped before the proxy heard of it, as when a Deployment scales down): those are
     /// passed over until every endpoint was tried, as [`Upstream::open`] passes over endpoints
-    /// that refuse. Returns the answering endpoint, and the response's fields as lines when
-    /// `lines` asked for them and they could be kept so.
+    /// that refuse. Returns the answering endpoint. With `lines`, the response's fields come as
+    /// lines when they can ([`Upstream::forward_to`]).
     async fn send_direct(
         &self,
         sent: Sent,
@@ -217,7 +214,7 @@ impl Upstream {
         connect_retries: u32,
         guard: &mut ActiveGuard,
         lines: bool,
-    ) -> Result<(Response<ResponseBody>, usize, Option<Box<direct::FieldLines>>), ForwardError> {
+    ) -> Result<(Response<ResponseBody>, usize), ForwardError> {
         let Sent {
             mut index,
             mut connection,
@@ -286,8 +283,15 @@ impl Upstream {
         let mut response = Response::new(ResponseBody::Direct(body));
         *response.status_mut() = head.status;
         *response.version_mut() = head.version;
-        *response.headers_mut() = head.headers;
-        Ok((response, index, head.lines))
+        match head.fields {
+            direct::Fields::Map(headers) => *response.headers_mut() = headers,
+            // Among the extensions, which only the responses that have any pay for: a field of
+            // the response or its body would make every response larger to move.
+            direct::Fields::Lines(lines) => {
+                response.extensions_mut().insert(lines);
+            }
+        }
+        Ok((response, index))
     }
 
     /// Counts a connect failure towards the endpoint's ejection.

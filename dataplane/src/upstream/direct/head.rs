@@ -73,11 +73,16 @@ fn field(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 pub struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
-    /// Empty when the fields are `lines`.
-    pub headers: HeaderMap,
-    /// The fields as lines to write on, when [`parse`] was asked for them and could.
-    pub lines: Option<Box<FieldLines>>,
+    pub fields: Fields,
     pub(super) delimiting: Delimiting,
+}
+
+/// A response head's fields.
+#[derive(Debug)]
+pub enum Fields {
+    Map(HeaderMap),
+    /// As lines to write on, when [`parse`] was asked for them and could.
+    Lines(FieldLines),
 }
 
 /// Parses a complete response head off the front of `buf`; `None` while it is incomplete.
@@ -102,13 +107,11 @@ pub fn parse(buf: &mut BytesMut, lines: bool) -> Result<Option<ResponseHead>, Er
     };
     let mut delimiting = Delimiting::default();
     if lines && let Some(lines) = FieldLines::read(buf, len, response.headers, &mut delimiting) {
-        // Boxed: the heads and responses that carry it are moved many times.
-        let lines = Box::new(lines.of(buf.split_to(len).freeze()));
+        let lines = lines.of(buf.split_to(len).freeze());
         return Ok(Some(ResponseHead {
             status,
             version,
-            headers: HeaderMap::new(),
-            lines: Some(lines),
+            fields: Fields::Lines(lines),
             delimiting,
         }));
     }
@@ -140,8 +143,7 @@ pub fn parse(buf: &mut BytesMut, lines: bool) -> Result<Option<ResponseHead>, Er
     Ok(Some(ResponseHead {
         status,
         version,
-        headers,
-        lines: None,
+        fields: Fields::Map(headers),
         delimiting,
     }))
 }
@@ -254,7 +256,11 @@ impl ResponseHead {
         if let Some(chunked) = delimiting.transfer {
             // Both framings at once: a request smuggling attempt, or a confused backend. The
             // chunks are read, and the connection is not used again.
-            let both = self.headers.remove(header::CONTENT_LENGTH).is_some();
+            // (Lines are never both: they take the map.)
+            let both = match &mut self.fields {
+                Fields::Map(headers) => headers.remove(header::CONTENT_LENGTH).is_some(),
+                Fields::Lines(_) => false,
+            };
             return Ok(if chunked {
                 (Framing::Chunked, keep_alive && !both)
             } else {
@@ -292,13 +298,22 @@ mod tests {
         parse(&mut buf, false).unwrap().unwrap()
     }
 
+    impl ResponseHead {
+        fn headers(&self) -> &HeaderMap {
+            match &self.fields {
+                Fields::Map(headers) => headers,
+                Fields::Lines(_) => panic!("lines, not a map"),
+            }
+        }
+    }
+
     #[test]
     fn parses_a_head_and_leaves_the_body() {
         let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: 1\r\nx-a: 2\r\n\r\nabc");
         let head = parse(&mut buf, false).unwrap().unwrap();
         assert_eq!(head.status, StatusCode::OK);
         assert_eq!(head.version, Version::HTTP_11);
-        let values: Vec<_> = head.headers.get_all("x-a").iter().collect();
+        let values: Vec<_> = head.headers().get_all("x-a").iter().collect();
         assert_eq!(values, ["1", "2"]);
         assert_eq!(&buf[..], b"abc");
     }
@@ -365,9 +380,9 @@ mod tests {
         // Through the parser: other spellings still name the same headers.
         let parsed =
             head("HTTP/1.1 200 OK\r\nCONTENT-TYPE: a\r\nContent-Type: b\r\nx-Custom: c\r\nContent-Length: 0\r\n\r\n");
-        let types: Vec<_> = parsed.headers.get_all(header::CONTENT_TYPE).iter().collect();
+        let types: Vec<_> = parsed.headers().get_all(header::CONTENT_TYPE).iter().collect();
         assert_eq!(types, ["a", "b"]);
-        assert_eq!(parsed.headers["x-custom"], "c");
+        assert_eq!(parsed.headers()["x-custom"], "c");
         assert_eq!(parsed.delimiting.length, Some(0));
     }
 
@@ -471,18 +486,18 @@ mod tests {
         let parsed = head(
             "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n",
         );
-        let names: Vec<_> = parsed.headers.keys().map(|n| n.as_str()).collect();
+        let names: Vec<_> = parsed.headers().keys().map(|n| n.as_str()).collect();
         assert_eq!(names, ["x-a"]);
         let parsed = head("HTTP/1.1 200 OK\r\nConnection: close, x-hop\r\nx-hop: 1\r\n\r\n");
-        assert_eq!(parsed.headers[header::CONNECTION], "close, x-hop");
-        assert!(parsed.headers.contains_key("x-hop"));
+        assert_eq!(parsed.headers()[header::CONNECTION], "close, x-hop");
+        assert!(parsed.headers().contains_key("x-hop"));
     }
 
     #[test]
     fn a_transfer_encoding_removes_the_content_length() {
         let mut head = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n");
         head.framing(&Method::GET).unwrap();
-        assert!(!head.headers.contains_key(header::CONTENT_LENGTH));
+        assert!(!head.headers().contains_key(header::CONTENT_LENGTH));
     }
 
     #[test]

@@ -11,7 +11,7 @@ mod head;
 mod lines;
 
 pub use body::Body;
-pub use head::{Framing, Request, ResponseHead};
+pub use head::{Fields, Framing, Request, ResponseHead};
 pub use lines::FieldLines;
 
 use std::io;
