@@ -2,7 +2,7 @@
 
 use http::request::Parts;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, Request, Response, StatusCode, Uri, header};
+use http::{HeaderMap, Request, StatusCode, Uri, header};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use super::access;
 use super::filters::{Filter, RedirectTarget, ResponseEdit};
 use super::mirror;
 use super::respond::RequestFacts;
-use super::response::{self, ProxyBody};
+use super::response::{self, ProxyResponse};
 use super::retry::MAX_RETRY_BODY;
 use super::rule::{Rule, RuleBackend, describe};
 use super::session::{self, Pinned, Session};
@@ -73,7 +73,7 @@ pub struct Checked {
 /// The outcome of one attempt.
 enum Attempt {
     /// A response to send (from the backend, or a redirect).
-    Response(Response<ProxyBody>),
+    Response(ProxyResponse),
     /// No response; answered with this status unless retried.
     Failed(StatusCode),
     /// Not sent, and not to be retried either: answered with this status.
@@ -98,7 +98,7 @@ impl BodySource {
 impl<'a> Exchange<'a> {
     /// Serves the request with head `parts` (boxed: moved through every await, it stays a
     /// pointer) and `body`.
-    pub async fn run(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
+    pub async fn run(&self, parts: Box<Parts>, body: Body) -> ProxyResponse {
         // Only rules with a traffic policy pay for its body limit and response phase.
         if self.rule.traffic.is_some() {
             return Box::pin(self.run_with_traffic(parts, body)).await;
@@ -108,7 +108,7 @@ impl<'a> Exchange<'a> {
 
     /// [`Exchange::run`] of a rule with a traffic policy: the request body limited, the response
     /// through the rule's response phase.
-    async fn run_with_traffic(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
+    async fn run_with_traffic(&self, parts: Box<Parts>, body: Body) -> ProxyResponse {
         let respond = self.rule.respond();
         let facts = RequestFacts {
             method: parts.method.clone(),
@@ -126,7 +126,7 @@ impl<'a> Exchange<'a> {
 
     /// [`Exchange::run_phases`] of a request whose body may hold at most `max` bytes: a larger
     /// one, known by its length or found while it streams, is answered 413.
-    async fn run_limited(&self, parts: Box<Parts>, body: Body, max: u64) -> Response<ProxyBody> {
+    async fn run_limited(&self, parts: Box<Parts>, body: Body, max: u64) -> ProxyResponse {
         let declared = parts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -162,7 +162,7 @@ impl<'a> Exchange<'a> {
     }
 
     /// The access phase, filters, attempts and retries of the request.
-    async fn run_phases(&self, parts: Box<Parts>, body: Body) -> Response<ProxyBody> {
+    async fn run_phases(&self, parts: Box<Parts>, body: Body) -> ProxyResponse {
         let (body, clock, added) = match body {
             Body::Client(body) => {
                 let (body, clock) = RequestBody::received(body, self.body_timeout, self.trail.cloned());
@@ -188,7 +188,7 @@ impl<'a> Exchange<'a> {
         body: RequestBody,
         clock: Option<Arc<BodyClock>>,
         added: Option<HeaderMap>,
-    ) -> Response<ProxyBody> {
+    ) -> ProxyResponse {
         let rule = self.rule;
         let preflight = rule.filters.iter().any(|f| match f {
             Filter::Cors(cors) => cors.preflight(&parts.method, &parts.headers).is_some(),
@@ -229,7 +229,7 @@ impl<'a> Exchange<'a> {
         body: RequestBody,
         clock: Option<Arc<BodyClock>>,
         added: Option<HeaderMap>,
-    ) -> Response<ProxyBody> {
+    ) -> ProxyResponse {
         let rule: &'a Rule = self.rule;
         let mut response_edits = Vec::new();
         if let Some(added) = added {
@@ -350,7 +350,7 @@ impl<'a> Exchange<'a> {
     }
 
     /// 408 when the client stalled its request body (whatever error the backend side saw).
-    fn body_timed_out(&self, clock: Option<&BodyClock>) -> Option<Response<ProxyBody>> {
+    fn body_timed_out(&self, clock: Option<&BodyClock>) -> Option<ProxyResponse> {
         if !clock.is_some_and(BodyClock::timed_out) {
             return None;
         }
@@ -575,7 +575,7 @@ impl<'a> Exchange<'a> {
         parts: &mut Parts,
         response_edits: &mut Vec<ResponseEdit<'a>>,
         mirrors: &mut Vec<(Parts, Arc<Upstream>)>,
-    ) -> Option<Response<ProxyBody>> {
+    ) -> Option<ProxyResponse> {
         for filter in filters {
             match filter {
                 Filter::RequestHeaders(edit) => edit.apply(&mut parts.headers),

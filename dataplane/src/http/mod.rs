@@ -20,5 +20,5 @@ mod upgrade;
 
 pub use mirror::MAX_MIRRORS_IN_FLIGHT;
 pub use proxy::{HttpService, ListenerContext};
-pub use response::ProxyBody;
+pub use response::{ProxyBody, ProxyResponse};
 pub use router::PortRoutes;

@@ -19,7 +19,7 @@ use super::access;
 use super::exchange::{Body, Checked, Exchange};
 use super::filters::Filter;
 use super::host::request_host;
-use super::response::{self, ProxyBody};
+use super::response::{self, ProxyBody, ProxyResponse};
 use super::router::{ListenerRoutes, RequestView};
 use super::rule::Rule;
 use crate::access_log::{AccessLog, Flag, Pending, Trail};
@@ -84,7 +84,7 @@ pub struct InFlight(Arc<Connection>);
 
 impl InFlight {
     /// Answers the request, whose response body then holds its place among those in flight.
-    async fn respond(self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
+    async fn respond(self, parts: Box<Parts>, body: Received) -> ProxyResponse {
         let connection = &self.0;
         let mut response = match connection.context.access_log.clone() {
             // Boxed: requests that are not logged carry nothing of it.
@@ -112,7 +112,7 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
         // The head is boxed once here: moved through every await below, it stays a pointer.
         let (parts, body) = req.into_parts();
         let (parts, body) = (Box::new(parts), Received::Hyper(body));
-        Box::pin(async move { Ok(in_flight.respond(parts, body).await) })
+        Box::pin(async move { Ok(*in_flight.respond(parts, body).await) })
     }
 }
 
@@ -141,7 +141,7 @@ impl HttpService {
     }
 
     /// Answers a request read by Turna's own HTTP/1.1 connection (hyper's calls the service).
-    pub async fn respond(&self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
+    pub async fn respond(&self, parts: Box<Parts>, body: Received) -> ProxyResponse {
         self.start().respond(parts, body).await
     }
 
@@ -169,7 +169,7 @@ impl HttpService {
 }
 
 impl Connection {
-    async fn handle(&self, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
+    async fn handle(&self, parts: Box<Parts>, body: Received) -> ProxyResponse {
         let started = Instant::now();
         // The table this request sees until it ends, whatever swaps happen meanwhile.
         let table = self.context.table.load_full();
@@ -181,7 +181,7 @@ impl Connection {
 
     /// [`Connection::handle`] with an access log line, written when the response body is done
     /// (or here, when the client goes away before the response).
-    async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Received) -> Response<ProxyBody> {
+    async fn handle_logged(&self, log: &Arc<AccessLog>, parts: Box<Parts>, body: Received) -> ProxyResponse {
         let mut pending = Pending::start(log, self.peer, self.context.scheme, &parts);
         let started = Instant::now();
         let table = self.context.table.load_full();
@@ -228,7 +228,7 @@ impl Connection {
         body: Received,
         served: &mut Served<'t>,
         trail: Option<&Arc<Trail>>,
-    ) -> Response<ProxyBody> {
+    ) -> ProxyResponse {
         let context = &self.context;
         let flag = |flag| {
             if let Some(trail) = trail {
@@ -307,7 +307,7 @@ impl Connection {
         served: &mut Served<'t>,
         span: Option<Box<RequestSpan>>,
         trail: Option<&Arc<Trail>>,
-    ) -> Response<ProxyBody> {
+    ) -> ProxyResponse {
         let context = &self.context;
         let grpc = is_grpc(&parts.headers);
         self.forwarding_headers(&mut parts.headers, &parts.uri);
@@ -361,7 +361,7 @@ impl Connection {
         served: &mut Served<'t>,
         mut span: Option<Box<RequestSpan>>,
         trail: Option<&Arc<Trail>>,
-    ) -> Response<ProxyBody> {
+    ) -> ProxyResponse {
         let context = &self.context;
         *served = Served::Rule(rule);
         if let Some(span) = &mut span {
@@ -460,7 +460,7 @@ fn restore_host(parts: &mut Parts, hosts: Vec<HeaderValue>, authority: Option<ht
 
 /// Ends `span`, if any, with `response`: when its body is done.
 #[inline(always)]
-fn traced(span: Option<Box<RequestSpan>>, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+fn traced(span: Option<Box<RequestSpan>>, mut response: ProxyResponse) -> ProxyResponse {
     if let Some(mut span) = span {
         span.answered(response.status());
         response.body_mut().trace(span);

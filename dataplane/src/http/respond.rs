@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use http::{HeaderValue, Method, Response};
+use http::{HeaderValue, Method};
 
-use super::response::ProxyBody;
+use super::response::ProxyResponse;
 
 /// What the response phase may know of the request (taken before the request was sent on).
 #[derive(Debug, Default)]
@@ -17,5 +17,5 @@ pub struct RequestFacts {
 
 /// One response mechanism.
 pub trait Respond: fmt::Debug + Send + Sync {
-    fn respond(&self, request: &RequestFacts, response: Response<ProxyBody>) -> Response<ProxyBody>;
+    fn respond(&self, request: &RequestFacts, response: ProxyResponse) -> ProxyResponse;
 }

@@ -20,16 +20,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-use crate::upstream::FieldLines;
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version, header};
 use hyper::body::{Body as _, Frame};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::drain::Graceful;
 use super::limits::Limits;
-use crate::http::{HttpService, ProxyBody};
-use crate::upstream::{Feeder, Received, SMALL_BODY};
+use crate::http::{HttpService, ProxyResponse};
+use crate::upstream::{Feeder, FieldLines, Received, SMALL_BODY};
 
 /// Room made in the read buffer before each read.
 const READ_SIZE: usize = 8 * 1024;
@@ -170,12 +169,12 @@ fn arriving(buf: &mut BytesMut, len: usize) -> (Received, Option<Feeder>) {
 /// request's body, which goes to `feeder`, then a pipelined request, up to a head's size.
 /// `None` when the client closed or failed first.
 async fn respond_watching<I: AsyncRead + Unpin>(
-    mut respond: Pin<&mut impl Future<Output = Response<ProxyBody>>>,
+    mut respond: Pin<&mut impl Future<Output = ProxyResponse>>,
     io: &mut I,
     buf: &mut BytesMut,
     bounds: Bounds,
     feeder: Option<&Feeder>,
-) -> Option<Response<ProxyBody>> {
+) -> Option<ProxyResponse> {
     std::future::poll_fn(|cx| {
         'poll: loop {
             if let Poll::Ready(response) = respond.as_mut().poll(cx) {
@@ -386,7 +385,7 @@ enum Delimited {
 async fn write<I>(
     io: &mut I,
     out: &mut Vec<u8>,
-    response: Response<ProxyBody>,
+    response: ProxyResponse,
     head_only: bool,
     close: bool,
     spare: &mut Option<HeaderMap>,

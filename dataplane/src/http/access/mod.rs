@@ -15,13 +15,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, StatusCode};
 
 use translator::ir;
 
 use self::external_auth::ExternalAuth;
 use self::security::SecurityPolicy;
-use super::response::{self, ProxyBody};
+use super::response::{self, ProxyResponse};
 use crate::access_log::{Flag, Trail};
 use crate::error::ValidationError;
 use crate::metrics::Metrics;
@@ -68,7 +68,7 @@ pub enum Verdict {
     /// The request goes on; `response_headers` are added to the response it gets.
     Allow { response_headers: Option<HeaderMap> },
     /// The request is answered with this instead, flagged in the access log.
-    Deny(Response<ProxyBody>, Flag),
+    Deny(ProxyResponse, Flag),
 }
 
 /// A boxed check in progress (checks are dynamic: one future type per mechanism).
@@ -103,7 +103,7 @@ pub struct Access {
 pub enum Outcome {
     /// Go on with this body (read whole when a check wanted it) and these response headers.
     Proceed(RequestBody, Option<HeaderMap>),
-    Answer(Response<ProxyBody>),
+    Answer(ProxyResponse),
 }
 
 impl Access {

@@ -10,14 +10,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Body, Frame, SizeHint};
 use translator::ir;
 
 use crate::http::respond::{RequestFacts, Respond};
-use crate::http::response::{BoxError, ProxyBody};
+use crate::http::response::{BoxError, ProxyResponse};
 
 /// Compression levels: fast ones, as a proxy on the request path wants (nginx's gzip default
 /// is 1; brotli 4 and zstd 3 compress better than gzip 6 at a similar cost).
@@ -106,7 +106,7 @@ impl Compression {
 }
 
 impl Respond for Compression {
-    fn respond(&self, request: &RequestFacts, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+    fn respond(&self, request: &RequestFacts, mut response: ProxyResponse) -> ProxyResponse {
         let Some(encoding) = request.accept_encoding.as_ref().and_then(|a| self.chosen(a)) else {
             return response;
         };

@@ -3,11 +3,11 @@
 //! left alone.
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, header};
+use http::{HeaderValue, header};
 use translator::ir;
 
 use crate::http::respond::{RequestFacts, Respond};
-use crate::http::response::{self, ProxyBody};
+use crate::http::response::{self, ProxyResponse};
 
 /// A compiled set of error responses.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl ErrorResponses {
 }
 
 impl Respond for ErrorResponses {
-    fn respond(&self, request: &RequestFacts, response: Response<ProxyBody>) -> Response<ProxyBody> {
+    fn respond(&self, request: &RequestFacts, response: ProxyResponse) -> ProxyResponse {
         let status = response.status();
         let grpc = response
             .headers()

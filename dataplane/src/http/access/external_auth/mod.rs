@@ -10,13 +10,13 @@ mod proto;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::http::{HeaderName, Request as HttpRequest, Response, StatusCode};
+use ::http::{HeaderName, Request as HttpRequest, StatusCode};
 use translator::ir;
 
 use super::{Check, Checking, Request, Verdict};
 use crate::access_log::Flag;
 use crate::error::ValidationError;
-use crate::http::response::{self, ProxyBody};
+use crate::http::response::{self, ProxyResponse};
 use crate::metrics::{AccessLabels, BackendLabels, Decision};
 use crate::upstream::Upstreams;
 use crate::upstream::{self, ForwardError, Upstream};
@@ -175,6 +175,6 @@ enum Failure {
 }
 
 /// A denial whose answer the server gave.
-fn denied(response: Response<ProxyBody>) -> Verdict {
+fn denied(response: ProxyResponse) -> Verdict {
     Verdict::Deny(response, Flag::AccessDenied)
 }

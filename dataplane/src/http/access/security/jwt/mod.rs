@@ -289,7 +289,7 @@ impl Check for Jwt {
 }
 
 /// The answer to a request without an acceptable token.
-fn challenge(status: StatusCode, refusal: &Refusal) -> http::Response<response::ProxyBody> {
+fn challenge(status: StatusCode, refusal: &Refusal) -> response::ProxyResponse {
     let mut answer = response::local(status, false);
     // RFC 6750: no error code when the request carried no token at all.
     let value = match refusal {
