@@ -454,7 +454,10 @@ impl<'a> Exchange<'a> {
             && sticky.is_none()
             && upgrade.is_none()
             && self.rule.respond().is_empty();
-        let mut forwarded = match (upstream.forward_to(parts, body, connect_retries, preferred, lines)).await {
+        let mut forwarded = match upstream
+            .forward_to(parts, body, connect_retries, preferred, lines)
+            .await
+        {
             Ok(forwarded) => forwarded,
             Err(error) => {
                 log_failure(self.rule, &error);

@@ -113,19 +113,21 @@ pub fn parse(buf: &mut BytesMut, lines: bool) -> Result<Option<ResponseHead>, Er
     } else {
         Version::HTTP_11
     };
-    let mut delimiting = Delimiting::default();
-    if lines && let Some(lines) = FieldLines::read(buf, len, response.headers, &mut delimiting) {
-        let lines = lines.of(buf.split_to(len).freeze());
-        return Ok(Some(ResponseHead {
-            status,
-            version,
-            fields: Fields::Lines(lines),
-            delimiting,
-        }));
+    if lines {
+        let mut delimiting = Delimiting::default();
+        if let Some(lines) = FieldLines::read(buf, len, response.headers, &mut delimiting) {
+            let lines = lines.of(buf.split_to(len).freeze());
+            return Ok(Some(ResponseHead {
+                status,
+                version,
+                fields: Fields::Lines(lines),
+                delimiting,
+            }));
+        }
     }
-    delimiting = Delimiting::default();
     let base = buf.as_ptr() as usize;
     let mut fields = Vec::with_capacity(response.headers.len());
+    let mut delimiting = Delimiting::default();
     for field in response.headers.iter() {
         let name = match common_name(field.name.as_bytes()) {
             Some(name) => name,
