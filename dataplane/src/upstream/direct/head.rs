@@ -214,25 +214,35 @@ impl Delimiting {
             }
             true
         } else if *name == header::TRANSFER_ENCODING {
-            let last = value.rsplit(|&b| b == b',').next().unwrap_or_default();
-            self.transfer = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            self.transfer(value);
             false
         } else if *name == header::CONNECTION {
-            let mut others = false;
-            for token in value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                if token.eq_ignore_ascii_case(b"close") {
-                    self.close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                    self.keep_alive = true;
-                } else if !token.is_empty() {
-                    others = true;
-                }
-            }
-            others
+            self.connection(value)
         } else {
             name.as_str() != "keep-alive"
         }
+    }
+
+    /// Notes a Transfer-Encoding value: whether its last coding is chunked.
+    pub(super) fn transfer(&mut self, value: &[u8]) {
+        let last = value.rsplit(|&b| b == b',').next().unwrap_or_default();
+        self.transfer = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+    }
+
+    /// Notes a Connection value's `close` and `keep-alive`; whether it lists other fields.
+    pub(super) fn connection(&mut self, value: &[u8]) -> bool {
+        let mut others = false;
+        for token in value.split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if !token.is_empty() {
+                others = true;
+            }
+        }
+        others
     }
 }
 

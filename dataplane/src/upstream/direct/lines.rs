@@ -85,26 +85,15 @@ impl FieldLines {
                     true
                 }
                 Line::Transfer => {
-                    let last = field.value.rsplit(|&b| b == b',').next().unwrap_or_default();
                     if delimiting.transfer.is_some() {
                         return None;
                     }
-                    delimiting.transfer = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                    delimiting.transfer(field.value);
                     false
                 }
-                Line::Connection => {
-                    for token in field.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                        if token.eq_ignore_ascii_case(b"close") {
-                            delimiting.close = true;
-                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                            delimiting.keep_alive = true;
-                        } else if !token.is_empty() {
-                            // It names fields of this hop, to be removed.
-                            return None;
-                        }
-                    }
-                    false
-                }
+                // One that names fields of this hop (to be removed) takes the map.
+                Line::Connection if delimiting.connection(field.value) => return None,
+                Line::Connection => false,
                 Line::KeepAlive => false,
                 Line::OtherHop => return None,
             };
