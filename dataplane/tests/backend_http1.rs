@@ -599,3 +599,41 @@ async fn unedited_response_fields_are_the_backends_lines_but_for_its_hop() {
     assert_eq!(reply.header("x-mixed-case"), "spaced");
     assert!(reply.headers.get("keep-alive").is_none());
 }
+
+/// A header-based session replaces the backend's field of its name: a response whose lines
+/// would be written as the backend sent them must not carry the backend's value beside it.
+#[tokio::test]
+async fn a_header_session_replaces_the_backends_field_of_its_name() {
+    let scripted = Scripted::start(|_| {
+        keep("HTTP/1.1 200 OK\r\nServer: scripted\r\nX-Session: from-backend\r\nContent-Length: 2\r\n\r\nok")
+    })
+    .await;
+    let endpoint = ir::Endpoint {
+        address: scripted.addr.ip().to_string(),
+        port: scripted.addr.port(),
+    };
+    let mut sticky = rule("r", prefix("/"), "b");
+    sticky.session_persistence = Some(ir::SessionPersistence {
+        kind: ir::SessionKind::Header,
+        name: "x-session".into(),
+        path: "".into(),
+        absolute_timeout_ms: None,
+        idle_timeout_ms: None,
+        permanent: false,
+    });
+    let (_dp, addr) = start(simple(vec![sticky], vec![backend("b", vec![endpoint])])).await;
+
+    let (head, body) = raw_exchange(addr, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", 2).await;
+    assert_eq!(body, b"ok");
+    let sessions: Vec<&str> = (head.split("\r\n"))
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| name.eq_ignore_ascii_case("x-session"))
+        .map(|(_, value)| value.trim())
+        .collect();
+    assert_eq!(sessions.len(), 1, "{head:?}");
+    assert!(sessions[0].starts_with("v1."), "the proxy's session: {head:?}");
+    assert!(
+        head.to_ascii_lowercase().contains("\r\nserver: scripted\r\n"),
+        "{head:?}"
+    );
+}
