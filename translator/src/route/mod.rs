@@ -59,7 +59,7 @@ pub fn attach(
     namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Vec<Attachment> {
     let mut out = Vec::new();
-    for (parent, parent_ref) in route.parent_refs.iter().enumerate() {
+    for (parent, parent_ref) in route.parent_refs().iter().enumerate() {
         if parent_ref.group != GROUP {
             continue;
         }
@@ -328,7 +328,7 @@ pub fn status(
                 conditions.push(Condition::new(kind::PARTIALLY_INVALID, true, p.reason, &p.message, g));
             }
             RouteParentStatus {
-                parent_ref: route.parent_refs[a.parent].to_reference(),
+                parent_ref: route.parent_refs()[a.parent].to_reference(),
                 controller_name: controller_name.clone(),
                 conditions,
             }

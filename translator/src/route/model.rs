@@ -103,8 +103,11 @@ pub struct RouteModel<'a> {
     pub generation: i64,
     pub created: Option<&'a Time>,
     pub hostnames: &'a [String],
-    /// Usually one: stored inline (a pass models every route).
-    pub parent_refs: SmallVec<[ParentRef<'a>; 1]>,
+    /// Usually one: stored inline. Built on first use by [`RouteModel::parent_refs`] for
+    /// HTTPRoutes and GRPCRoutes: a route whose attachments and status are reused from the last
+    /// translation never reads them, and reading them from thousands of objects scattered over
+    /// the heap was an eighth of a pass in `turna standalone`.
+    parent_refs: std::sync::OnceLock<SmallVec<[ParentRef<'a>; 1]>>,
     /// Built on first use by [`RouteModel::rules`]: routes whose compiled rules are reused from
     /// the last translation never need them, and building them was a third of a pass.
     rules: std::sync::OnceLock<Vec<RuleModel<'a>>>,
@@ -169,7 +172,7 @@ macro_rules! parent_refs {
                 section_name: p.section_name.as_deref(),
                 port: p.port,
             })
-            .collect()
+            .collect::<SmallVec<[ParentRef<'_>; 1]>>()
     };
 }
 
@@ -233,7 +236,7 @@ fn base<'a, T: Meta>(obj: &'a T, kind: RouteKind) -> RouteModel<'a> {
         generation: obj.generation(),
         created: obj.meta().creation_timestamp.as_ref(),
         hostnames: &[],
-        parent_refs: SmallVec::new(),
+        parent_refs: std::sync::OnceLock::new(),
         rules: std::sync::OnceLock::new(),
         spec: None,
         unreadable: None,
@@ -247,7 +250,6 @@ impl<'a> RouteModel<'a> {
     pub fn from_http(r: &'a HttpRoute) -> Self {
         let mut m = base(r, RouteKind::Http);
         m.hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
-        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
         m.spec = Some(Spec::Http(r));
         m
     }
@@ -255,7 +257,6 @@ impl<'a> RouteModel<'a> {
     pub fn from_grpc(r: &'a GrpcRoute) -> Self {
         let mut m = base(r, RouteKind::Grpc);
         m.hostnames = r.spec.hostnames.as_deref().unwrap_or_default();
-        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
         m.spec = Some(Spec::Grpc(r));
         m
     }
@@ -278,6 +279,15 @@ impl<'a> RouteModel<'a> {
         }
     }
 
+    /// The route's parentRefs, with defaults filled in.
+    pub fn parent_refs(&self) -> &[ParentRef<'a>] {
+        self.parent_refs.get_or_init(|| match self.spec {
+            Some(Spec::Http(r)) => parent_refs!(r.spec.parent_refs, self.namespace),
+            Some(Spec::Grpc(r)) => parent_refs!(r.spec.parent_refs, self.namespace),
+            None => SmallVec::new(),
+        })
+    }
+
     /// The route's rules.
     pub fn rules(&self) -> &[RuleModel<'a>] {
         self.rules.get_or_init(|| match self.spec {
@@ -290,21 +300,21 @@ impl<'a> RouteModel<'a> {
     pub fn from_tls(r: &'a TlsRoute) -> Self {
         let mut m = base(r, RouteKind::Tls);
         m.hostnames = &r.spec.hostnames;
-        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.parent_refs = std::sync::OnceLock::from(parent_refs!(r.spec.parent_refs, m.namespace));
         m.rules = std::sync::OnceLock::from(stream_rules!(r));
         m
     }
 
     pub fn from_tcp(r: &'a TcpRoute) -> Self {
         let mut m = base(r, RouteKind::Tcp);
-        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.parent_refs = std::sync::OnceLock::from(parent_refs!(r.spec.parent_refs, m.namespace));
         m.rules = std::sync::OnceLock::from(stream_rules!(r));
         m
     }
 
     pub fn from_udp(r: &'a UdpRoute) -> Self {
         let mut m = base(r, RouteKind::Udp);
-        m.parent_refs = parent_refs!(r.spec.parent_refs, m.namespace);
+        m.parent_refs = std::sync::OnceLock::from(parent_refs!(r.spec.parent_refs, m.namespace));
         m.rules = std::sync::OnceLock::from(stream_rules!(r));
         m
     }
@@ -314,7 +324,7 @@ impl<'a> RouteModel<'a> {
         if r.kind.has_hostnames() {
             m.hostnames = &r.hostnames;
         }
-        m.parent_refs = parent_refs!(r.parent_refs, m.namespace);
+        m.parent_refs = std::sync::OnceLock::from(parent_refs!(r.parent_refs, m.namespace));
         m.unreadable = Some(&r.error);
         m
     }
