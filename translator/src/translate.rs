@@ -17,7 +17,7 @@ use crate::policy;
 use crate::route::assembled::{Assembled, Hosts, Kept, Last, Origin, Sources};
 use crate::route::compiled::CompileCache;
 use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
-use crate::route::{self, RouteKind, RouteModel, RouteOutcome};
+use crate::route::{self, KeptOutcome, RouteKind, RouteModel, RouteOutcome};
 use crate::snapshot::Snapshot;
 use crate::status::Statuses;
 
@@ -135,7 +135,7 @@ pub fn translate_on(
     // The Gateways each route a security policy names is served on, by `Kind/namespace/name`.
     let mut route_gateways: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     // Each route's outcome, for its status after the loop.
-    let mut outcomes: Vec<Option<RouteOutcome>> = (0..routes.len()).map(|_| None).collect();
+    let mut outcomes: Vec<Option<KeptOutcome>> = (0..routes.len()).map(|_| None).collect();
     let controller_name = ir::SmolStr::new(&config.controller_name);
 
     let kept_attachments = cache.as_deref_mut().map(|c| &mut c.attached);
@@ -275,7 +275,7 @@ pub fn translate_on(
                     .extend(attached.iter().map(|(gi, _)| gateways[*gi].key()));
             }
         }
-        outcomes[ri] = Some(outcome);
+        outcomes[ri] = Some(KeptOutcome::of(outcome));
     }
     if let Some(cache) = cache.as_deref_mut() {
         cache.statuses.start();
@@ -288,7 +288,7 @@ pub fn translate_on(
             match settled.and_then(|s| s.get(ri, route, attachments, outcome, &controller_name)) {
                 Some(last) => (last, true),
                 None => (
-                    Arc::new(route::status(route, attachments, outcome, &controller_name)),
+                    Arc::new(route::status(route, attachments, outcome.get(), &controller_name)),
                     false,
                 ),
             },

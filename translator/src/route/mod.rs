@@ -263,6 +263,30 @@ pub struct RouteOutcome {
     pub deprecated: Option<&'static str>,
 }
 
+/// No problem at all: the outcome of nearly every route.
+static CLEAN: RouteOutcome = RouteOutcome {
+    not_accepted: None,
+    unresolved: None,
+    partially_invalid: None,
+    deprecated: None,
+};
+
+/// A route's [`RouteOutcome`] as a pass keeps it for the route's status: nearly every route has
+/// none of its problems, and a list of thousands of whole outcomes (136 bytes each) was written
+/// and read again on every pass. Equal when the outcomes are.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeptOutcome(Option<Box<RouteOutcome>>);
+
+impl KeptOutcome {
+    pub fn of(outcome: RouteOutcome) -> Self {
+        KeptOutcome((outcome != CLEAN).then(|| Box::new(outcome)))
+    }
+
+    pub fn get(&self) -> &RouteOutcome {
+        self.0.as_deref().unwrap_or(&CLEAN)
+    }
+}
+
 impl RouteOutcome {
     /// Adds the problems of `other` that this outcome does not have yet: the first problem of
     /// each kind is the one reported.

@@ -10,7 +10,7 @@ use smol_str::SmolStr;
 
 use super::by_object::ByObject;
 use super::model::RouteModel;
-use super::{Attachments, RouteOutcome};
+use super::{Attachments, KeptOutcome};
 use crate::status::RouteStatus;
 
 /// The statuses of the last translation, by route object.
@@ -24,7 +24,7 @@ pub struct Settled {
 struct Made {
     attachments: Attachments,
     /// Its problems; none for almost every route (kept inline, they made every entry large).
-    outcome: Option<Box<RouteOutcome>>,
+    outcome: KeptOutcome,
     status: Arc<RouteStatus>,
 }
 
@@ -41,7 +41,7 @@ impl Settled {
         ri: usize,
         route: &RouteModel<'_>,
         attachments: &Attachments,
-        outcome: &RouteOutcome,
+        outcome: &KeptOutcome,
         controller_name: &SmolStr,
     ) -> Option<Arc<RouteStatus>> {
         if self.controller_name != *controller_name {
@@ -49,11 +49,7 @@ impl Settled {
         }
         let made = self.routes.reuse(route.object?, ri)?;
         let same_attachments = Arc::ptr_eq(&made.attachments, attachments) || made.attachments == *attachments;
-        let same_outcome = match &made.outcome {
-            Some(kept) => **kept == *outcome,
-            None => *outcome == RouteOutcome::default(),
-        };
-        (same_attachments && same_outcome).then(|| made.status.clone())
+        (same_attachments && made.outcome == *outcome).then(|| made.status.clone())
     }
 
     /// Keeps this translation's statuses, and only those: removed routes go. Each status says
@@ -62,7 +58,7 @@ impl Settled {
         &mut self,
         routes: &[RouteModel<'_>],
         attachments: &[Attachments],
-        outcomes: &[Option<RouteOutcome>],
+        outcomes: &[Option<KeptOutcome>],
         statuses: &[Option<(Arc<RouteStatus>, bool)>],
         controller_name: &SmolStr,
     ) {
@@ -77,7 +73,7 @@ impl Settled {
             }
             let made = || Made {
                 attachments: attachments[ri].clone(),
-                outcome: (*outcome != RouteOutcome::default()).then(|| Box::new(outcome.clone())),
+                outcome: outcome.clone(),
                 status: status.clone(),
             };
             self.routes
