@@ -311,10 +311,12 @@ pub fn translate_on(
             .iter()
             .flat_map(|g| g.listener_sets.iter().map(move |s| listener_set::status(s, g)))
             .collect(),
-        routes: by_name
-            .iter()
-            .filter_map(|&ri| route_statuses[ri].take().map(|(status, _)| status))
-            .collect(),
+        routes: {
+            // Sized first: collected from a filter, the list of thousands would grow by copies.
+            let mut statuses = Vec::with_capacity(by_name.len());
+            statuses.extend((by_name.iter()).filter_map(|&ri| route_statuses[ri].take().map(|(status, _)| status)));
+            statuses
+        },
         backend_tls_policies: backends.policies.statuses(&policy_usage, config),
         telemetry_policies: telemetry.statuses,
         xbackends: backends.xbackend_statuses(&policy_usage),
@@ -894,9 +896,8 @@ fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostK
         }
     }
     added.sort_unstable();
-    let kept: Vec<Origin> = (last.origins.iter())
-        .filter_map(|&(p, k)| Some((now[p as usize], k)).filter(|(si, _)| *si != GONE))
-        .collect();
+    let mut kept: Vec<Origin> = Vec::with_capacity(last.origins.len());
+    kept.extend((last.origins.iter()).filter_map(|&(p, k)| Some((now[p as usize], k)).filter(|(si, _)| *si != GONE)));
     let mut out = Vec::with_capacity(kept.len() + added.len());
     let mut from = 0;
     for &(_, _, si, k) in &added {
@@ -1028,11 +1029,9 @@ fn merged_order<K: Ord>(
     // Held routes sit at their last positions, so the last order is theirs (tied keys
     // included: their positions compare as they did). It names each of them once.
     let mut seen = vec![false; len];
-    let kept: Vec<usize> = last
-        .iter()
-        .copied()
-        .filter(|&j| j < len && held[j] && !std::mem::replace(&mut seen[j], true))
-        .collect();
+    // Sized first: collected from a filter, the list of thousands would grow by copies.
+    let mut kept: Vec<usize> = Vec::with_capacity(last.len());
+    kept.extend((last.iter().copied()).filter(|&j| j < len && held[j] && !std::mem::replace(&mut seen[j], true)));
     if kept.len() + new.len() != len {
         return None;
     }
