@@ -311,12 +311,10 @@ pub fn translate_on(
             .iter()
             .flat_map(|g| g.listener_sets.iter().map(move |s| listener_set::status(s, g)))
             .collect(),
-        routes: {
-            // Sized first: collected from a filter, the list of thousands would grow by copies.
-            let mut statuses = Vec::with_capacity(by_name.len());
-            statuses.extend((by_name.iter()).filter_map(|&ri| route_statuses[ri].take().map(|(status, _)| status)));
-            statuses
-        },
+        routes: collect_within(
+            by_name.len(),
+            (by_name.iter()).filter_map(|&ri| route_statuses[ri].take().map(|(status, _)| status)),
+        ),
         backend_tls_policies: backends.policies.statuses(&policy_usage, config),
         telemetry_policies: telemetry.statuses,
         xbackends: backends.xbackend_statuses(&policy_usage),
@@ -896,8 +894,10 @@ fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostK
         }
     }
     added.sort_unstable();
-    let mut kept: Vec<Origin> = Vec::with_capacity(last.origins.len());
-    kept.extend((last.origins.iter()).filter_map(|&(p, k)| Some((now[p as usize], k)).filter(|(si, _)| *si != GONE)));
+    let kept: Vec<Origin> = collect_within(
+        last.origins.len(),
+        (last.origins.iter()).filter_map(|&(p, k)| Some((now[p as usize], k)).filter(|(si, _)| *si != GONE)),
+    );
     let mut out = Vec::with_capacity(kept.len() + added.len());
     let mut from = 0;
     for &(_, _, si, k) in &added {
@@ -1029,9 +1029,10 @@ fn merged_order<K: Ord>(
     // Held routes sit at their last positions, so the last order is theirs (tied keys
     // included: their positions compare as they did). It names each of them once.
     let mut seen = vec![false; len];
-    // Sized first: collected from a filter, the list of thousands would grow by copies.
-    let mut kept: Vec<usize> = Vec::with_capacity(last.len());
-    kept.extend((last.iter().copied()).filter(|&j| j < len && held[j] && !std::mem::replace(&mut seen[j], true)));
+    let kept: Vec<usize> = collect_within(
+        last.len(),
+        (last.iter().copied()).filter(|&j| j < len && held[j] && !std::mem::replace(&mut seen[j], true)),
+    );
     if kept.len() + new.len() != len {
         return None;
     }
@@ -1084,6 +1085,15 @@ impl Carried {
     fn arranged(&self, len: usize, previous: &[usize]) -> Vec<usize> {
         arranged_from(len, previous.iter().filter_map(|&j| self.0.get(j).copied().flatten()))
     }
+}
+
+/// The items of `items`, at most `bound` of them, in a list sized for `bound`: collected from
+/// a filter (whose lower bound is zero), a list of thousands grew by doubling, copying itself
+/// over fresh memory each time.
+fn collect_within<T>(bound: usize, items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut list = Vec::with_capacity(bound);
+    list.extend(items);
+    list
 }
 
 /// Sorts what needs a canonical order.
