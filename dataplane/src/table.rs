@@ -11,7 +11,7 @@ use translator::ir;
 use crate::error::ValidationError;
 use crate::http::PortRoutes;
 use crate::http::access::security::{SecurityPolicies, SecurityPolicy};
-use crate::http::router::Policies;
+use crate::http::router::{Policies, Unchanged};
 use crate::http::traffic::{TrafficPolicies, TrafficPolicy};
 use crate::metrics::Metrics;
 use crate::stream::StreamPort;
@@ -98,6 +98,15 @@ impl SocketKind {
     }
 }
 
+/// Whether `next` holds the same shared values as `before`, under the same keys.
+fn same_values<K, V, S>(next: &HashMap<K, Arc<V>, S>, before: &HashMap<K, Arc<V>, S>) -> bool
+where
+    K: Eq + std::hash::Hash,
+    S: std::hash::BuildHasher,
+{
+    next.len() == before.len() && (next.iter()).all(|(k, v)| before.get(k).is_some_and(|b| Arc::ptr_eq(b, v)))
+}
+
 impl Table {
     /// Retires the endpoints that left their backends in `next`, the table swapped in after this
     /// one: requests of this table still connecting to them go to the endpoints that remain.
@@ -146,12 +155,14 @@ impl Table {
             )?;
             upstreams.insert(key.clone(), upstream);
         }
-        // Every upstream the table before's (routes changed, backends did not): rules reused
-        // from it need not look theirs up one by one.
-        let same_upstreams = upstreams.len() == previous.upstreams.len()
-            && (upstreams.iter()).all(|(id, u)| previous.upstreams.get(id.as_str()).is_some_and(|p| Arc::ptr_eq(p, u)));
         let security = SecurityPolicy::compile_all(proxy, material, &upstreams, &previous.security);
         let traffic = TrafficPolicy::compile_all(proxy, &upstreams, &previous.traffic);
+        // Every upstream and policy the table before's (routes changed, nothing they name did):
+        // rules reused from it need not look theirs up one by one, nor be read at all.
+        let unchanged = Unchanged {
+            upstreams: same_values(&upstreams, &previous.upstreams),
+            policies: same_values(&security, &previous.security) && same_values(&traffic, &previous.traffic),
+        };
         let policies = Policies {
             security: &security,
             traffic: &traffic,
@@ -190,7 +201,7 @@ impl Table {
                 let before = previous.http_ports.get(&port.port);
                 http_ports.insert(
                     port.port,
-                    PortRoutes::compile(&https, &upstreams, policies, before, same_upstreams)?,
+                    PortRoutes::compile(&https, &upstreams, policies, before, unchanged)?,
                 );
                 validation = validation_fingerprint(port, material);
             }
@@ -206,7 +217,7 @@ impl Table {
                     let before = previous.http_ports.get(&port.port);
                     http_ports.insert(
                         port.port,
-                        PortRoutes::compile(port, &upstreams, policies, before, same_upstreams)?,
+                        PortRoutes::compile(port, &upstreams, policies, before, unchanged)?,
                     );
                 }
                 SocketKind::Https => {}
@@ -539,6 +550,123 @@ mod tests {
         let copy = Arc::new(ir::HttpRule::clone(&kept));
         let third = build(&proxy(&[copy], vec![backend("one", 1)]), &second);
         assert!(!Arc::ptr_eq(&rules(&second, "http")[0], &rules(&third, "http")[0]));
+    }
+
+    /// A traffic policy limiting request bodies to `bytes`.
+    fn body_limit(bytes: u64) -> ir::traffic::Traffic {
+        ir::traffic::Traffic {
+            policy: "test/limit".into(),
+            max_request_body: Some(bytes),
+            ..Default::default()
+        }
+    }
+
+    /// The body limit of `listener`'s rule `at`.
+    fn limit(table: &Table, listener: &str, at: usize) -> Option<u64> {
+        rules(table, listener)[at]
+            .traffic
+            .as_ref()
+            .and_then(|t| t.max_request_body)
+    }
+
+    /// Rules kept without being read are kept only while everything their compilation took
+    /// from outside the rule is the same: a policy changed under its id, or a listener naming
+    /// another policy, compiles the listener's rules again with the policy they now have.
+    #[test]
+    fn unread_rules_are_kept_only_while_their_policies_are() {
+        let mut named: Vec<_> = (0..20).map(|i| rule(&format!("r{i}"), "one")).collect();
+        // Rule 7 names a policy of its own.
+        Arc::make_mut(&mut named[7]).traffic = Some("own".into());
+        let mut ir = proxy(&named, vec![backend("one", 1)]);
+        ir.traffic.insert("small".into(), body_limit(10));
+        ir.traffic.insert("large".into(), body_limit(1000));
+        ir.traffic.insert("own".into(), body_limit(5));
+        ir.ports[0].listeners[0].traffic = Some("small".into());
+        let first = build(&ir, &Table::default());
+        assert_eq!(limit(&first, "http", 3), Some(10));
+        assert_eq!(limit(&first, "other", 3), None);
+        assert_eq!(limit(&first, "other", 7), Some(5));
+
+        // The listener names the other policy; the policies themselves are unchanged.
+        let mut moved = ir.clone();
+        moved.ports[0].listeners[0].traffic = Some("large".into());
+        let second = build(&moved, &first);
+        assert_eq!(
+            limit(&second, "http", 3),
+            Some(1000),
+            "compiled again with the new policy"
+        );
+        assert_eq!(limit(&second, "http", 7), Some(5), "its own policy wins");
+        for (b, a) in rules(&first, "other").iter().zip(&rules(&second, "other")) {
+            assert!(Arc::ptr_eq(b, a), "the other listener's rules are kept");
+        }
+
+        // The policy the listener names changes under the same id.
+        let mut changed = moved.clone();
+        changed.traffic.insert("large".into(), body_limit(2000));
+        let third = build(&changed, &second);
+        assert_eq!(
+            limit(&third, "http", 3),
+            Some(2000),
+            "compiled again with the changed policy"
+        );
+
+        // A rule's own policy changes: in a listener whose own policy did not, that rule is
+        // compiled again and the others are kept.
+        changed.traffic.insert("own".into(), body_limit(6));
+        let fourth = build(&changed, &third);
+        let (before, after) = (rules(&third, "other"), rules(&fourth, "other"));
+        assert_eq!(
+            limit(&fourth, "other", 7),
+            Some(6),
+            "compiled again with its changed policy"
+        );
+        assert!(Arc::ptr_eq(&before[3], &after[3]), "a rule without a policy is kept");
+
+        // Nothing changed: every rule of both listeners is kept.
+        let fifth = build(&changed, &fourth);
+        for listener in ["http", "other"] {
+            for (b, a) in rules(&fourth, listener).iter().zip(&rules(&fifth, listener)) {
+                assert!(Arc::ptr_eq(b, a), "{listener}: kept");
+            }
+        }
+    }
+
+    /// A large host rebuilt from kept rules (their path keys kept unread) and new ones routes
+    /// every path to the same rule as a host built from nothing.
+    #[test]
+    fn a_host_rebuilt_from_kept_rules_routes_as_one_built_anew() {
+        let named: Vec<_> = (0..40).map(|i| rule(&format!("r{i}"), "one")).collect();
+        let first = build(&proxy(&named, vec![backend("one", 1)]), &Table::default());
+        // One rule inserted, two removed, one added at the end.
+        let mut next = named.clone();
+        next.insert(5, rule("new", "one"));
+        next.remove(31);
+        next.remove(20);
+        next.push(rule("last", "one"));
+        let ir = proxy(&next, vec![backend("one", 1)]);
+        let rebuilt = build(&ir, &first);
+        let anew = build(&ir, &Table::default());
+        assert!(Arc::ptr_eq(&rules(&first, "http")[0], &rules(&rebuilt, "http")[0]));
+        let headers = http::HeaderMap::new();
+        let routed = |table: &Table, path: &str| {
+            let request = crate::http::router::RequestView {
+                host: "a.test",
+                method: &http::Method::GET,
+                path,
+                query: None,
+                headers: &headers,
+            };
+            let routed = table.http_ports[&80].route(&request);
+            routed.map(|r| r.rule.source().route.name.to_string())
+        };
+        let names = named.iter().chain(&next).map(|r| r.route.name.to_string());
+        for name in names.chain(["nothing".to_string()]) {
+            let path = format!("/{name}");
+            let expected = next.iter().any(|r| r.route.name == name).then(|| name.clone());
+            assert_eq!(routed(&rebuilt, &path), expected, "{path}");
+            assert_eq!(routed(&anew, &path), expected, "{path}");
+        }
     }
 
     /// Every schema from the base to this build's newest is served; a newer one is refused, so

@@ -6,8 +6,13 @@
 //! inserts and removes entries; precedence never swaps two that stay), so the host of the same
 //! name before is walked alongside the new one: a rule's compilation is the next one before, or
 //! a few further when rules were removed. That needs no hashing, where a map of every rule by
-//! address cost more than the rest of rebuilding a host of thousands of rules.
+//! address cost more than the rest of rebuilding a host of thousands of rules. The walk
+//! compares the addresses a host keeps beside its rules ([`Rules::sources`]): reading each
+//! rule before (an allocation of its own among thousands) was a cache miss per rule, and
+//! when nothing a rule's compilation took from outside it changed, the rules found are kept
+//! a run at a time, unread ([`EarlierHost::run`]).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use translator::ir;
@@ -29,12 +34,28 @@ const LOST_AFTER: usize = 8;
 const NEW_HOSTS_FRACTION: usize = 32;
 
 /// Rules by the address of their IR rule.
-type ByAddress<'p> = foldhash::HashMap<*const ir::HttpRule, &'p Arc<Rule>>;
+type ByAddress<'p> = foldhash::HashMap<usize, &'p Arc<Rule>>;
 
-fn by_address<'p>(rules: impl Iterator<Item = &'p Arc<Rule>>) -> ByAddress<'p> {
-    let mut map = ByAddress::with_capacity_and_hasher(rules.size_hint().0, Default::default());
-    map.extend(rules.map(|r| (Arc::as_ptr(r.source()), r)));
-    map
+/// Positions in one host by the address of their IR rule.
+type PositionsByAddress = foldhash::HashMap<usize, usize>;
+
+/// A compilation found for an IR rule.
+#[derive(Clone, Copy)]
+pub enum Found<'p> {
+    /// At this position of the host of the same name before: it is kept with its key
+    /// ([`super::rules::NextRules::keep`]).
+    At(&'p Rules, usize),
+    /// In another host of the listener before.
+    Elsewhere(&'p Arc<Rule>),
+}
+
+/// The compilations found for the rules from one on, when the rules are kept unread.
+pub enum Run<'p> {
+    /// These positions of the host of the same name before hold the compilations of the rules
+    /// from the first on, in order.
+    Kept(&'p Rules, Range<usize>),
+    /// Only the first rule's, if any, found elsewhere or not at all.
+    One(Option<Found<'p>>),
 }
 
 /// The compilations of one listener before: its virtual hosts, and (built when first needed)
@@ -61,17 +82,18 @@ impl<'p> EarlierListener<'p> {
     /// same name before (`host`, an index into the hosts), else the whole listener before.
     pub fn host(&mut self, host: Option<usize>, rules: usize) -> EarlierHost<'_, 'p> {
         if let Some(before) = host.and_then(|i| self.hosts.get(i)) {
-            return EarlierHost::Walk(HostWalk::new(before.as_slice()));
+            return EarlierHost::Walk(HostWalk::new(before));
         }
         self.new_host_rules += rules;
         if self.rules == 0 || self.new_host_rules * NEW_HOSTS_FRACTION < self.rules {
             return EarlierHost::Nothing;
         }
         let hosts = self.hosts;
-        EarlierHost::Listener(
-            self.all
-                .get_or_insert_with(|| by_address(hosts.iter().flat_map(Rules::iter))),
-        )
+        EarlierHost::Listener(self.all.get_or_insert_with(|| {
+            let mut map = ByAddress::with_capacity_and_hasher(self.rules, Default::default());
+            map.extend(hosts.iter().flat_map(|h| h.sources().zip(h.iter())));
+            map
+        }))
     }
 }
 
@@ -83,29 +105,62 @@ pub enum EarlierHost<'l, 'p> {
     Nothing,
 }
 
-impl<'p> EarlierHost<'_, 'p> {
-    /// The compilation of `rule` before, if there was one.
-    pub fn find(&mut self, rule: &Arc<ir::HttpRule>) -> Option<&'p Arc<Rule>> {
+impl<'p> Found<'p> {
+    /// The compilation found.
+    pub fn rule(self) -> &'p Arc<Rule> {
         match self {
-            EarlierHost::Walk(walk) => walk.find(rule),
-            EarlierHost::Listener(all) => all.get(&Arc::as_ptr(rule)).copied(),
-            EarlierHost::Nothing => None,
+            Found::At(host, at) => &host.as_slice()[at],
+            Found::Elsewhere(rule) => rule,
         }
     }
 }
 
-/// The rules of one host before, walked alongside the next version's.
+impl<'p> EarlierHost<'_, 'p> {
+    /// The host of the same name before, when there is one.
+    pub fn before(&self) -> Option<&'p Rules> {
+        match self {
+            EarlierHost::Walk(walk) => Some(walk.rules),
+            EarlierHost::Listener(_) | EarlierHost::Nothing => None,
+        }
+    }
+
+    /// The compilation of `rule` before, if there was one. Only the address of `rule` is read.
+    #[inline]
+    pub fn find(&mut self, rule: &Arc<ir::HttpRule>) -> Option<Found<'p>> {
+        match self {
+            EarlierHost::Walk(walk) => walk.find(rule).map(|at| Found::At(walk.rules, at)),
+            EarlierHost::Listener(all) => all.get(&(Arc::as_ptr(rule) as usize)).map(|&r| Found::Elsewhere(r)),
+            EarlierHost::Nothing => None,
+        }
+    }
+
+    /// The compilations of `rules` from the first on: in a host walked, the first rule's and
+    /// those of the rules after it that follow it there (kept together, unread); elsewhere the
+    /// first rule's ([`EarlierHost::find`]).
+    pub fn run(&mut self, rules: &[Arc<ir::HttpRule>]) -> Run<'p> {
+        match self {
+            EarlierHost::Walk(walk) => match walk.run(rules) {
+                Some(positions) => Run::Kept(walk.rules, positions),
+                None => Run::One(None),
+            },
+            EarlierHost::Listener(_) | EarlierHost::Nothing => Run::One(rules.first().and_then(|r| self.find(r))),
+        }
+    }
+}
+
+/// The rules of one host before, walked alongside the next version's by the addresses of
+/// their IR rules ([`Rules::sources`]), without reading the rules.
 pub struct HostWalk<'p> {
-    rules: &'p [Arc<Rule>],
+    rules: &'p Rules,
     /// Where the next rule is looked for first.
     next: usize,
     misses: usize,
     /// Once the walk lost its place.
-    lost: Option<ByAddress<'p>>,
+    lost: Option<PositionsByAddress>,
 }
 
 impl<'p> HostWalk<'p> {
-    pub fn new(rules: &'p [Arc<Rule>]) -> Self {
+    pub fn new(rules: &'p Rules) -> Self {
         HostWalk {
             rules,
             next: 0,
@@ -114,27 +169,46 @@ impl<'p> HostWalk<'p> {
         }
     }
 
-    /// The compilation of `rule` in this host before: the next rule, one a few further (the
-    /// rules between were removed), or none (the rule is new here).
-    pub fn find(&mut self, rule: &Arc<ir::HttpRule>) -> Option<&'p Arc<Rule>> {
-        let address = Arc::as_ptr(rule);
+    /// The position of the compilation of `rule` in this host before: the next rule, one a few
+    /// further (the rules between were removed), or none (the rule is new here).
+    #[inline]
+    pub fn find(&mut self, rule: &Arc<ir::HttpRule>) -> Option<usize> {
+        let address = Arc::as_ptr(rule) as usize;
         if let Some(lost) = &self.lost {
             return lost.get(&address).copied();
         }
-        let start = self.next.min(self.rules.len());
+        let len = self.rules.as_slice().len();
         // The next rule, or one after up to LOOKAHEAD removed ones.
-        let ahead = &self.rules[start..(start + 1 + LOOKAHEAD).min(self.rules.len())];
-        if let Some(k) = ahead.iter().position(|r| Arc::as_ptr(r.source()) == address) {
-            self.next = start + k + 1;
+        let ahead = self.next.min(len)..(self.next + 1 + LOOKAHEAD).min(len);
+        if let Some(at) = ahead.into_iter().find(|&at| self.rules.source_at(at) == address) {
+            self.next = at + 1;
             self.misses = 0;
-            return Some(&ahead[k]);
+            return Some(at);
         }
         self.misses += 1;
         if self.misses < LOST_AFTER {
             return None;
         }
-        let lost = self.lost.insert(by_address(self.rules.iter()));
+        let lost = self
+            .lost
+            .insert(self.rules.sources().enumerate().map(|(at, s)| (s, at)).collect());
         lost.get(&address).copied()
+    }
+
+    /// The positions of the compilations of `rules` from the first on: the first rule's
+    /// ([`HostWalk::find`]) and those right after it that are the next rules' too.
+    pub fn run(&mut self, rules: &[Arc<ir::HttpRule>]) -> Option<Range<usize>> {
+        let start = self.find(rules.first()?)?;
+        let len = self.rules.as_slice().len();
+        let mut end = start + 1;
+        for rule in &rules[1..] {
+            if end == len || self.rules.source_at(end) != Arc::as_ptr(rule) as usize {
+                break;
+            }
+            end += 1;
+        }
+        self.next = self.next.max(end);
+        Some(start..end)
     }
 }
 
@@ -158,14 +232,32 @@ mod tests {
 
     /// The IR rules of `next` found in `before` (their positions there), rule by rule.
     fn found(before: &[Arc<ir::HttpRule>], next: &[Arc<ir::HttpRule>]) -> Vec<Option<usize>> {
-        let compilations: Vec<Arc<Rule>> = before.iter().map(compiled).collect();
-        let mut walk = HostWalk::new(&compilations);
+        let host = Rules::new(before.iter().map(compiled).collect());
+        let mut walk = HostWalk::new(&host);
         next.iter()
             .map(|r| {
-                walk.find(r)
-                    .map(|c| compilations.iter().position(|x| Arc::ptr_eq(x, c)).unwrap())
+                let at = walk.find(r)?;
+                assert!(
+                    Arc::ptr_eq(host.as_slice()[at].source(), r),
+                    "found the rule's own compilation"
+                );
+                Some(at)
             })
             .collect()
+    }
+
+    /// The same, found a run at a time ([`HostWalk::run`]).
+    fn found_in_runs(before: &[Arc<ir::HttpRule>], next: &[Arc<ir::HttpRule>]) -> Vec<Option<usize>> {
+        let host = Rules::new(before.iter().map(compiled).collect());
+        let mut walk = HostWalk::new(&host);
+        let mut out = Vec::new();
+        while out.len() < next.len() {
+            match walk.run(&next[out.len()..]) {
+                Some(positions) => out.extend(positions.map(Some)),
+                None => out.push(None),
+            }
+        }
+        out
     }
 
     /// A rule found is always the one before with the same address, and every kept rule is
@@ -219,6 +311,7 @@ mod tests {
             ("all new", (0..50).map(|i| ir_rule(3000 + i)).collect(), 0),
         ];
         for (name, next, may_miss) in cases {
+            assert_eq!(found_in_runs(&before, &next), found(&before, &next), "{name}: runs");
             let mut missed = 0;
             for (i, (rule, got)) in next.iter().zip(found(&before, &next)).enumerate() {
                 let at = before.iter().position(|b| Arc::ptr_eq(b, rule));
@@ -242,6 +335,9 @@ mod tests {
         assert!(small.find(&before[0]).is_none(), "a small new host compiles its rules");
         let mut large = listener.host(None, 20);
         let c = large.find(&before[7]).expect("found among the listener's rules");
+        let Found::Elsewhere(c) = c else {
+            panic!("found outside a host walked: its key is read again")
+        };
         assert!(Arc::ptr_eq(c.source(), &before[7]));
     }
 }

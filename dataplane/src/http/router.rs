@@ -9,10 +9,10 @@ use translator::ir;
 
 use super::access::Access;
 use super::access::security::{SecurityPolicies, SecurityPolicy};
-use super::earlier::EarlierListener;
+use super::earlier::{EarlierListener, Found, Run};
 use super::host::HostPattern;
-use super::rule::Rule;
-use super::rules::Rules;
+use super::rule::{Rule, same};
+use super::rules::{NextRules, Rules};
 use super::traffic::{TrafficPolicies, TrafficPolicy};
 use crate::error::ValidationError;
 use crate::telemetry::Tracer;
@@ -23,6 +23,15 @@ use crate::upstream::Upstreams;
 pub struct Policies<'t> {
     pub security: &'t SecurityPolicies,
     pub traffic: &'t TrafficPolicies,
+}
+
+/// What a table shares with the table before, which its rules' compilations depend on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unchanged {
+    /// Every upstream is the one of the table before: a reused rule's are not looked up again.
+    pub upstreams: bool,
+    /// Every security and traffic policy is the one of the table before, under the same id.
+    pub policies: bool,
 }
 
 /// The policy named `id` among `compiled`; an IR naming one it lacks is invalid.
@@ -58,6 +67,9 @@ pub struct ListenerRoutes {
     pub tracer: Option<Arc<Tracer>>,
     /// Its filters ([`ir::Listener::filters`]): they run before route matching.
     pub access: Access,
+    /// The listener's own policies, for its rules without their own.
+    security: Option<Arc<SecurityPolicy>>,
+    traffic: Option<Arc<TrafficPolicy>>,
     hostname: HostPattern,
     exact: HashMap<String, usize>,
     /// Wildcard virtual hosts by suffix (`.example.com` for `*.example.com`).
@@ -86,21 +98,20 @@ pub struct RequestView<'a> {
 
 impl PortRoutes {
     /// Compiles the HTTP listeners of `port`, reusing the rules of `previous` (the port in the
-    /// table before) that did not change. `same_upstreams`: every upstream is the one of the
-    /// table before, so a reused rule's need not be looked up again.
+    /// table before) that did not change; `unchanged`: what the table shares with the one before.
     pub fn compile(
         port: &ir::Port,
         upstreams: &Upstreams,
         policies: Policies<'_>,
         previous: Option<&PortRoutes>,
-        same_upstreams: bool,
+        unchanged: Unchanged,
     ) -> Result<Self, ValidationError> {
         let mut listeners = port
             .listeners
             .iter()
             .map(|l| {
                 let previous = previous.and_then(|p| p.listeners.iter().find(|p| p.name == l.name));
-                ListenerRoutes::compile(l, upstreams, policies, previous, same_upstreams)
+                ListenerRoutes::compile(l, upstreams, policies, previous, unchanged)
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Stable: listeners of equal specificity keep the IR's order.
@@ -151,7 +162,7 @@ impl ListenerRoutes {
         upstreams: &Upstreams,
         policies: Policies<'_>,
         previous: Option<&ListenerRoutes>,
-        same_upstreams: bool,
+        unchanged: Unchanged,
     ) -> Result<Self, ValidationError> {
         let security = |id: Option<&ir::SmolStr>| -> Result<Option<&Arc<SecurityPolicy>>, ValidationError> {
             named(policies.security, id, &listener.name, |context, policy| {
@@ -173,11 +184,20 @@ impl ListenerRoutes {
             Some(h) => HostPattern::parse(h).ok_or_else(|| invalid(h))?,
             None => HostPattern::Any,
         };
+        // A rule found unchanged before compiles as it did when the upstreams and policies it
+        // could name are the same ones: it is kept without reading it or its IR rule.
+        let unread = unchanged.upstreams
+            && unchanged.policies
+            && previous.is_some_and(|p| {
+                same(p.security.as_ref(), listener_security) && same(p.traffic.as_ref(), listener_traffic)
+            });
         let mut routes = ListenerRoutes {
             name: listener.name.clone(),
             tracing: listener.tracing.clone(),
             tracer: None,
             access: Access::compile(&listener.filters, None, None, &listener.name, upstreams)?,
+            security: listener_security.cloned(),
+            traffic: listener_traffic.cloned(),
             hostname,
             exact: HashMap::new(),
             wildcards: HashMap::new(),
@@ -191,10 +211,22 @@ impl ListenerRoutes {
             let pattern = HostPattern::parse(&vhost.hostname).ok_or_else(|| invalid(&vhost.hostname))?;
             let before = previous.and_then(|p| p.host_index(&pattern));
             let mut earlier = listener_before.host(before, vhost.rules.len());
-            // Sized once: collected through a `Result`, a host of thousands of rules grew by
-            // doubling, copying them each time.
-            let mut rules = Vec::with_capacity(vhost.rules.len());
-            for r in &vhost.rules {
+            let mut rules = NextRules::new(vhost.rules.len(), earlier.before());
+            let mut at = 0;
+            while let Some(r) = vhost.rules.get(at) {
+                let found = if unread {
+                    match earlier.run(&vhost.rules[at..]) {
+                        Run::Kept(host, positions) => {
+                            at += positions.len();
+                            rules.keep(host, positions);
+                            continue;
+                        }
+                        Run::One(found) => found,
+                    }
+                } else {
+                    earlier.find(r)
+                };
+                at += 1;
                 // The rule's own policies win over its listener's.
                 let security = match &r.security {
                     Some(_) => security(r.security.as_ref())?,
@@ -204,16 +236,22 @@ impl ListenerRoutes {
                     Some(_) => traffic(r.traffic.as_ref())?,
                     None => listener_traffic,
                 };
-                rules.push(match earlier.find(r) {
-                    Some(previous)
-                        if Rule::reuse(r, previous, (!same_upstreams).then_some(upstreams), security, traffic) =>
-                    {
-                        Arc::clone(previous)
-                    }
-                    _ => Arc::new(Rule::compile(r, &listener.name, upstreams, security, traffic)?),
-                });
+                let upstreams_now = (!unchanged.upstreams).then_some(upstreams);
+                match found {
+                    Some(found) if Rule::reuse(r, found.rule(), upstreams_now, security, traffic) => match found {
+                        Found::At(host, p) => rules.keep(host, p..p + 1),
+                        Found::Elsewhere(rule) => rules.push(Arc::clone(rule)),
+                    },
+                    _ => rules.push(Arc::new(Rule::compile(
+                        r,
+                        &listener.name,
+                        upstreams,
+                        security,
+                        traffic,
+                    )?)),
+                }
             }
-            routes.virtual_hosts.push(Rules::new(rules));
+            routes.virtual_hosts.push(rules.finish());
             // The first virtual host of a name wins.
             match pattern {
                 HostPattern::Exact(name) => {

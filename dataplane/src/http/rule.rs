@@ -66,6 +66,15 @@ pub fn describe(route: &ir::RouteRef) -> String {
     route.label()
 }
 
+/// Whether two optional shared values are the same one.
+pub(super) fn same<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
+}
+
 impl Rule {
     /// `previous`, the compilation of the same IR rule for the same listener in the table
     /// before, when every upstream it uses is still the same one in `upstreams` (`None`: every
@@ -78,13 +87,6 @@ impl Rule {
         security: Option<&Arc<SecurityPolicy>>,
         traffic: Option<&Arc<TrafficPolicy>>,
     ) -> bool {
-        fn same<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
-            match (a, b) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }
-        }
         Arc::ptr_eq(&previous.source, rule)
             && same(previous.access.security(), security)
             && same(previous.traffic.as_ref(), traffic)

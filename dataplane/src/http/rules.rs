@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::router::RequestView;
@@ -17,7 +18,30 @@ const INDEX_FROM: usize = 16;
 pub struct Rules {
     /// Shared with the next table when it keeps them ([`Rule::reuse`]).
     rules: Vec<Arc<Rule>>,
+    /// What rebuilding the host needs of each rule, beside the rules ([`Key`]).
+    keys: Vec<Key>,
+    /// The seed of the keys' path hashes: the host's next version keeps it with the keys.
+    paths: foldhash::fast::RandomState,
     index: Option<PathIndex>,
+}
+
+/// What the next version of a host needs of each of its rules, kept in one list so that it
+/// finds and indexes the rules it reuses without reading them: each rule, its IR rule and its
+/// path are allocations of their own among thousands, and reading them was several cache
+/// misses per rule of a large host on every new IR version.
+#[derive(Clone, Copy, Debug)]
+struct Key {
+    /// The address of the rule's IR rule ([`Rule::source`]).
+    source: usize,
+    path: PathHash,
+}
+
+/// A rule's path predicate as the index keys it: the path's hash under the host's seed.
+#[derive(Clone, Copy, Debug)]
+enum PathHash {
+    Exact(u64),
+    Prefix(u64),
+    Other,
 }
 
 /// Rule positions by exact path and by prefix (without trailing slash); rules matching by
@@ -26,11 +50,10 @@ pub struct Rules {
 /// Keyed by the paths' hashes, not the paths: a host of thousands of rules is indexed again
 /// whenever one of them changes, and copying every path into a key was a fifth of rebuilding
 /// it. Two paths of one hash only add candidates, which are matched in full. The seed is the
-/// index's own and the keys come from the IR; a request's path is only looked up, which cannot
+/// host's own and the keys come from the IR; a request's path is only looked up, which cannot
 /// crowd the table whatever it hashes to.
 #[derive(Debug, Default)]
 struct PathIndex {
-    paths: foldhash::fast::RandomState,
     exact: PositionsByHash,
     prefix: PositionsByHash,
     always: Vec<usize>,
@@ -39,8 +62,26 @@ struct PathIndex {
 type PositionsByHash = HashMap<u64, Positions, BuildHasherDefault<Prehashed>>;
 
 impl PathIndex {
-    fn hash(&self, path: &str) -> u64 {
-        self.paths.hash_one(path)
+    /// The index of rules with `keys`, or none for a host a scan serves faster.
+    fn of(keys: &[Key]) -> Option<PathIndex> {
+        if keys.len() < INDEX_FROM {
+            return None;
+        }
+        // Sized up front: grown from empty, a large index is hashed again at every doubling.
+        let exact = keys.iter().filter(|k| matches!(k.path, PathHash::Exact(_))).count();
+        let mut index = PathIndex {
+            exact: HashMap::with_capacity_and_hasher(exact, Default::default()),
+            prefix: HashMap::with_capacity_and_hasher(keys.len() - exact, Default::default()),
+            always: Vec::new(),
+        };
+        for (position, key) in keys.iter().enumerate() {
+            match key.path {
+                PathHash::Exact(hash) => Positions::add(&mut index.exact, hash, position),
+                PathHash::Prefix(hash) => Positions::add(&mut index.prefix, hash, position),
+                PathHash::Other => index.always.push(position),
+            }
+        }
+        Some(index)
     }
 }
 
@@ -105,30 +146,25 @@ pub enum PathKey<'a> {
 }
 
 impl Rules {
+    /// `rules` as a host of their own.
+    #[cfg(test)]
     pub fn new(rules: Vec<Arc<Rule>>) -> Self {
-        let index = (rules.len() >= INDEX_FROM).then(|| {
-            // Sized up front: grown from empty, a large index is hashed again at every doubling.
-            let exact = (rules.iter())
-                .filter(|r| matches!(r.matcher.path_key(), PathKey::Exact(_)))
-                .count();
-            let mut index = PathIndex {
-                paths: foldhash::fast::RandomState::default(),
-                exact: HashMap::with_capacity_and_hasher(exact, Default::default()),
-                prefix: HashMap::with_capacity_and_hasher(rules.len() - exact, Default::default()),
-                always: Vec::new(),
-            };
-            for (position, rule) in rules.iter().enumerate() {
-                match rule.matcher.path_key() {
-                    PathKey::Exact(path) => Positions::add(&mut index.exact, index.paths.hash_one(path), position),
-                    PathKey::Prefix(prefix) => {
-                        Positions::add(&mut index.prefix, index.paths.hash_one(prefix), position)
-                    }
-                    PathKey::Other => index.always.push(position),
-                }
-            }
-            index
-        });
-        Rules { rules, index }
+        let mut next = NextRules::new(rules.len(), None);
+        for rule in rules {
+            next.push(rule);
+        }
+        next.finish()
+    }
+
+    /// The address of the IR rule of the rule at `position`, without reading the rule.
+    #[inline]
+    pub fn source_at(&self, position: usize) -> usize {
+        self.keys[position].source
+    }
+
+    /// The address of each rule's IR rule ([`Rule::source`]), in order, without reading the rules.
+    pub fn sources(&self) -> impl Iterator<Item = usize> + '_ {
+        self.keys.iter().map(|k| k.source)
     }
 
     /// The first rule matching the request.
@@ -139,7 +175,7 @@ impl Rules {
             return self.rules.iter().map(Arc::as_ref).find(matches);
         };
         let mut candidates: Vec<usize> = index.always.clone();
-        if let Some(exact) = index.exact.get(&index.hash(req.path)) {
+        if let Some(exact) = index.exact.get(&self.paths.hash_one(req.path)) {
             candidates.extend_from_slice(exact.as_slice());
         }
         // Prefixes a path can match: "" (for "/"), every segment boundary, and the whole path.
@@ -149,7 +185,7 @@ impl Rules {
             .filter(|(i, c)| *c == '/' && *i > 0)
             .map(|(i, _)| &req.path[..i]);
         for prefix in std::iter::once("").chain(boundaries).chain(std::iter::once(req.path)) {
-            if let Some(positions) = index.prefix.get(&index.hash(prefix)) {
+            if let Some(positions) = index.prefix.get(&self.paths.hash_one(prefix)) {
                 candidates.extend_from_slice(positions.as_slice());
             }
         }
@@ -166,6 +202,65 @@ impl Rules {
     /// The rules, in precedence order.
     pub fn as_slice(&self) -> &[Arc<Rule>] {
         &self.rules
+    }
+}
+
+/// The next version of a host's rules, built in order from new rules and rules kept from the
+/// host of the same name before, whose keys are kept unread.
+pub struct NextRules<'p> {
+    rules: Vec<Arc<Rule>>,
+    keys: Vec<Key>,
+    paths: foldhash::fast::RandomState,
+    before: Option<&'p Rules>,
+}
+
+impl<'p> NextRules<'p> {
+    /// For `capacity` rules; `before`: the host of the same name in the table before, whose
+    /// seed the next version takes so that its kept keys stay valid.
+    pub fn new(capacity: usize, before: Option<&'p Rules>) -> Self {
+        NextRules {
+            rules: Vec::with_capacity(capacity),
+            keys: Vec::with_capacity(capacity),
+            paths: before.map_or_else(foldhash::fast::RandomState::default, |b| b.paths.clone()),
+            before,
+        }
+    }
+
+    /// Adds `rule`, reading its key from it.
+    pub fn push(&mut self, rule: Arc<Rule>) {
+        let path = match rule.matcher.path_key() {
+            PathKey::Exact(path) => PathHash::Exact(self.paths.hash_one(path)),
+            PathKey::Prefix(prefix) => PathHash::Prefix(self.paths.hash_one(prefix)),
+            PathKey::Other => PathHash::Other,
+        };
+        self.keys.push(Key {
+            source: Arc::as_ptr(rule.source()) as usize,
+            path,
+        });
+        self.rules.push(rule);
+    }
+
+    /// Adds the rules at `positions` of `host` (of the table before), with their keys: the
+    /// rules are not read, unless `host` is not the one whose seed this host took.
+    pub fn keep(&mut self, host: &'p Rules, positions: Range<usize>) {
+        let rules = &host.rules[positions.clone()];
+        if self.before.is_some_and(|b| std::ptr::eq(b, host)) {
+            self.keys.extend_from_slice(&host.keys[positions]);
+            self.rules.extend(rules.iter().cloned());
+        } else {
+            for rule in rules {
+                self.push(Arc::clone(rule));
+            }
+        }
+    }
+
+    pub fn finish(self) -> Rules {
+        Rules {
+            index: PathIndex::of(&self.keys),
+            rules: self.rules,
+            keys: self.keys,
+            paths: self.paths,
+        }
     }
 }
 
