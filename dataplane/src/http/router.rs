@@ -26,7 +26,7 @@ pub struct Policies<'t> {
 }
 
 /// What a table shares with the table before, which its rules' compilations depend on.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Unchanged {
     /// Every upstream is the one of the table before: a reused rule's are not looked up again.
     pub upstreams: bool,
@@ -191,6 +191,8 @@ impl ListenerRoutes {
             && previous.is_some_and(|p| {
                 same(p.security.as_ref(), listener_security) && same(p.traffic.as_ref(), listener_traffic)
             });
+        // The upstreams a rule found before is checked against, unless every one is the same.
+        let upstreams_to_check = (!unchanged.upstreams).then_some(upstreams);
         let mut routes = ListenerRoutes {
             name: listener.name.clone(),
             tracing: listener.tracing.clone(),
@@ -236,9 +238,8 @@ impl ListenerRoutes {
                     Some(_) => traffic(r.traffic.as_ref())?,
                     None => listener_traffic,
                 };
-                let upstreams_now = (!unchanged.upstreams).then_some(upstreams);
                 match found {
-                    Some(found) if Rule::reuse(r, found.rule(), upstreams_now, security, traffic) => match found {
+                    Some(found) if Rule::reuse(r, found.rule(), upstreams_to_check, security, traffic) => match found {
                         Found::At(host, p) => rules.keep(host, p..p + 1),
                         Found::Elsewhere(rule) => rules.push(Arc::clone(rule)),
                     },
