@@ -118,7 +118,7 @@ fn bench(c: &mut Criterion) {
             } else {
                 format!("*.zone-{i}.example.com")
             },
-            rules: vec![rule(&format!("h{i}"), ir::PathMatch::Prefix("/".into()), vec![]).into()],
+            rules: vec![rule(&format!("h{i}"), ir::PathMatch::Prefix("/".into()), vec![]).into()].into(),
         })
         .collect();
     let hosts = table(virtual_hosts);

@@ -443,7 +443,7 @@ mod tests {
             tls: None,
             virtual_hosts: vec![ir::VirtualHost {
                 hostname: hostname.into(),
-                rules: rules.to_vec(),
+                rules: rules.to_vec().into(),
             }],
             stream_routes: Vec::new(),
             tracing: None,

@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 pub use smol_str::SmolStr;
 
 pub mod delta;
+pub mod rules;
 pub mod security;
 pub mod traffic;
 
+pub use rules::Rules;
 pub use security::Security;
 pub use traffic::Traffic;
 
@@ -330,7 +332,7 @@ pub struct VirtualHost {
     /// Match entries in precedence order: the first that matches wins. Shared: a route's
     /// entries appear under each of its hostnames and under the hosts a wildcard covers, and
     /// the translator keeps them to reuse while the route is unchanged.
-    pub rules: Vec<Arc<HttpRule>>,
+    pub rules: Rules,
 }
 
 /// Which route and rule an entry came from (for metrics and logs).

@@ -803,7 +803,17 @@ fn virtual_hosts(
             }
         };
         let origins: Vec<Origin> = match previous {
-            Some(last) if total >= MERGE_FROM => merged(&sources, last, key),
+            Some(last) if total >= MERGE_FROM => {
+                let (origins, rules) = merged(&sources, last, key);
+                if let Some(kept) = kept.as_mut() {
+                    kept.keep(hostname, &sources, origins, &rules);
+                }
+                out.push(VirtualHost {
+                    hostname: hostname.to_string(),
+                    rules,
+                });
+                continue;
+            }
             // A host of thousands of routes (from scratch): its keys made and sorted on every
             // thread the translation has.
             _ if threads > 1 && sources.len() >= crate::parallel::SORT_FROM => {
@@ -819,11 +829,11 @@ fn virtual_hosts(
                 order.iter().map(|&(_, _, si, k)| (si, k)).collect()
             }
         };
-        let rules: Vec<Arc<ir::HttpRule>> = (origins.iter())
-            .map(|&(si, k)| sources[si as usize].0.rules[k as usize].clone())
-            .collect();
+        let mut rules = ir::rules::Builder::with_capacity(origins.len());
+        rules.extend((origins.iter()).map(|&(si, k)| sources[si as usize].0.rules[k as usize].clone()));
+        let rules = rules.finish();
         if let Some(kept) = kept.as_mut() {
-            kept.keep(hostname, &sources, origins);
+            kept.keep(hostname, &sources, origins, &rules);
         }
         out.push(VirtualHost {
             hostname: hostname.to_string(),
@@ -877,7 +887,10 @@ const MERGE_FROM: usize = 64;
 /// Their order holds because only ages and route hostname ranks can differ for an unchanged
 /// source, and both are ranks in orders that a change only extends: two unchanged routes
 /// compare as they did. `key` gives a rule's place now (by source position in `sources`).
-fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostKey) -> Vec<Origin> {
+///
+/// The host's rules are built alongside: the runs of unchanged rules shared from the host as
+/// last assembled (`last.rules`), the others counted in one by one.
+fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostKey) -> (Vec<Origin>, ir::Rules) {
     const GONE: u32 = u32::MAX;
     let by_address: foldhash::HashMap<*const Compiled, u32> = (last.served.iter().enumerate())
         .map(|(i, s)| (Arc::as_ptr(&s.compiled), i as u32))
@@ -894,24 +907,41 @@ fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostK
         }
     }
     added.sort_unstable();
-    let kept: Vec<Origin> = collect_within(
+    // The origins kept, each with its rule's position in the host as last assembled.
+    let kept: Vec<(Origin, u32)> = collect_within(
         last.origins.len(),
-        (last.origins.iter()).filter_map(|&(p, k)| Some((now[p as usize], k)).filter(|(si, _)| *si != GONE)),
+        (last.origins.iter().enumerate())
+            .filter_map(|(at, &(p, k))| Some(((now[p as usize], k), at as u32)).filter(|((si, _), _)| *si != GONE)),
     );
     let mut out = Vec::with_capacity(kept.len() + added.len());
+    let mut rules = ir::rules::Builder::default();
+    // Kept rules in runs of consecutive positions last time: each run shared at once.
+    let keep = |kept: &[(Origin, u32)], out: &mut Vec<Origin>, rules: &mut ir::rules::Builder| {
+        out.extend(kept.iter().map(|&(origin, _)| origin));
+        let mut run = kept.first().map_or(0..0, |&(_, at)| at as usize..at as usize);
+        for &(_, at) in kept {
+            if at as usize != run.end {
+                rules.extend_from(last.rules, run);
+                run = at as usize..at as usize;
+            }
+            run.end += 1;
+        }
+        rules.extend_from(last.rules, run);
+    };
     let mut from = 0;
     for &(_, _, si, k) in &added {
-        let at = from + kept[from..].partition_point(|&(ksi, kk)| key(ksi, kk) < key(si, k));
-        out.extend_from_slice(&kept[from..at]);
+        let at = from + kept[from..].partition_point(|&((ksi, kk), _)| key(ksi, kk) < key(si, k));
+        keep(&kept[from..at], &mut out, &mut rules);
         out.push((si, k));
+        rules.push(Arc::clone(&sources[si as usize].0.rules[k as usize]));
         from = at;
     }
-    out.extend_from_slice(&kept[from..]);
+    keep(&kept[from..], &mut out, &mut rules);
     debug_assert!(
         out.windows(2).all(|w| key(w[0].0, w[0].1) < key(w[1].0, w[1].1)),
         "a merged host is in order"
     );
-    out
+    (out, rules.finish())
 }
 
 /// The positions of items (given by their identities, in their order) arranged in a previous
@@ -1205,11 +1235,13 @@ mod tests {
         // Every route on one hostname; then a listener of that hostname whose routes name it or
         // a wildcard above it (two route hostnames, ranked, in one host).
         for (listener, wildcard_every) in [("", usize::MAX), ("hostname: app.test, ", 3)] {
-            large_host_steps(listener, wildcard_every);
+            large_host_steps(listener, wildcard_every, 60);
         }
+        // Long enough for runs of unchanged rules to be shared with the host's last version.
+        large_host_steps("", usize::MAX, 400);
     }
 
-    fn large_host_steps(listener: &str, wildcard_every: usize) {
+    fn large_host_steps(listener: &str, wildcard_every: usize, count: usize) {
         let head = format!(
             "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n\
              metadata: {{name: turna}}\nspec: {{controllerName: rakunlabs.com/turna}}\n\
@@ -1237,11 +1269,11 @@ mod tests {
             Snapshot::from_yaml(&yaml).expect("routes parse").http_routes
         };
         let mut snapshot = Snapshot::from_yaml(&head).expect("objects parse");
-        snapshot.http_routes = routes(0..60);
+        snapshot.http_routes = routes(0..count);
         let mut steps = vec![snapshot.clone()];
         // One more route; then one gone and one changed (a new object); then their order
         // reversed; then back to the first.
-        snapshot.http_routes.extend(routes(60..61));
+        snapshot.http_routes.extend(routes(count..count + 1));
         steps.push(snapshot.clone());
         snapshot.http_routes.remove(7);
         snapshot.http_routes[20] = routes(20..21).remove(0);
@@ -1251,15 +1283,32 @@ mod tests {
         steps.push(steps[0].clone());
         let config = Config::default();
         let mut cache = CompileCache::default();
+        let mut last: Option<crate::Output> = None;
         for (step, snapshot) in steps.iter().enumerate() {
             let reused = translate_on(snapshot, &config, 1, Some(&mut cache));
-            let rules = reused.proxies[0].ports[0].listeners[0].virtual_hosts[0].rules.len();
-            assert!(rules >= MERGE_FROM, "step {step}: {rules} rules");
+            let host = |out: &crate::Output| out.proxies[0].ports[0].listeners[0].virtual_hosts[0].rules.clone();
+            let rules = host(&reused);
+            assert!(rules.len() >= MERGE_FROM, "step {step}: {} rules", rules.len());
+            // A route added to a host of hundreds of rules: the rules around it are the last
+            // version's, shared, not counted in again one by one.
+            if step == 1 && count >= 200 {
+                let before = host(last.as_ref().expect("step 0"));
+                let shared = (rules.slices().filter(|s| s.len() >= 64))
+                    .filter(|s| before.slices().any(|b| b.as_ptr_range().contains(&s.as_ptr())))
+                    .map(<[_]>::len)
+                    .sum::<usize>();
+                assert!(
+                    shared >= rules.len() * 3 / 4,
+                    "step {step}: {shared} of {} shared",
+                    rules.len()
+                );
+            }
             assert_eq!(
                 serde_json::to_string(&reused).expect("serializes"),
                 serde_json::to_string(&translate(snapshot, &config)).expect("serializes"),
                 "step {step}"
             );
+            last = Some(reused);
         }
     }
 

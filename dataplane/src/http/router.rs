@@ -214,42 +214,48 @@ impl ListenerRoutes {
             let before = previous.and_then(|p| p.host_index(&pattern));
             let mut earlier = listener_before.host(before, vhost.rules.len());
             let mut rules = NextRules::new(vhost.rules.len(), earlier.before());
-            let mut at = 0;
-            while let Some(r) = vhost.rules.get(at) {
-                let found = if unread {
-                    match earlier.run(&vhost.rules[at..]) {
-                        Run::Kept(host, positions) => {
-                            at += positions.len();
-                            rules.keep(host, positions);
-                            continue;
+            // Slice by slice (the IR host's shared windows): a run kept unread ends at most at
+            // a slice's end.
+            for slice in vhost.rules.slices() {
+                let mut at = 0;
+                while let Some(r) = slice.get(at) {
+                    let found = if unread {
+                        match earlier.run(&slice[at..]) {
+                            Run::Kept(host, positions) => {
+                                at += positions.len();
+                                rules.keep(host, positions);
+                                continue;
+                            }
+                            Run::One(found) => found,
                         }
-                        Run::One(found) => found,
+                    } else {
+                        earlier.find(r)
+                    };
+                    at += 1;
+                    // The rule's own policies win over its listener's.
+                    let security = match &r.security {
+                        Some(_) => security(r.security.as_ref())?,
+                        None => listener_security,
+                    };
+                    let traffic = match &r.traffic {
+                        Some(_) => traffic(r.traffic.as_ref())?,
+                        None => listener_traffic,
+                    };
+                    match found {
+                        Some(found) if Rule::reuse(r, found.rule(), upstreams_to_check, security, traffic) => {
+                            match found {
+                                Found::At(host, p) => rules.keep(host, p..p + 1),
+                                Found::Elsewhere(rule) => rules.push(Arc::clone(rule)),
+                            }
+                        }
+                        _ => rules.push(Arc::new(Rule::compile(
+                            r,
+                            &listener.name,
+                            upstreams,
+                            security,
+                            traffic,
+                        )?)),
                     }
-                } else {
-                    earlier.find(r)
-                };
-                at += 1;
-                // The rule's own policies win over its listener's.
-                let security = match &r.security {
-                    Some(_) => security(r.security.as_ref())?,
-                    None => listener_security,
-                };
-                let traffic = match &r.traffic {
-                    Some(_) => traffic(r.traffic.as_ref())?,
-                    None => listener_traffic,
-                };
-                match found {
-                    Some(found) if Rule::reuse(r, found.rule(), upstreams_to_check, security, traffic) => match found {
-                        Found::At(host, p) => rules.keep(host, p..p + 1),
-                        Found::Elsewhere(rule) => rules.push(Arc::clone(rule)),
-                    },
-                    _ => rules.push(Arc::new(Rule::compile(
-                        r,
-                        &listener.name,
-                        upstreams,
-                        security,
-                        traffic,
-                    )?)),
                 }
             }
             routes.virtual_hosts.push(rules.finish());

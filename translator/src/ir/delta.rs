@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
-use super::{Backend, HttpRule, Listener, Port, Proxy, SmolStr, VirtualHost};
+use super::{Backend, Listener, Port, Proxy, Rules, SmolStr, VirtualHost};
 
 /// How a proxy's IR differs from the version before it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,8 +75,9 @@ pub struct RuleSplice {
     pub host: usize,
     pub at: usize,
     pub remove: usize,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub insert: Vec<Arc<HttpRule>>,
+    /// The new version's rules, sharing its windows (a flat list on the wire).
+    #[serde(default, skip_serializing_if = "Rules::is_empty")]
+    pub insert: Rules,
 }
 
 /// Why a delta does not apply to an IR (it was made for another version).
@@ -156,7 +157,7 @@ impl Delta {
                     });
                 }
             };
-            rules.splice(splice.at..end, splice.insert);
+            rules.replace(splice.at..end, &splice.insert);
         }
         for id in &self.removed_backends {
             proxy.backends.remove(id);
@@ -191,14 +192,14 @@ impl Delta {
                 continue;
             };
             for (i, (old, new)) in old.iter().zip(&splice.insert).enumerate() {
-                if let Some((at, remove, insert)) = run(&old.rules, &new.rules) {
+                if let Some((at, remove, insert)) = rules_run(&old.rules, &new.rules) {
                     narrowed.rules.push(RuleSplice {
                         port: splice.port,
                         listener: splice.listener,
                         host: splice.at + i,
                         at,
                         remove,
-                        insert: insert.to_vec(),
+                        insert,
                     });
                 }
             }
@@ -231,6 +232,19 @@ fn run<'n, T: PartialEq>(old: &[T], new: &'n [T]) -> Option<(usize, usize, &'n [
         .take_while(|(a, b)| a == b)
         .count();
     Some((head, old.len() - head - tail, &new[head..new.len() - tail]))
+}
+
+/// [`run`] for a host's rules: what the two versions share is skipped unread.
+fn rules_run(old: &Rules, new: &Rules) -> Option<(usize, usize, Rules)> {
+    let head = old.common_head(new);
+    if head == old.len() && head == new.len() {
+        return None;
+    }
+    let tail = old.common_tail(new, (old.len() - head).min(new.len() - head));
+    let mut insert = super::rules::Builder::default();
+    insert.extend_from(new, head..new.len() - tail);
+    let insert = insert.finish();
+    Some((head, old.len() - head - tail, insert))
 }
 
 /// The run of `new` that replaces a run of `old`: everything between their common head and
@@ -344,7 +358,8 @@ mod tests {
                 session_persistence: None,
                 security: None,
                 traffic: None,
-            })],
+            })]
+            .into(),
         }
     }
 

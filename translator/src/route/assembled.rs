@@ -9,7 +9,7 @@ use std::sync::Arc;
 use smol_str::SmolStr;
 
 use super::http::Compiled;
-use crate::ir::HttpRule;
+use crate::ir::Rules;
 
 /// Kept hosts by listener name and hostname. Listener names are unique within a proxy; if two
 /// proxies shared one, their hosts would only be assembled again more often, never wrongly,
@@ -27,13 +27,14 @@ struct Listener {
     order: Vec<SmolStr>,
 }
 
-/// Its rules are not kept beside: they follow from `served` and `origins`, and a second list of
-/// thousands of shared rules cost a count up and down for each, every time a large host changed.
 struct Host {
     served: Vec<Served>,
     /// Where each rule came from: its source's position in `served` and its own in the
     /// source's compiled rules.
     origins: Vec<Origin>,
+    /// The rules as assembled (before a covering wildcard's are appended): shared windows, so
+    /// keeping them costs a count per window, and the next version shares their runs.
+    rules: Rules,
     /// The last pass that used it.
     pass: u64,
 }
@@ -55,6 +56,7 @@ pub struct Served {
 pub struct Last<'a> {
     pub served: &'a [Served],
     pub origins: &'a [Origin],
+    pub rules: &'a Rules,
 }
 
 /// What a host is assembled from, in the order the host lists its routes.
@@ -92,7 +94,7 @@ impl Assembled {
 /// What [`Hosts::lookup`] found for a hostname.
 pub enum Kept<'a> {
     /// The host's rules: it was assembled from the same sources.
-    Same(Vec<Arc<HttpRule>>),
+    Same(Rules),
     /// The host as last assembled, from other sources.
     Changed(Last<'a>),
     /// Nothing kept for the hostname.
@@ -132,17 +134,15 @@ impl Hosts<'_> {
             return Kept::Changed(Last {
                 served: &host.served,
                 origins: &host.origins,
+                rules: &host.rules,
             });
         }
         host.pass = self.pass;
-        let rules = (host.origins.iter())
-            .map(|&(si, k)| host.served[si as usize].compiled.rules[k as usize].clone())
-            .collect();
-        Kept::Same(rules)
+        Kept::Same(host.rules.clone())
     }
 
     /// Keeps how `hostname` was assembled from `sources`: each rule from its origin.
-    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, origins: Vec<Origin>) {
+    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, origins: Vec<Origin>, rules: &Rules) {
         let host = Host {
             served: (sources.iter())
                 .map(|(compiled, age, original)| Served {
@@ -152,6 +152,7 @@ impl Hosts<'_> {
                 })
                 .collect(),
             origins,
+            rules: rules.clone(),
             pass: self.pass,
         };
         match self.hosts.get_mut(hostname) {
@@ -179,7 +180,9 @@ mod tests {
         let mut assembled = Assembled::default();
         assembled.start();
         let sources: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&a, 0, "x.test"), (&b, 1, "*.test")];
-        assembled.listener("l").keep("x.test", &sources, Vec::new());
+        assembled
+            .listener("l")
+            .keep("x.test", &sources, Vec::new(), &Rules::new());
         assert!(matches!(
             assembled.listener("l").lookup("x.test", &sources),
             Kept::Same(_)

@@ -4,9 +4,8 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use crate::ir::{HttpRule, PathMatch, RouteRef, VirtualHost};
+use crate::ir::{HttpRule, PathMatch, RouteRef, Rules, VirtualHost};
 
 /// The precedence of a match entry among those sharing a hostname: the Gateway API order
 /// (exact path, longest prefix, method, most headers, most query params), then the oldest route,
@@ -54,7 +53,7 @@ pub struct PrecedenceKey(u128);
 /// most specific first.
 pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
     // Only `*` and wildcards cover other hosts: their own entries by hostname, with their rank.
-    let wildcards: BTreeMap<String, (usize, Vec<Arc<HttpRule>>)> = hosts
+    let wildcards: BTreeMap<String, (usize, Rules)> = hosts
         .iter()
         .enumerate()
         .filter(|(_, h)| h.hostname.starts_with('*'))
@@ -66,7 +65,7 @@ pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
     for host in hosts.iter_mut() {
         let name = host.hostname.clone();
         // The candidates are `*` and `*` plus each suffix of the name that starts at a dot.
-        let mut covering: Vec<&(usize, Vec<Arc<HttpRule>>)> = name
+        let mut covering: Vec<&(usize, Rules)> = name
             .match_indices('.')
             .map(|(i, _)| format!("*{}", &name[i..]))
             .chain(std::iter::once("*".to_string()))
@@ -75,7 +74,8 @@ pub fn inherit_less_specific(hosts: &mut [VirtualHost]) {
             .collect();
         covering.sort_by_key(|(rank, _)| *rank);
         for (_, rules) in covering {
-            host.rules.extend(rules.iter().cloned());
+            // Shared, not copied: a wildcard's rules are the tail of every host it covers.
+            host.rules.append(rules);
         }
     }
 }
@@ -238,7 +238,13 @@ mod tests {
     fn hosts_inherit_less_specific_entries_in_order() {
         let host = |name: &str, rule_index: usize| VirtualHost {
             hostname: name.into(),
-            rules: vec![Arc::new(rule(PathMatch::Prefix("/".into()), None, 0, rule_index))],
+            rules: vec![std::sync::Arc::new(rule(
+                PathMatch::Prefix("/".into()),
+                None,
+                0,
+                rule_index,
+            ))]
+            .into(),
         };
         let mut hosts = vec![host("a.example.com", 0), host("*.example.com", 1), host("*", 2)];
         inherit_less_specific(&mut hosts);
