@@ -941,7 +941,13 @@ fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostK
         out.windows(2).all(|w| key(w[0].0, w[0].1) < key(w[1].0, w[1].1)),
         "a merged host is in order"
     );
-    (out, rules.finish())
+    let rules = rules.finish();
+    debug_assert!(
+        rules.len() == out.len()
+            && (rules.iter().zip(&out)).all(|(r, &(si, k))| Arc::ptr_eq(r, &sources[si as usize].0.rules[k as usize])),
+        "a merged host's rules are its origins' rules"
+    );
+    (out, rules)
 }
 
 /// The positions of items (given by their identities, in their order) arranged in a previous

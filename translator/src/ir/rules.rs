@@ -24,6 +24,15 @@ fn most_windows(len: usize) -> usize {
     8 + len / 256
 }
 
+/// How many rules the lists behind `windows` hold, each list counted once.
+fn held(windows: &[Window]) -> usize {
+    let mut lists: Vec<(*const Arc<HttpRule>, usize)> =
+        (windows.iter()).map(|w| (w.list.as_ptr(), w.list.len())).collect();
+    lists.sort_unstable();
+    lists.dedup();
+    lists.iter().map(|&(_, len)| len).sum()
+}
+
 /// The rules of one virtual host, in precedence order.
 #[derive(Clone, Default)]
 pub struct Rules {
@@ -289,8 +298,9 @@ impl Builder {
 
     pub fn finish(mut self) -> Rules {
         self.flush();
-        if self.windows.len() > most_windows(self.len) {
-            // Too many pieces: one list again.
+        if self.windows.len() > most_windows(self.len) || held(&self.windows) > 2 * self.len + SHARE_FROM {
+            // Too many pieces, or lists mostly of rules no longer here (a host that lost most
+            // of its routes would keep them all alive): one list again.
             let list: Arc<[Arc<HttpRule>]> = (self.windows.iter()).flat_map(Window::as_slice).cloned().collect();
             self.windows = vec![Window {
                 range: 0..list.len(),
@@ -503,6 +513,7 @@ mod tests {
                 prop_assert_eq!(rules.iter().count(), model.len());
                 prop_assert!(rules.iter().rev().zip(model.iter().rev()).all(|(a, b)| Arc::ptr_eq(a, b)));
                 prop_assert!(rules.windows.len() <= most_windows(rules.len()));
+                prop_assert!(held(&rules.windows) <= 2 * rules.len() + SHARE_FROM);
                 prop_assert!(rules.windows.iter().all(|w| !w.range.is_empty()));
                 for (a, b) in [(0, 0), (0, model.len()), (model.len() / 3, model.len() / 2 + 70), (10, model.len() + 5)] {
                     let expected = model.get(a.min(model.len())..b.min(model.len())).unwrap_or(&[]);
@@ -554,6 +565,12 @@ mod tests {
         changed[0] = rule(2000);
         assert!(Arc::ptr_eq(&next[0], &before[0]) && !Arc::ptr_eq(&changed[0], &before[0]));
         assert_eq!(changed.iter().skip(1).count(), 1010);
+        // A host that lost most of its rules does not keep the others alive in its lists.
+        let mut builder = Builder::default();
+        builder.extend_from(&before, 0..100);
+        let shrunk = builder.finish();
+        assert_eq!((shrunk.len(), held(&shrunk.windows)), (100, 100));
+        assert!(Arc::ptr_eq(&shrunk[0], &before[0]));
         // Two runs that meet in the list they share are one window.
         let mut builder = Builder::default();
         builder.extend_from(&before, 0..300);
