@@ -80,18 +80,6 @@ impl Rules {
         self.windows.iter().map(Window::as_slice)
     }
 
-    /// The rules in `range` (clamped to the rules there are), windows before it skipped whole.
-    pub fn range(&self, range: Range<usize>) -> impl Iterator<Item = &Arc<HttpRule>> {
-        let mut offset = 0;
-        (self.slices())
-            .map_while(move |slice| {
-                let (start, end) = (offset, offset + slice.len());
-                offset = end;
-                (start < range.end).then(|| &slice[range.start.clamp(start, end) - start..range.end.min(end) - start])
-            })
-            .flatten()
-    }
-
     /// How many rules from the first on both hold alike. Parts both share are skipped
     /// without reading them: a host and its next version differ only around the changes.
     pub fn common_head(&self, other: &Rules) -> usize {
@@ -113,8 +101,8 @@ impl Rules {
         None
     }
 
-    /// Replaces the rules in `range` with `insert` (a delta's splice). Panics if `range` is
-    /// out of bounds, as `Vec::splice` does.
+    /// Replaces the rules in `range` with `insert`, as `Vec::splice` does (and panics as it
+    /// does if `range` is out of bounds); the rules around are shared.
     pub fn splice(&mut self, range: Range<usize>, insert: impl IntoIterator<Item = Arc<HttpRule>>) {
         assert!(range.start <= range.end && range.end <= self.len, "splice out of range");
         let mut next = Builder::default();
@@ -124,8 +112,8 @@ impl Rules {
         *self = next.finish();
     }
 
-    /// Replaces the rules in `range` with `insert`'s, sharing its windows. Panics if `range`
-    /// is out of bounds.
+    /// Replaces the rules in `range` with `insert`'s, sharing its windows (a delta's rule
+    /// splice, whose bounds were checked). Panics if `range` is out of bounds.
     pub fn replace(&mut self, range: Range<usize>, insert: &Rules) {
         assert!(
             range.start <= range.end && range.end <= self.len,
@@ -515,10 +503,6 @@ mod tests {
                 prop_assert!(rules.windows.len() <= most_windows(rules.len()));
                 prop_assert!(held(&rules.windows) <= 2 * rules.len() + SHARE_FROM);
                 prop_assert!(rules.windows.iter().all(|w| !w.range.is_empty()));
-                for (a, b) in [(0, 0), (0, model.len()), (model.len() / 3, model.len() / 2 + 70), (10, model.len() + 5)] {
-                    let expected = model.get(a.min(model.len())..b.min(model.len())).unwrap_or(&[]);
-                    prop_assert!(rules.range(a..b).map(Arc::as_ptr).eq(expected.iter().map(Arc::as_ptr)));
-                }
                 for at in [0, model.len() / 2, model.len().saturating_sub(1), model.len()] {
                     prop_assert_eq!(rules.get(at).map(Arc::as_ptr), model.get(at).map(Arc::as_ptr));
                 }
