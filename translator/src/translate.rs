@@ -802,23 +802,19 @@ fn virtual_hosts(
                 order.extend((0..sources[si].0.rules.len()).map(|k| key(si as u32, k as u32)));
             }
         };
-        let origins: Vec<Origin> = match previous {
-            Some(last) if total >= MERGE_FROM => {
-                let (origins, rules) = merged(&sources, last, key);
-                if let Some(kept) = kept.as_mut() {
-                    kept.keep(hostname, &sources, origins, &rules);
-                }
-                out.push(VirtualHost {
-                    hostname: hostname.to_string(),
-                    rules,
-                });
-                continue;
-            }
+        // A host sorted anew: its rules counted in from their origins, one list.
+        let with_rules = |origins: Vec<Origin>| {
+            let mut rules = ir::rules::Builder::with_capacity(origins.len());
+            rules.extend((origins.iter()).map(|&(si, k)| sources[si as usize].0.rules[k as usize].clone()));
+            (origins, rules.finish())
+        };
+        let (origins, rules) = match previous {
+            Some(last) if total >= MERGE_FROM => merged(&sources, last, key),
             // A host of thousands of routes (from scratch): its keys made and sorted on every
             // thread the translation has.
             _ if threads > 1 && sources.len() >= crate::parallel::SORT_FROM => {
                 let order = crate::parallel::sorted(sources.len(), threads, keys, <[_]>::sort_unstable);
-                order.iter().map(|&(_, _, si, k)| (si, k)).collect()
+                with_rules(order.iter().map(|&(_, _, si, k)| (si, k)).collect())
             }
             // Most hosts: in the scratch list kept from host to host.
             _ => {
@@ -826,12 +822,9 @@ fn virtual_hosts(
                 order.reserve(total);
                 keys(0..sources.len(), &mut order);
                 order.sort_unstable();
-                order.iter().map(|&(_, _, si, k)| (si, k)).collect()
+                with_rules(order.iter().map(|&(_, _, si, k)| (si, k)).collect())
             }
         };
-        let mut rules = ir::rules::Builder::with_capacity(origins.len());
-        rules.extend((origins.iter()).map(|&(si, k)| sources[si as usize].0.rules[k as usize].clone()));
-        let rules = rules.finish();
         if let Some(kept) = kept.as_mut() {
             kept.keep(hostname, &sources, origins, &rules);
         }

@@ -104,12 +104,7 @@ impl Rules {
     /// Replaces the rules in `range` with `insert`, as `Vec::splice` does (and panics as it
     /// does if `range` is out of bounds); the rules around are shared.
     pub fn splice(&mut self, range: Range<usize>, insert: impl IntoIterator<Item = Arc<HttpRule>>) {
-        assert!(range.start <= range.end && range.end <= self.len, "splice out of range");
-        let mut next = Builder::default();
-        next.extend_from(self, 0..range.start);
-        next.extend(insert);
-        next.extend_from(self, range.end..self.len);
-        *self = next.finish();
+        self.replace(range, &insert.into_iter().collect());
     }
 
     /// Replaces the rules in `range` with `insert`'s, sharing its windows (a delta's rule
@@ -128,10 +123,8 @@ impl Rules {
 
     /// Appends `other`'s rules, sharing its windows.
     pub fn append(&mut self, other: &Rules) {
-        let mut next = Builder::default();
-        next.extend_from(self, 0..self.len);
-        next.extend_from(other, 0..other.len);
-        *self = next.finish();
+        let len = self.len;
+        self.replace(len..len, other);
     }
 
     pub fn push(&mut self, rule: Arc<HttpRule>) {
