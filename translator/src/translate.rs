@@ -14,7 +14,7 @@ use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
-use crate::route::assembled::{Assembled, Hosts, Kept, Last, Origin, Sources};
+use crate::route::assembled::{Assembled, GONE, Hosts, Kept, Last, Origin, Served, Sources};
 use crate::route::compiled::CompileCache;
 use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
 use crate::route::{self, KeptOutcome, RouteKind, RouteModel, RouteOutcome};
@@ -806,9 +806,9 @@ fn virtual_hosts(
         let with_rules = |origins: Vec<Origin>| {
             let mut rules = ir::rules::Builder::with_capacity(origins.len());
             rules.extend((origins.iter()).map(|&(si, k)| sources[si as usize].0.rules[k as usize].clone()));
-            (origins, rules.finish())
+            (origins, rules.finish(), Vec::new())
         };
-        let (origins, rules) = match previous {
+        let (origins, rules, now) = match previous {
             Some(last) if total >= MERGE_FROM => merged(&sources, last, key),
             // A host of thousands of routes (from scratch): its keys made and sorted on every
             // thread the translation has.
@@ -826,7 +826,7 @@ fn virtual_hosts(
             }
         };
         if let Some(kept) = kept.as_mut() {
-            kept.keep(hostname, &sources, origins, &rules);
+            kept.keep(hostname, &sources, origins, &rules, &now);
         }
         out.push(VirtualHost {
             hostname: hostname.to_string(),
@@ -883,21 +883,19 @@ const MERGE_FROM: usize = 64;
 ///
 /// The host's rules are built alongside: the runs of unchanged rules shared from the host as
 /// last assembled (`last.rules`), the others counted in one by one.
-fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostKey) -> (Vec<Origin>, ir::Rules) {
-    const GONE: u32 = u32::MAX;
-    let by_address: foldhash::HashMap<*const Compiled, u32> = (last.served.iter().enumerate())
-        .map(|(i, s)| (Arc::as_ptr(&s.compiled), i as u32))
-        .collect();
-    // Where each last source is now.
-    let mut now = vec![GONE; last.served.len()];
+fn merged(
+    sources: &Sources<'_>,
+    last: Last<'_>,
+    key: impl Fn(u32, u32) -> HostKey,
+) -> (Vec<Origin>, ir::Rules, Vec<u32>) {
+    let now = carried_sources(sources, last.served);
     let mut added: Vec<HostKey> = Vec::new();
-    for (si, &(compiled, _, original)) in sources.iter().enumerate() {
-        match by_address.get(&Arc::as_ptr(compiled)) {
-            Some(&p) if last.served[p as usize].original == original && now[p as usize] == GONE => {
-                now[p as usize] = si as u32;
-            }
-            _ => added.extend((0..compiled.rules.len() as u32).map(|k| key(si as u32, k))),
-        }
+    let mut found = vec![false; sources.len()];
+    for &si in now.iter().filter(|&&si| si != GONE) {
+        found[si as usize] = true;
+    }
+    for (si, &(compiled, _, _)) in sources.iter().enumerate().filter(|&(si, _)| !found[si]) {
+        added.extend((0..compiled.rules.len() as u32).map(|k| key(si as u32, k)));
     }
     added.sort_unstable();
     // The origins kept, each with its rule's position in the host as last assembled.
@@ -940,7 +938,52 @@ fn merged(sources: &Sources<'_>, last: Last<'_>, key: impl Fn(u32, u32) -> HostK
             && (rules.iter().zip(&out)).all(|(r, &(si, k))| Arc::ptr_eq(r, &sources[si as usize].0.rules[k as usize])),
         "a merged host's rules are its origins' rules"
     );
-    (out, rules)
+    (out, rules, now)
+}
+
+/// Where each source of a host as last assembled (`last`) is in `sources`, [`GONE`] for one
+/// no longer there: the same compiled rules from the same route hostname, each matched once.
+/// Sources mostly keep their order from pass to pass (routes keep their places in the
+/// snapshot), so each is looked for where the last match leads: there, or one further (the
+/// one there is gone); a source that is not, but whose follower is at one of those two places,
+/// is taken as added or as replacing the one there, without a lookup. Only the rest are looked
+/// up by address. Taking a source that was there as new costs the merge of its rules, never
+/// the result: its last rules are dropped and its rules merged in again.
+fn carried_sources(sources: &Sources<'_>, last: &[Served]) -> Vec<u32> {
+    let mut now = vec![GONE; last.len()];
+    let mut by_address: Option<foldhash::HashMap<*const Compiled, u32>> = None;
+    let is = |p: usize, (compiled, _, original): (&Arc<Compiled>, usize, &str), now: &[u32]| {
+        last.get(p)
+            .is_some_and(|s| now[p] == GONE && Arc::ptr_eq(&s.compiled, compiled) && s.original == original)
+    };
+    let mut next = 0;
+    for (si, &source) in sources.iter().enumerate() {
+        let following = sources.get(si + 1).copied();
+        let p = if is(next, source, &now) {
+            Some(next)
+        } else if is(next + 1, source, &now) {
+            Some(next + 1)
+        } else if following.is_some_and(|f| is(next, f, &now)) {
+            None
+        } else if following.is_some_and(|f| is(next + 1, f, &now)) {
+            next += 1;
+            None
+        } else {
+            let by_address = by_address.get_or_insert_with(|| {
+                (last.iter().enumerate())
+                    .map(|(i, s)| (Arc::as_ptr(&s.compiled), i as u32))
+                    .collect()
+            });
+            (by_address.get(&Arc::as_ptr(source.0)))
+                .map(|&p| p as usize)
+                .filter(|&p| is(p, source, &now))
+        };
+        if let Some(p) = p {
+            now[p] = si as u32;
+            next = p + 1;
+        }
+    }
+    now
 }
 
 /// The positions of items (given by their identities, in their order) arranged in a previous
@@ -1309,6 +1352,59 @@ mod tests {
             );
             last = Some(reused);
         }
+    }
+
+    /// A host's last sources are found where they are now, each once and only as the same
+    /// compiled rules from the same route hostname: in place, after routes added, removed,
+    /// replaced, moved to a removed one's place (the snapshot's `swap_remove`) or elsewhere,
+    /// reversed, and with another route hostname.
+    #[test]
+    fn carried_sources_are_the_same_rules_from_the_same_hostnames() {
+        let compiled: Vec<Arc<Compiled>> = (0..12).map(|_| Arc::new(Compiled::default())).collect();
+        let last: Vec<Served> = (0..10)
+            .map(|i| Served {
+                compiled: compiled[i].clone(),
+                age: i,
+                original: ir::SmolStr::new(if i == 4 { "*.test" } else { "app.test" }),
+            })
+            .collect();
+        let host = |i: usize| if i == 4 { "*.test" } else { "app.test" };
+        let sources_of = |order: &[usize]| -> Vec<(&Arc<Compiled>, usize, &str)> {
+            order.iter().map(|&i| (&compiled[i], i, host(i))).collect()
+        };
+        let mut reversed: Vec<usize> = (0..10).collect();
+        reversed.reverse();
+        // The last sources not found: those gone, and one moved before the one expected
+        // next (taken as new: its rules merged in again).
+        for (case, order, gone) in [
+            ("same", vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9], vec![]),
+            ("added", vec![0, 1, 2, 10, 3, 4, 5, 6, 7, 8, 9, 11], vec![]),
+            ("removed", vec![0, 1, 3, 4, 5, 6, 8, 9], vec![2, 7]),
+            ("replaced", vec![10, 1, 2, 3, 11, 5, 6, 7, 8, 9], vec![0, 4]),
+            ("swap removed", vec![0, 1, 9, 3, 4, 5, 6, 7, 8], vec![2, 9]),
+            ("reversed", reversed, vec![]),
+            ("moved", vec![0, 7, 1, 2, 3, 4, 5, 6, 8, 9], vec![7]),
+        ] {
+            let sources = sources_of(&order);
+            let now = carried_sources(&sources, &last);
+            let mut seen = vec![false; sources.len()];
+            for (p, &si) in now.iter().enumerate() {
+                assert_eq!(si == GONE, gone.contains(&p), "{case}: {p}");
+                if si == GONE {
+                    continue;
+                }
+                let (c, _, original) = sources[si as usize];
+                assert!(
+                    Arc::ptr_eq(c, &last[p].compiled) && original == last[p].original,
+                    "{case}: {p}"
+                );
+                assert!(!std::mem::replace(&mut seen[si as usize], true), "{case}: {si} twice");
+            }
+        }
+        // The same rules from another route hostname are another source.
+        let mut sources = sources_of(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        sources[4].2 = "app.test";
+        assert_eq!(carried_sources(&sources, &last)[4], GONE);
     }
 
     /// Snapshots large enough for the name, age and rule sorts to run on several threads

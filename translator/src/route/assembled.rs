@@ -141,16 +141,45 @@ impl Hosts<'_> {
         Kept::Same(host.rules.clone())
     }
 
-    /// Keeps how `hostname` was assembled from `sources`: each rule from its origin.
-    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, origins: Vec<Origin>, rules: &Rules) {
+    /// Keeps how `hostname` was assembled from `sources`: each rule from its origin. `now`
+    /// gives, for each source of the host as last kept, its position in `sources` ([`GONE`]
+    /// when it is not one of them; empty when the host was not assembled from its last
+    /// version): those sources are moved over, not counted again, so a host of thousands of
+    /// routes that gained one does not touch every route's compiled rules twice.
+    pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, origins: Vec<Origin>, rules: &Rules, now: &[u32]) {
+        let mut last = (self.hosts.get_mut(hostname)).map_or_else(Vec::new, |host| std::mem::take(&mut host.served));
+        // Where each source comes from: moved from the last ones, in order (a host's sources
+        // keep their order from pass to pass), or counted in. Last sources out of that order
+        // are dropped, and their sources counted in again: correct, only slower.
+        let mut carried = vec![false; sources.len()];
+        let mut at = 0;
+        let mut state = now.iter();
+        last.retain(|_| match state.next() {
+            Some(&si) if si != GONE && si as usize >= at && (si as usize) < sources.len() => {
+                carried[si as usize] = true;
+                at = si as usize + 1;
+                true
+            }
+            _ => false,
+        });
+        let mut last = last.into_iter();
+        let served = (sources.iter().zip(carried))
+            .map(
+                |(&(compiled, age, original), carried)| match carried.then(|| last.next()).flatten() {
+                    Some(last) => {
+                        debug_assert!(Arc::ptr_eq(&last.compiled, compiled));
+                        Served { age, ..last }
+                    }
+                    None => Served {
+                        compiled: Arc::clone(compiled),
+                        age,
+                        original: SmolStr::new(original),
+                    },
+                },
+            )
+            .collect();
         let host = Host {
-            served: (sources.iter())
-                .map(|(compiled, age, original)| Served {
-                    compiled: Arc::clone(compiled),
-                    age: *age,
-                    original: SmolStr::new(original),
-                })
-                .collect(),
+            served,
             origins,
             rules: rules.clone(),
             pass: self.pass,
@@ -164,12 +193,50 @@ impl Hosts<'_> {
     }
 }
 
+/// In the positions [`Hosts::keep`] is given: a last source no longer served as it was.
+pub const GONE: u32 = u32::MAX;
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn compiled() -> Arc<Compiled> {
         Arc::new(Compiled::default())
+    }
+
+    /// A host kept again from its last version moves the sources still served (their rules
+    /// counted once, their ages updated) and counts in only the new ones.
+    #[test]
+    fn hosts_kept_again_move_the_sources_still_served() {
+        let (a, b, c) = (compiled(), compiled(), compiled());
+        let mut assembled = Assembled::default();
+        assembled.start();
+        let first: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&a, 0, "x.test"), (&b, 1, "x.test")];
+        assembled
+            .listener("l")
+            .keep("x.test", &first, Vec::new(), &Rules::new(), &[]);
+        assert_eq!((Arc::strong_count(&a), Arc::strong_count(&b)), (2, 2));
+        // c is new and older than both; a is gone; b is at position 1.
+        let second: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&c, 0, "x.test"), (&b, 2, "x.test")];
+        assembled
+            .listener("l")
+            .keep("x.test", &second, Vec::new(), &Rules::new(), &[GONE, 1]);
+        assert_eq!(
+            (Arc::strong_count(&a), Arc::strong_count(&b), Arc::strong_count(&c)),
+            (1, 2, 2)
+        );
+        let Kept::Same(_) = assembled.listener("l").lookup("x.test", &second) else {
+            panic!("the host kept is the second one");
+        };
+        // Sources that swapped places: one moved, the other counted in again.
+        let third: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&b, 0, "x.test"), (&c, 1, "x.test")];
+        assembled
+            .listener("l")
+            .keep("x.test", &third, Vec::new(), &Rules::new(), &[1, 0]);
+        assert_eq!((Arc::strong_count(&b), Arc::strong_count(&c)), (2, 2));
+        let Kept::Same(_) = assembled.listener("l").lookup("x.test", &third) else {
+            panic!("the host kept is the third one");
+        };
     }
 
     /// A host is reused only for the same compiled rules, ages and route hostnames, in the same
@@ -182,7 +249,7 @@ mod tests {
         let sources: Vec<(&Arc<Compiled>, usize, &str)> = vec![(&a, 0, "x.test"), (&b, 1, "*.test")];
         assembled
             .listener("l")
-            .keep("x.test", &sources, Vec::new(), &Rules::new());
+            .keep("x.test", &sources, Vec::new(), &Rules::new(), &[]);
         assert!(matches!(
             assembled.listener("l").lookup("x.test", &sources),
             Kept::Same(_)
