@@ -19,6 +19,7 @@ pub mod object;
 mod parallel;
 pub mod parameters;
 pub mod policy;
+pub(crate) mod prefetch;
 pub mod reference_grant;
 pub mod route;
 pub mod selector;

@@ -14,6 +14,7 @@ use crate::hostname;
 use crate::ir::{self, Listener, ListenerTls, Port, Protocol, Proxy, StreamRoute, TlsMode, Transport, VirtualHost};
 use crate::object::Meta;
 use crate::policy;
+use crate::prefetch;
 use crate::route::assembled::{Assembled, GONE, Hosts, Kept, Last, Origin, Served, Sources};
 use crate::route::compiled::CompileCache;
 use crate::route::http::{Compiled, PrecedenceKey, precedence_key};
@@ -168,6 +169,7 @@ pub fn translate_on(
     let mut attached: Vec<(usize, smallvec::SmallVec<[usize; 2]>)> = Vec::new();
     let mut used: Vec<(usize, Arc<Compiled>)> = Vec::new();
     for (ri, route) in routes.iter().enumerate() {
+        ask_for_route(&routes, &all_attachments, &compiled_routes, ri);
         let attachments = &all_attachments[ri];
         if attachments.is_empty() {
             continue;
@@ -283,6 +285,9 @@ pub fn translate_on(
     let settled = cache.as_deref().map(|c| &c.statuses);
     // Each status, and whether it is the last translation's.
     let mut route_statuses = crate::parallel::map(routes.len(), threads, |ri| {
+        if let Some(settled) = settled {
+            settled.prefetch(ri + prefetch::AHEAD);
+        }
         let (route, attachments, outcome) = (&routes[ri], &all_attachments[ri], outcomes[ri].as_ref()?);
         Some(
             match settled.and_then(|s| s.get(ri, route, attachments, outcome, &controller_name)) {
@@ -411,6 +416,32 @@ pub fn translate_on(
     out
 }
 
+/// Asks for what the loop over the routes reads of the routes ahead ([`crate::prefetch`]):
+/// the lines holding the attachments, hostnames and compiled rules of the route twice
+/// [`prefetch::AHEAD`] on, and what those lines point to for the route [`prefetch::AHEAD`]
+/// on, whose lines have arrived by then.
+fn ask_for_route(
+    routes: &[RouteModel<'_>],
+    attachments: &[route::Attachments],
+    compiled: &route::compiled::CompiledRoutes,
+    ri: usize,
+) {
+    let far = ri + 2 * prefetch::AHEAD;
+    if let (Some(route), Some(attached)) = (routes.get(far), attachments.get(far)) {
+        prefetch::line(Arc::as_ptr(attached));
+        prefetch::line(route.hostnames.as_ptr());
+        compiled.prefetch(far, false);
+    }
+    let near = ri + prefetch::AHEAD;
+    if let (Some(route), Some(attached)) = (routes.get(near), attachments.get(near)) {
+        prefetch::line(attached.as_ptr());
+        if let Some(hostname) = route.hostnames.first() {
+            prefetch::line(hostname.as_ptr());
+        }
+        compiled.prefetch(near, true);
+    }
+}
+
 /// The routes without duplicates (the first of each kind, namespace and name is kept), in
 /// their given order, and their positions in order of kind, namespace and name. The last
 /// translation's name order (`last`) only arranges the routes before sorting, so that the sort
@@ -504,12 +535,27 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
             model.sessions = Some(&snapshot.session_persistence);
             model
         };
+        // The fields a model reads, of the route AHEAD on ([`crate::prefetch`]): the objects
+        // lie all over memory.
+        let ask = |i: usize| {
+            if let Some(r) = http.get(i + prefetch::AHEAD) {
+                prefetch::line(&r.metadata.name);
+                prefetch::line(&r.metadata.namespace);
+                prefetch::line(&r.metadata.generation);
+                prefetch::line(&r.metadata.creation_timestamp);
+                prefetch::line(&r.spec.hostnames);
+            }
+        };
         if threads <= 1 {
             // Made in place: a list of models made apart and copied over is written and read
             // once more (thousands of models, more than a core's cache holds).
-            routes.extend(http.iter().filter(|r| watched(r.namespace())).map(model));
+            routes.extend((http.iter().enumerate()).filter_map(|(i, r)| {
+                ask(i);
+                Some(r).filter(|r| watched(r.namespace())).map(model)
+            }));
         } else {
             let models = crate::parallel::map(http.len(), threads, |i| {
+                ask(i);
                 Some(&http[i]).filter(|r| watched(r.namespace())).map(model)
             });
             routes.extend(models.into_iter().flatten());
@@ -692,7 +738,21 @@ fn virtual_hosts(
     let mut entries: Vec<Arc<Compiled>> = Vec::with_capacity(contributions.len());
     // Whether HTTPRoutes and GRPCRoutes both contribute: only then can they meet on a host.
     let (mut http, mut grpc) = (false, false);
-    for (ci, c) in contributions.into_iter().enumerate() {
+    // Asks for the hostnames of the routes ahead, then for the names they point to
+    // ([`crate::prefetch`]).
+    let ask = |ahead: &[Contribution]| {
+        if let Some(c) = ahead.get(2 * prefetch::AHEAD) {
+            prefetch::line(routes[c.route].hostnames.as_ptr());
+        }
+        if let Some(hostname) = (ahead.get(prefetch::AHEAD)).and_then(|c| routes[c.route].hostnames.first()) {
+            prefetch::line(hostname.as_ptr());
+        }
+    };
+    let mut contributions = contributions.into_iter();
+    while let Some(c) = contributions.next() {
+        ask(contributions.as_slice());
+        // The contribution's position: as many came before it.
+        let ci = owners.len();
         let route = &routes[c.route];
         match route.kind {
             RouteKind::Grpc => grpc = true,

@@ -70,6 +70,12 @@ impl<V> ByObject<V> {
         Some(&kept.value)
     }
 
+    /// The value kept at position `at`, whichever object it is for: only for a hint
+    /// ([`crate::prefetch`]), as the route there may be another now.
+    pub fn at(&self, at: usize) -> Option<&V> {
+        self.slots.get(at)?.as_ref().map(|kept| &kept.value)
+    }
+
     /// Starts a pass: values it does not keep go at [`ByObject::sweep`].
     pub fn start(&mut self) {
         self.pass = self.pass.wrapping_add(1);

@@ -19,6 +19,7 @@ use crate::policy::backend::TurnaBackendPolicy;
 use crate::policy::backend_tls;
 use crate::policy::security::TurnaSecurityPolicy;
 use crate::policy::traffic::TurnaTrafficPolicy;
+use crate::prefetch;
 use crate::snapshot::{ClusterTrustBundleFacts, ConfigMapFacts, SecretFacts, Snapshot};
 
 use super::by_object::ByObject;
@@ -62,7 +63,21 @@ impl CompiledRoutes {
         threads: usize,
         cache: Option<&CompileCache>,
     ) -> Self {
+        // Asks for what a route reads ([`crate::prefetch`]): the attachments' shared header
+        // twice AHEAD routes on, then their list and the kept rules' header AHEAD on.
+        let ask = |ri: usize| {
+            if let Some(attached) = attachments.get(ri + 2 * prefetch::AHEAD) {
+                prefetch::line(Arc::as_ptr(attached));
+            }
+            if let Some(attached) = attachments.get(ri + prefetch::AHEAD) {
+                prefetch::line(attached.as_ptr());
+                if let Some(entry) = cache.and_then(|c| c.routes.at(ri + prefetch::AHEAD)?.first()) {
+                    prefetch::line(Arc::as_ptr(&entry.compiled));
+                }
+            }
+        };
         CompiledRoutes(crate::parallel::map(routes.len(), threads, |ri| {
+            ask(ri);
             let route = &routes[ri];
             // Looked up (and so kept) only for a route that will have rules this pass.
             let served = attachments[ri].iter().any(|a| a.problem.is_none());
@@ -80,6 +95,17 @@ impl CompiledRoutes {
                 cached,
             )
         }))
+    }
+
+    /// Asks for route `ri`'s compiled rules ([`crate::prefetch`]): their shared header, or,
+    /// once that is near (`then`), the list of their backends.
+    pub fn prefetch(&self, ri: usize, then: bool) {
+        if let Some(entry) = self.0.get(ri).and_then(|(entries, _)| entries.first()) {
+            match then {
+                false => prefetch::line(Arc::as_ptr(&entry.compiled)),
+                true => prefetch::line(entry.compiled.backends.as_ptr()),
+            }
+        }
     }
 
     /// Route `ri`'s rules for `client_certificate`, its problems added to `outcome`; empty

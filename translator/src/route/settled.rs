@@ -52,6 +52,14 @@ impl Settled {
         (same_attachments && made.outcome == *outcome).then(|| made.status.clone())
     }
 
+    /// Asks for the status kept at position `ri` ([`crate::prefetch`]), which [`Settled::get`]
+    /// shares when it is still the route's.
+    pub fn prefetch(&self, ri: usize) {
+        if let Some(made) = self.routes.at(ri) {
+            crate::prefetch::line(Arc::as_ptr(&made.status));
+        }
+    }
+
     /// Keeps this translation's statuses, and only those: removed routes go. Each status says
     /// whether it came from [`Settled::get`] (and so is kept already).
     pub fn keep(
