@@ -4,7 +4,8 @@
 //! 2,000 backends of 3 endpoints).
 //!
 //! `TURNA_BENCH_ROUTES=1000,5000,10000 TURNA_BENCH_RUNS=5 target/release/deps/table_build-<hash>`
-//! prints the best times (`TURNA_BENCH_ONE_HOST=1`: every route on one hostname); `valgrind --tool=callgrind --toggle-collect='*build_again*'` counts
+//! prints the best times (`TURNA_BENCH_ONE_HOST=1`: every route on one hostname;
+//! `TURNA_BENCH_COLD=1`: the CPU caches evicted before each rebuild); `valgrind --tool=callgrind --toggle-collect='*build_again*'` counts
 //! the instructions of one rebuild.
 
 use std::collections::BTreeMap;
@@ -148,6 +149,15 @@ fn main() {
                     hostname: format!("added-{run}.example.com"),
                     rules: added.collect(),
                 });
+            }
+            if std::env::var_os("TURNA_BENCH_COLD").is_some() {
+                // Evicts the CPU caches, as the translation and the traffic between two
+                // changes do.
+                let mut scratch = vec![0u8; 64 << 20];
+                for i in (0..scratch.len()).step_by(64) {
+                    scratch[i] = i as u8;
+                }
+                black_box(&scratch);
             }
             let start = std::time::Instant::now();
             black_box(build_again(&after, &table));
