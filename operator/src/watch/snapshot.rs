@@ -7,6 +7,7 @@
 //! many passes hold it.
 
 use std::any::TypeId;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -86,18 +87,21 @@ where
     /// no meaning.
     fn refresh(&mut self, store: &Watched<K>, objects: &mut Vec<Arc<K>>, changed: &mut Changed) {
         debug_assert_eq!(self.positions.len(), objects.len());
-        let current = store.state();
-        let mut kept = vec![false; objects.len()];
-        let mut added = Vec::new();
-        for object in current {
-            match self.positions.get(&address(&object)) {
-                Some(&position) => kept[position] = true,
-                None => added.push(object),
-            }
-        }
+        // Objects already in the snapshot are only marked (by address, unread): only the new
+        // ones are taken from the store.
+        let kept: Vec<Cell<bool>> = (0..objects.len()).map(|_| Cell::new(false)).collect();
+        let added = store.state_filter(
+            |object| match self.positions.get(&(std::ptr::from_ref(object) as usize)) {
+                Some(&position) => {
+                    kept[position].set(true);
+                    false
+                }
+                None => true,
+            },
+        );
         // From the end, so swap_remove only moves an entry already looked at (and kept).
         for position in (0..kept.len()).rev() {
-            if kept[position] {
+            if kept[position].get() {
                 continue;
             }
             self.positions.remove(&address(&objects[position]));

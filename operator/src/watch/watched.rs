@@ -43,6 +43,16 @@ where
         }
     }
 
+    /// The objects of every store that `wanted` takes. The others are only looked at, not
+    /// shared: a store of thousands of objects is visited without touching each object's
+    /// count, which lies wherever the object does.
+    pub fn state_filter(&self, wanted: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
+        match &*self.stores {
+            [one] => one.state_filter(wanted),
+            stores => stores.iter().flat_map(|store| store.state_filter(&wanted)).collect(),
+        }
+    }
+
     /// The object `reference` names, from whichever store holds it.
     pub fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
         self.stores.iter().find_map(|store| store.get(reference))
@@ -94,6 +104,9 @@ mod tests {
         assert_eq!(names, ["a/web", "b/api", "b/web"]);
         assert!(watched.get(&ObjectRef::new("api").within("b")).is_some());
         assert!(watched.get(&ObjectRef::new("api").within("a")).is_none());
+        // Filtered across the stores: only the objects taken are returned.
+        let webs = watched.state_filter(|s| s.metadata.name.as_deref() == Some("web"));
+        assert_eq!(webs.len(), 2);
 
         // A new list in one namespace leaves the other's objects alone.
         b_writer.apply_watcher_event(&Event::Init);
