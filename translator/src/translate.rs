@@ -430,7 +430,7 @@ fn ask_for_route(
     if let (Some(route), Some(attached)) = (routes.get(far), attachments.get(far)) {
         prefetch::line(Arc::as_ptr(attached));
         prefetch::line(route.hostnames.as_ptr());
-        compiled.prefetch(far, false);
+        compiled.prefetch_rules(far);
     }
     let near = ri + prefetch::AHEAD;
     if let (Some(route), Some(attached)) = (routes.get(near), attachments.get(near)) {
@@ -438,7 +438,7 @@ fn ask_for_route(
         if let Some(hostname) = route.hostnames.first() {
             prefetch::line(hostname.as_ptr());
         }
-        compiled.prefetch(near, true);
+        compiled.prefetch_backends(near);
     }
 }
 

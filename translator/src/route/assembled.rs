@@ -153,8 +153,8 @@ impl Hosts<'_> {
         // are dropped, and their sources counted in again: correct, only slower.
         let mut carried = vec![false; sources.len()];
         let mut at = 0;
-        let mut state = now.iter();
-        last.retain(|_| match state.next() {
+        let mut positions = now.iter();
+        last.retain(|_| match positions.next() {
             Some(&si) if si != GONE && si as usize >= at && (si as usize) < sources.len() => {
                 carried[si as usize] = true;
                 at = si as usize + 1;

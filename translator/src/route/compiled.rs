@@ -97,15 +97,23 @@ impl CompiledRoutes {
         }))
     }
 
-    /// Asks for route `ri`'s compiled rules ([`crate::prefetch`]): their shared header, or,
-    /// once that is near (`then`), the list of their backends.
-    pub fn prefetch(&self, ri: usize, then: bool) {
-        if let Some(entry) = self.0.get(ri).and_then(|(entries, _)| entries.first()) {
-            match then {
-                false => prefetch::line(Arc::as_ptr(&entry.compiled)),
-                true => prefetch::line(entry.compiled.backends.as_ptr()),
-            }
+    /// Asks for the shared header of route `ri`'s compiled rules ([`crate::prefetch`]).
+    pub fn prefetch_rules(&self, ri: usize) {
+        if let Some(entry) = self.first(ri) {
+            prefetch::line(Arc::as_ptr(&entry.compiled));
         }
+    }
+
+    /// Asks for the list of the backends of route `ri`'s compiled rules: reads their header,
+    /// so only once [`CompiledRoutes::prefetch_rules`] has brought it near.
+    pub fn prefetch_backends(&self, ri: usize) {
+        if let Some(entry) = self.first(ri) {
+            prefetch::line(entry.compiled.backends.as_ptr());
+        }
+    }
+
+    fn first(&self, ri: usize) -> Option<&Entry> {
+        self.0.get(ri).and_then(|(entries, _)| entries.first())
     }
 
     /// Route `ri`'s rules for `client_certificate`, its problems added to `outcome`; empty
