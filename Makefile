@@ -75,8 +75,8 @@ bench-translator:
 	$(CARGO) bench -p turna-translator --bench translate
 
 ## bench-table: a proxy's table built from the IR of 1k/5k/10k HTTPRoutes, and rebuilt after
-## one route was added (what each new IR version costs the proxy). TURNA_BENCH_ROUTES and
-## TURNA_BENCH_RUNS tune it.
+## one route was added (what each new IR version costs the proxy). TURNA_BENCH_ROUTES,
+## TURNA_BENCH_RUNS and TURNA_BENCH_COLD=1 (CPU caches evicted before each rebuild) tune it.
 bench-table:
 	$(CARGO) bench -p turna-dataplane --bench table_build
 

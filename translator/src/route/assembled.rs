@@ -147,7 +147,8 @@ impl Hosts<'_> {
     /// version): those sources are moved over, not counted again, so a host of thousands of
     /// routes that gained one does not touch every route's compiled rules twice.
     pub fn keep(&mut self, hostname: &str, sources: &Sources<'_>, origins: Vec<Origin>, rules: &Rules, now: &[u32]) {
-        let mut last = (self.hosts.get_mut(hostname)).map_or_else(Vec::new, |host| std::mem::take(&mut host.served));
+        let mut kept = self.hosts.get_mut(hostname);
+        let mut last = (kept.as_deref_mut()).map_or_else(Vec::new, |host| std::mem::take(&mut host.served));
         // Where each source comes from: moved from the last ones, in order (a host's sources
         // keep their order from pass to pass), or counted in. Last sources out of that order
         // are dropped, and their sources counted in again: correct, only slower.
@@ -184,7 +185,7 @@ impl Hosts<'_> {
             rules: rules.clone(),
             pass: self.pass,
         };
-        match self.hosts.get_mut(hostname) {
+        match kept {
             Some(kept) => *kept = host,
             None => {
                 self.hosts.insert(hostname.to_string(), host);
