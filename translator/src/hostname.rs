@@ -18,21 +18,29 @@ pub fn is_valid(h: &str, wildcard: bool) -> bool {
     if h.len() > 253 {
         return false;
     }
-    // Every route's hostnames are checked in every translation: first the bytes against a
-    // table, then the labels: 1 to 63 bytes, not starting or ending with a hyphen.
-    name.bytes().all(|b| LABEL_BYTE[usize::from(b)])
-        && name.as_bytes().split(|b| *b == b'.').all(|label| {
-            matches!(label, [first, .., last] if *first != b'-' && *last != b'-' && label.len() <= 63)
-                || matches!(label, [only] if *only != b'-')
-        })
+    // Every route's hostnames are checked in every translation: one walk over the bytes, each
+    // against a table, counting the label it is in: 1 to 63 bytes, not starting or ending with
+    // a hyphen.
+    let (mut label, mut last) = (0usize, b'.');
+    for &b in name.as_bytes() {
+        match b {
+            b'.' if label == 0 || last == b'-' => return false,
+            b'.' => label = 0,
+            b'-' if label == 0 => return false,
+            _ if !LABEL_BYTE[usize::from(b)] || label == 63 => return false,
+            _ => label += 1,
+        }
+        last = b;
+    }
+    label > 0 && last != b'-'
 }
 
-/// The bytes of a hostname: letters, digits, `-` and the `.` between labels.
+/// The bytes of a label: letters, digits and `-`.
 const LABEL_BYTE: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 256 {
-        table[b] = (b as u8).is_ascii_alphanumeric() || b == b'-' as usize || b == b'.' as usize;
+        table[b] = (b as u8).is_ascii_alphanumeric() || b == b'-' as usize;
         b += 1;
     }
     table
