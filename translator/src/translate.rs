@@ -1005,42 +1005,50 @@ fn merged(
 /// no longer there: the same compiled rules from the same route hostname, each matched once.
 /// Sources mostly keep their order from pass to pass (routes keep their places in the
 /// snapshot), so each is looked for where the last match leads: there, or one further (the
-/// one there is gone); a source that is not, but whose follower is at one of those two places,
-/// is taken as added or as replacing the one there, without a lookup. Only the rest are looked
-/// up by address. Taking a source that was there as new costs the merge of its rules, never
-/// the result: its last rules are dropped and its rules merged in again.
+/// one there is gone); when its follower is one further, the one there was replaced. The
+/// others (added, replacing, moved) are looked up by address once the walk is done, among the
+/// last sources it did not find: a few, where a map of every last source (a large host's
+/// thousands) was made for one route appended at the end. A source not found is new: its
+/// rules are merged in (a last one taken as new costs that merge, never the result).
 fn carried_sources(sources: &Sources<'_>, last: &[Served]) -> Vec<u32> {
     let mut now = vec![GONE; last.len()];
-    let mut by_address: Option<foldhash::HashMap<*const Compiled, u32>> = None;
     let is = |p: usize, (compiled, _, original): (&Arc<Compiled>, usize, &str), now: &[u32]| {
         last.get(p)
             .is_some_and(|s| now[p] == GONE && Arc::ptr_eq(&s.compiled, compiled) && s.original == original)
     };
     let mut next = 0;
+    let mut elsewhere: Vec<usize> = Vec::new();
     for (si, &source) in sources.iter().enumerate() {
         let following = sources.get(si + 1).copied();
         let p = if is(next, source, &now) {
             Some(next)
         } else if is(next + 1, source, &now) {
             Some(next + 1)
-        } else if following.is_some_and(|f| is(next, f, &now)) {
-            None
-        } else if following.is_some_and(|f| is(next + 1, f, &now)) {
-            next += 1;
-            None
         } else {
-            let by_address = by_address.get_or_insert_with(|| {
-                (last.iter().enumerate())
-                    .map(|(i, s)| (Arc::as_ptr(&s.compiled), i as u32))
-                    .collect()
-            });
-            (by_address.get(&Arc::as_ptr(source.0)))
-                .map(|&p| p as usize)
-                .filter(|&p| is(p, source, &now))
+            // Added, replacing the one there, or moved: looked up after the walk.
+            if following.is_some_and(|f| !is(next, f, &now) && is(next + 1, f, &now)) {
+                next += 1;
+            }
+            elsewhere.push(si);
+            None
         };
         if let Some(p) = p {
             now[p] = si as u32;
             next = p + 1;
+        }
+    }
+    if !elsewhere.is_empty() {
+        let by_address: foldhash::HashMap<*const Compiled, usize> = (now.iter().enumerate())
+            .filter(|&(_, &si)| si == GONE)
+            .map(|(p, _)| (Arc::as_ptr(&last[p].compiled), p))
+            .collect();
+        for si in elsewhere {
+            let source = sources[si];
+            if let Some(&p) = by_address.get(&Arc::as_ptr(source.0))
+                && is(p, source, &now)
+            {
+                now[p] = si as u32;
+            }
         }
     }
     now
@@ -1434,16 +1442,23 @@ mod tests {
         };
         let mut reversed: Vec<usize> = (0..10).collect();
         reversed.reverse();
-        // The last sources not found: those gone, and one moved before the one expected
-        // next (taken as new: its rules merged in again).
+        // The last sources not found: those gone.
         for (case, order, gone) in [
             ("same", vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9], vec![]),
             ("added", vec![0, 1, 2, 10, 3, 4, 5, 6, 7, 8, 9, 11], vec![]),
             ("removed", vec![0, 1, 3, 4, 5, 6, 8, 9], vec![2, 7]),
             ("replaced", vec![10, 1, 2, 3, 11, 5, 6, 7, 8, 9], vec![0, 4]),
-            ("swap removed", vec![0, 1, 9, 3, 4, 5, 6, 7, 8], vec![2, 9]),
+            ("swap removed", vec![0, 1, 9, 3, 4, 5, 6, 7, 8], vec![2]),
             ("reversed", reversed, vec![]),
-            ("moved", vec![0, 7, 1, 2, 3, 4, 5, 6, 8, 9], vec![7]),
+            ("moved", vec![0, 7, 1, 2, 3, 4, 5, 6, 8, 9], vec![]),
+            ("rotated", vec![5, 6, 7, 8, 9, 0, 1, 2, 3, 4], vec![]),
+            ("appended", vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], vec![]),
+            ("last replaced", vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 10], vec![9]),
+            (
+                "one replaced, one appended",
+                vec![0, 1, 2, 10, 4, 5, 6, 7, 8, 9, 11],
+                vec![3],
+            ),
         ] {
             let sources = sources_of(&order);
             let now = carried_sources(&sources, &last);
