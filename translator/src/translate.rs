@@ -958,36 +958,51 @@ fn merged(
         added.extend((0..compiled.rules.len() as u32).map(|k| key(si as u32, k)));
     }
     added.sort_unstable();
-    // The origins kept, each with its rule's position in the host as last assembled.
-    let kept: Vec<(Origin, u32)> = collect_within(
-        last.origins.len(),
-        (last.origins.iter().enumerate())
-            .filter_map(|(at, &(p, k))| Some(((now[p as usize], k), at as u32)).filter(|((si, _), _)| *si != GONE)),
-    );
+    // The origins kept, renumbered, in one walk over the last ones; and where they start runs
+    // of consecutive rules of the host as last assembled (a gone source's rules end one):
+    // `(position in kept, position last)`.
+    let mut kept: Vec<Origin> = Vec::with_capacity(last.origins.len());
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    let mut after_gap = true;
+    for (at, &(p, k)) in last.origins.iter().enumerate() {
+        let si = now[p as usize];
+        if si == GONE {
+            after_gap = true;
+            continue;
+        }
+        if after_gap {
+            runs.push((kept.len() as u32, at as u32));
+            after_gap = false;
+        }
+        kept.push((si, k));
+    }
     let mut out = Vec::with_capacity(kept.len() + added.len());
     let mut rules = ir::rules::Builder::default();
-    // Kept rules in runs of consecutive positions last time: each run shared at once.
-    let keep = |kept: &[(Origin, u32)], out: &mut Vec<Origin>, rules: &mut ir::rules::Builder| {
-        out.extend(kept.iter().map(|&(origin, _)| origin));
-        let mut run = kept.first().map_or(0..0, |&(_, at)| at as usize..at as usize);
-        for &(_, at) in kept {
-            if at as usize != run.end {
-                rules.extend_from(last.rules, run);
-                run = at as usize..at as usize;
+    // Kept origins `from..to` and their rules, each run of them shared at once.
+    let mut run = 0;
+    let mut keep = |from: usize, to: usize, out: &mut Vec<Origin>, rules: &mut ir::rules::Builder| {
+        out.extend_from_slice(&kept[from..to]);
+        let mut i = from;
+        while i < to {
+            while runs.get(run + 1).is_some_and(|&(start, _)| start as usize <= i) {
+                run += 1;
             }
-            run.end += 1;
+            let (start, at) = runs[run];
+            let end = runs.get(run + 1).map_or(kept.len(), |&(next, _)| next as usize).min(to);
+            let first = at as usize + (i - start as usize);
+            rules.extend_from(last.rules, first..first + (end - i));
+            i = end;
         }
-        rules.extend_from(last.rules, run);
     };
     let mut from = 0;
     for &(_, _, si, k) in &added {
-        let at = from + kept[from..].partition_point(|&((ksi, kk), _)| key(ksi, kk) < key(si, k));
-        keep(&kept[from..at], &mut out, &mut rules);
+        let at = from + kept[from..].partition_point(|&(ksi, kk)| key(ksi, kk) < key(si, k));
+        keep(from, at, &mut out, &mut rules);
         out.push((si, k));
         rules.push(Arc::clone(&sources[si as usize].0.rules[k as usize]));
         from = at;
     }
-    keep(&kept[from..], &mut out, &mut rules);
+    keep(from, kept.len(), &mut out, &mut rules);
     debug_assert!(
         out.windows(2).all(|w| key(w[0].0, w[0].1) < key(w[1].0, w[1].1)),
         "a merged host is in order"
