@@ -198,7 +198,7 @@ pub fn translate_on(
         for a in attachments.iter().filter(|a| a.problem.is_none()) {
             match attached.iter_mut().find(|(g, _)| *g == a.gateway) {
                 Some((_, listeners)) => listeners.extend_from_slice(&a.listeners),
-                None => attached.push((a.gateway, a.listeners.clone())),
+                None => attached.push((a.gateway, smallvec::SmallVec::from_slice(&a.listeners))),
             }
         }
         attached.sort_unstable_by_key(|(g, _)| *g);
@@ -218,23 +218,24 @@ pub fn translate_on(
                 attached.iter().map(|(g, _)| gateways[*g].client_certificate.as_deref()),
             );
             let terminated = |li: &usize| gw.listeners[*li].spec.tls_mode == Some(TlsMode::Terminate);
+            // Stream entries by whether the listener terminates TLS; none for HTTP and gRPC.
             let (compiled, streams) = match route.kind {
-                RouteKind::Http | RouteKind::Grpc => (
-                    compiled_routes.take(ri, client_certificate, &mut outcome),
-                    BTreeMap::new(),
-                ),
+                RouteKind::Http | RouteKind::Grpc => (compiled_routes.take(ri, client_certificate, &mut outcome), None),
                 RouteKind::Tls | RouteKind::Tcp | RouteKind::Udp => {
                     let modes = listeners.iter().map(terminated).collect();
                     let (entries, c) =
                         route::stream::compile(route, &backends, &modes, client_certificate, &mut outcome);
-                    (Arc::new(c), entries)
+                    (Arc::new(c), Some(entries))
                 }
             };
             for li in listeners.iter() {
                 contributions[*gi].entry(*li).or_default().push(Contribution {
                     route: ri,
                     rules: compiled.clone(),
-                    stream: streams.get(&terminated(li)).cloned().map(Box::new),
+                    stream: (streams.as_ref())
+                        .and_then(|s| s.get(&terminated(li)))
+                        .cloned()
+                        .map(Box::new),
                 });
             }
             used.push((*gi, compiled));

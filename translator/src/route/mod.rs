@@ -279,7 +279,17 @@ pub struct KeptOutcome(Option<Box<RouteOutcome>>);
 
 impl KeptOutcome {
     pub fn of(outcome: RouteOutcome) -> Self {
-        KeptOutcome((outcome != CLEAN).then(|| Box::new(outcome)))
+        // Field by field (all of them, or this does not build): comparing with `CLEAN` compared
+        // problems that are not there.
+        let RouteOutcome {
+            not_accepted,
+            unresolved,
+            partially_invalid,
+            deprecated,
+        } = &outcome;
+        let clean =
+            not_accepted.is_none() && unresolved.is_none() && partially_invalid.is_none() && deprecated.is_none();
+        KeptOutcome((!clean).then(|| Box::new(outcome)))
     }
 
     pub fn get(&self) -> &RouteOutcome {
