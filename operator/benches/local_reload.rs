@@ -75,7 +75,7 @@ async fn until_served(gateway: SocketAddr, path: &str, since: Instant, limit: Du
         {
             return Some(since.elapsed());
         }
-        tokio::time::sleep(Duration::from_micros(200)).await;
+        shared::pause(Duration::from_micros(200));
     }
     None
 }

@@ -10,7 +10,8 @@
 //! routes: median <= 10 ms, p99 <= 50 ms; RSS <= 120 MiB).
 //!
 //! `TURNA_BENCH_ROUTES` (default `1,1000,5000`) tunes the sizes; `TURNA_BENCH_LOG` is the child's
-//! `RUST_LOG` (default `warn`; `operator=debug,dataplane=debug` logs each step of a pass).
+//! `RUST_LOG` (default `warn`; `operator=debug,dataplane=debug` logs each step of a pass); with
+//! it set, each sample's times are printed beside that log (`bench sample ...`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -48,20 +49,36 @@ struct Result {
 /// the API server took to answer the create (ms).
 async fn propagate(api: &Api<DynamicObject>, gateway: SocketAddr, backend_port: u16, name: &str) -> (f64, f64) {
     let path = format!("/{name}");
+    let sent = std::time::SystemTime::now();
     let start = Instant::now();
     api.create(&PostParams::default(), &route(name, &path, backend_port))
         .await
         .expect("create the measured route");
     let created = start.elapsed().as_secs_f64() * 1000.0;
+    let mut requests = Vec::new();
     loop {
+        requests.push(start.elapsed().as_secs_f64() * 1000.0);
         if let Some((200, _)) = common::get(gateway, "bench.test", &path).await {
-            return (start.elapsed().as_secs_f64() * 1000.0, created);
+            let took = start.elapsed().as_secs_f64() * 1000.0;
+            if std::env::var_os("TURNA_BENCH_LOG").is_some() {
+                // Beside the child's log, to line a sample up with the passes it waited for.
+                let at = sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                eprintln!(
+                    "bench sample {name}: create sent at {:.6} (Unix time), answered +{created:.2} ms, first 200 +{took:.2} ms, requests sent at +{}",
+                    at.as_secs_f64(),
+                    (requests.iter())
+                        .map(|t| format!("{t:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            return (took, created);
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "{name} served within a minute"
         );
-        tokio::time::sleep(Duration::from_micros(500)).await;
+        shared::pause(Duration::from_micros(500));
     }
 }
 
