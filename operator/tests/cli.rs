@@ -282,13 +282,7 @@ fn every_mode_runs_on_small_pages_unless_huge_ones_are_asked_for() {
         return;
     };
     let dir = tempdir("small-pages");
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port()
-    };
-    let (port, health) = (free_port(), free_port());
+    let [port, health] = common::free_ports::<2>();
     let files = dir.join("files");
     std::fs::create_dir_all(&files).expect("files dir");
     std::fs::write(files.join("gateway.yaml"), common::local_gateway(port)).expect("write gateway");

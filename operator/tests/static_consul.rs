@@ -180,20 +180,11 @@ fn tls(data: &Path) -> (PathBuf, PathBuf) {
     (ca_path, other_path)
 }
 
-async fn free_ports<const N: usize>() -> [u16; N] {
-    // Held together so no two are the same.
-    let mut listeners = Vec::new();
-    for _ in 0..N {
-        listeners.push(std::net::TcpListener::bind((LOOPBACK, 0)).expect("bind"));
-    }
-    std::array::from_fn(|i| listeners[i].local_addr().expect("address").port())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_restarts() {
     let data = std::env::temp_dir().join(format!("turna-consul-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let [http, lan, wan, server, https] = free_ports::<5>().await;
+    let [http, lan, wan, server, https] = common::free_ports::<5>();
     let (ca, other_ca) = tls(&data);
     let consul_address = format!("consul://127.0.0.1:{http}/turna/static");
 
@@ -361,7 +352,7 @@ async fn a_consul_key_feeds_the_static_layer_through_changes_bad_values_and_rest
 async fn standalone_reads_its_configuration_from_consul_and_applies_changes_live() {
     let data = std::env::temp_dir().join(format!("turna-consul-config-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let [http, lan, wan, server, https, health] = free_ports::<6>().await;
+    let [http, lan, wan, server, https, health] = common::free_ports::<6>();
     tls(&data);
     let consul = Consul::start(&data, http, [lan, wan, server, https]).await;
 

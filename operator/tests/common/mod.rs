@@ -90,10 +90,59 @@ pub async fn backend(name: &'static str) -> SocketAddr {
     addr
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now ([`free_ports`]).
 pub async fn free_port() -> u16 {
-    let listener = TcpListener::bind((LOOPBACK, 0)).await.expect("bind");
-    listener.local_addr().expect("address").port()
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct loopback ports nobody listens on right now, from outside the kernel's ephemeral
+/// range: a port that binding port 0 gives comes from that range, where any outgoing
+/// connection can be handed it before the process it was picked for binds it (seen: a
+/// standalone's health port taken between the pick and its bind). Each test process starts at
+/// its own place in the range and goes on from there, so tests running together, and the
+/// binaries after them, pick other ports.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let range = outside_ephemeral_ports();
+    let count = range.len() as u32;
+    let mut held = Vec::with_capacity(N);
+    if count > 0 {
+        let start = std::process::id().wrapping_mul(7919) % count;
+        let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+        for _ in 0..count {
+            if held.len() == N {
+                break;
+            }
+            let port = range.start + NEXT.fetch_add(1, Ordering::Relaxed) % count;
+            if let Ok(listener) = std::net::TcpListener::bind((LOOPBACK, port as u16)) {
+                held.push(listener);
+            }
+        }
+    }
+    // No room outside the ephemeral range on this machine: what binding port 0 gives.
+    while held.len() < N {
+        held.push(std::net::TcpListener::bind((LOOPBACK, 0)).expect("bind"));
+    }
+    std::array::from_fn(|i| held[i].local_addr().expect("address").port())
+}
+
+/// Ports the kernel does not hand out to connections: below its ephemeral range, or above it;
+/// from 20,000 up, clear of the default ports of the components tests start (Jaeger's 16686,
+/// 14250 and 14268, Consul's 8300-8600, ...).
+fn outside_ephemeral_ports() -> std::ops::Range<u32> {
+    let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut bounds = text.split_whitespace().map(|v| v.parse::<u32>().ok());
+            Some((bounds.next()??, bounds.next()??))
+        })
+        .unwrap_or((32_768, 60_999));
+    if low >= 22_000 {
+        20_000..low
+    } else {
+        (high + 1).max(20_000)..65_536
+    }
 }
 
 /// `GET path` for `host` over a fresh connection: status code and body, `None` when it fails.
