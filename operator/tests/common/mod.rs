@@ -102,22 +102,25 @@ pub async fn free_port() -> u16 {
 /// its own place in the range and goes on from there, so tests running together, and the
 /// binaries after them, pick other ports.
 pub fn free_ports<const N: usize>() -> [u16; N] {
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let range = outside_ephemeral_ports();
+    static RANGE: OnceLock<std::ops::Range<u32>> = OnceLock::new();
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let range = RANGE.get_or_init(|| {
+        let range = outside_ephemeral_ports();
+        let start = std::process::id().wrapping_mul(7919) % (range.len() as u32).max(1);
+        NEXT.store(start, Ordering::Relaxed);
+        range
+    });
     let count = range.len() as u32;
     let mut held = Vec::with_capacity(N);
-    if count > 0 {
-        let start = std::process::id().wrapping_mul(7919) % count;
-        let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
-        for _ in 0..count {
-            if held.len() == N {
-                break;
-            }
-            let port = range.start + NEXT.fetch_add(1, Ordering::Relaxed) % count;
-            if let Ok(listener) = std::net::TcpListener::bind((LOOPBACK, port as u16)) {
-                held.push(listener);
-            }
+    for _ in 0..count {
+        if held.len() == N {
+            break;
+        }
+        let port = range.start + NEXT.fetch_add(1, Ordering::Relaxed) % count;
+        if let Ok(listener) = std::net::TcpListener::bind((LOOPBACK, port as u16)) {
+            held.push(listener);
         }
     }
     // No room outside the ephemeral range on this machine: what binding port 0 gives.
