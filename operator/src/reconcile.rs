@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::provision::Provisioning;
 use crate::push::material::StaticMaterial;
 use crate::settings::Kubernetes;
-use crate::status::writer;
+use crate::status::{served, writer};
 use crate::watch::discovery::{self, Discovery};
 use crate::watch::snapshot::Changed;
 use crate::watch::{Changes, Scope, Snapshots, Stores};
@@ -71,6 +71,9 @@ pub struct Options {
     /// The settings as a configuration read from Consul changes them: those that shape
     /// translations (`backend.*`, `status.addresses`, `debounce`) apply from the next pass.
     pub live_settings: Option<tokio::sync::watch::Receiver<Kubernetes>>,
+    /// The versions of `push` an in-process dataplane serves (standalone): a pass's statuses
+    /// are written once it serves what the pass published ([`served`]).
+    pub served: Option<served::Served>,
 }
 
 impl Default for Options {
@@ -85,6 +88,7 @@ impl Default for Options {
             push_endpoint: None,
             static_layer: None,
             live_settings: None,
+            served: None,
         }
     }
 }
@@ -199,6 +203,7 @@ async fn reconcile(
             metrics.clone(),
             leadership.clone(),
             changes.clone(),
+            options.served.clone(),
         )
     });
     // The statuses of the last leader pass, checked again when only statuses changed since.
@@ -232,7 +237,7 @@ async fn reconcile(
             match (&statuses, &last_statuses) {
                 (Some(statuses), Some(last)) if leadership.is_leader() => {
                     snapshots.refresh();
-                    statuses.write(last.clone(), snapshots.take_changed());
+                    statuses.write(last.clone(), snapshots.take_changed(), published(options));
                     metrics.reconciled("status", "recheck");
                     continue;
                 }
@@ -296,7 +301,7 @@ async fn reconcile(
             // Only the statuses go to the writer: the IR is not kept twice while it writes.
             let written = Arc::new(std::mem::take(&mut output.statuses));
             last_statuses = Some(written.clone());
-            statuses.write(written, changed);
+            statuses.write(written, changed, published(options));
         }
         // Provisioning is independent of status.disabled (product.md). The Gateway controllers
         // apply what is published, beside this loop.
@@ -366,6 +371,11 @@ impl Retry {
     }
 }
 
+/// The push hub's version now: what the pass publishing last left it at.
+fn published(options: &Options) -> u64 {
+    options.push.as_ref().map_or(0, crate::push::server::Hub::published)
+}
+
 /// Writes the statuses of the leader's passes on a task of its own. It always writes the newest
 /// output it was given, with the changes of the passes it skipped meanwhile, so a burst of
 /// passes costs one status pass when its writes are slow; failures are retried by waking the
@@ -378,24 +388,32 @@ struct StatusWriter {
 /// write hangs (an API server gone), the passes meanwhile keep one output, not one each.
 #[derive(Default)]
 struct NextPass {
-    pass: std::sync::Mutex<Option<(Arc<Statuses>, Changed)>>,
+    pass: std::sync::Mutex<Option<Pass>>,
     ready: tokio::sync::Notify,
 }
 
+/// A pass's statuses, what changed since the last pass written, and the push hub's version once
+/// the pass had published its proxies.
+struct Pass {
+    statuses: Arc<Statuses>,
+    changed: Changed,
+    published: u64,
+}
+
 impl NextPass {
-    fn put(&self, statuses: Arc<Statuses>, changed: Changed) {
+    fn put(&self, next: Pass) {
         let mut pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
         *pass = Some(match pass.take() {
-            Some((_, mut pending)) => {
-                pending.merge(changed);
-                (statuses, pending)
+            Some(Pass { mut changed, .. }) => {
+                changed.merge(next.changed);
+                Pass { changed, ..next }
             }
-            None => (statuses, changed),
+            None => next,
         });
         self.ready.notify_one();
     }
 
-    async fn take(&self) -> (Arc<Statuses>, Changed) {
+    async fn take(&self) -> Pass {
         loop {
             if let Some(pass) = self.pass.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 return pass;
@@ -413,6 +431,7 @@ impl StatusWriter {
         metrics: Arc<Metrics>,
         leadership: Leadership,
         changes: Changes,
+        served: Option<served::Served>,
     ) -> StatusWriter {
         let next = Arc::new(NextPass::default());
         let pending = next.clone();
@@ -420,16 +439,27 @@ impl StatusWriter {
             let mut unchanged = writer::Unchanged::default();
             let mut retry = Retry::default();
             loop {
-                let (statuses, changed) = pending.take().await;
+                let Pass {
+                    statuses,
+                    changed,
+                    published,
+                } = pending.take().await;
                 if !leadership.is_leader() {
                     // A new leader writes everything from its own first pass.
                     continue;
                 }
                 let started = Instant::now();
+                if let Some(served) = &served
+                    && !served.caught_up(published, served::WAIT).await
+                {
+                    tracing::debug!(version = published, "status pass not waiting longer for the dataplane");
+                }
+                let waited = started.elapsed();
                 let written =
                     writer::write(&client, &stores, &statuses, &controller_name, &changed, &mut unchanged).await;
                 tracing::debug!(
-                    took = ?started.elapsed(),
+                    ?waited,
+                    took = ?(started.elapsed() - waited),
                     applied = written.applied,
                     unchanged = written.unchanged,
                     failed = written.failed,
@@ -451,9 +481,14 @@ impl StatusWriter {
         StatusWriter { next }
     }
 
-    /// Hands a pass's statuses over; returns at once.
-    fn write(&self, statuses: Arc<Statuses>, changed: Changed) {
-        self.next.put(statuses, changed);
+    /// Hands a pass's statuses over; returns at once. `published`: the push hub's version after
+    /// the pass published its proxies.
+    fn write(&self, statuses: Arc<Statuses>, changed: Changed, published: u64) {
+        self.next.put(Pass {
+            statuses,
+            changed,
+            published,
+        });
     }
 }
 
@@ -465,14 +500,22 @@ mod tests {
     async fn passes_waiting_for_the_writer_keep_only_the_newest_output() {
         let next = NextPass::default();
         let outputs: Vec<Arc<Statuses>> = (0..100).map(|_| Arc::new(Statuses::default())).collect();
-        for output in &outputs {
-            next.put(output.clone(), Changed::default());
+        for (published, output) in (1..).zip(&outputs) {
+            next.put(Pass {
+                statuses: output.clone(),
+                changed: Changed::default(),
+                published,
+            });
         }
         // Only the newest is still referenced by the slot: the 99 before it were let go.
         assert!(outputs[..99].iter().all(|o| Arc::strong_count(o) == 1));
         assert_eq!(Arc::strong_count(&outputs[99]), 2);
-        let (taken, _) = next.take().await;
-        assert!(Arc::ptr_eq(&taken, &outputs[99]));
+        let taken = next.take().await;
+        assert!(Arc::ptr_eq(&taken.statuses, &outputs[99]));
+        assert_eq!(
+            taken.published, 100,
+            "written once the newest pass's proxies are served"
+        );
         let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), next.take()).await;
         assert!(waiting.is_err(), "nothing is left once the newest was taken");
     }

@@ -334,6 +334,74 @@ async fn each_status_is_written_once_and_our_writes_coming_back_are_not_translat
     controller.abort();
 }
 
+/// With a dataplane in the process (standalone), a pass's statuses are written once it serves
+/// what the pass published: never while it is still taking the change, and they say what is
+/// served. Here the test is the dataplane: nothing is written until it says it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_wait_until_the_in_process_dataplane_serves_their_pass() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let cp = plane();
+    let ns = cp.fresh_namespace("served");
+    let class = format!("turna-{ns}");
+    cp.apply_yaml(&format!(
+        "{}apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: web}}]
+  rules: [{{backendRefs: [{{name: missing, port: 80}}]}}]
+",
+        common::class_and_gateway(
+            &class,
+            common::CONTROLLER_NAME,
+            &ns,
+            "[{name: http, port: 80, protocol: HTTP}]"
+        )
+    ))
+    .expect("apply");
+    let client = client().await;
+    let hub = operator::push::server::Hub::default();
+    let (serving, served) = operator::status::served::channel();
+    let options = operator::reconcile::Options {
+        push: Some(hub.clone()),
+        served: Some(served),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(operator::reconcile::run_with(
+        client.clone(),
+        settings(&class),
+        options,
+        std::future::pending(),
+    ));
+    let published = tokio::time::timeout(Duration::from_secs(20), hub.changed(0))
+        .await
+        .expect("the Gateway's proxy is published");
+    let published_at = Instant::now();
+
+    let gateways: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("Gateway", "gateways"));
+    let routes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource("HTTPRoute", "httproutes"));
+    let accepted = |g: &Value| condition(&g["status"]["conditions"], "Accepted").is_some_and(|c| c["status"] == "True");
+    let parents = |r: &Value| r["status"]["parents"].as_array().is_some_and(|p| !p.is_empty());
+    // Well within the longest a status waits (`served::WAIT`): nothing written yet.
+    while published_at.elapsed() < operator::status::served::WAIT / 2 {
+        let gateway = serde_json::to_value(gateways.get("web").await.expect("get")).expect("json");
+        let route = serde_json::to_value(routes.get("app").await.expect("get")).expect("json");
+        assert!(
+            !accepted(&gateway),
+            "Gateway status written before its proxy was served: {gateway:#}"
+        );
+        assert!(
+            !parents(&route),
+            "route status written before its proxy was served: {route:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    serving.done(published.max(hub.published()));
+    eventually(&gateways, "web", accepted).await;
+    eventually(&routes, "app", parents).await;
+    controller.abort();
+}
+
 /// XTelemetryPolicy (an experimental kind, watched once the access review allows it): each
 /// policy gets an ancestor status per targeted Gateway; of two policies on one Gateway the
 /// older is Accepted and the younger Conflicted; a receiver that does not exist is

@@ -14,6 +14,7 @@ use crate::layer::Layer;
 use crate::push::server::Hub;
 use crate::reconcile;
 use crate::settings::{Kubernetes, Mode};
+use crate::status::served::{self, Serving};
 
 /// Id of the single proxy of a standalone translation.
 const STANDALONE: &str = "standalone";
@@ -29,11 +30,14 @@ pub async fn run(
 ) {
     settings.mode = Mode::Standalone;
     let hub = options.push.get_or_insert_with(Hub::default).clone();
+    let (serving, served) = served::channel();
+    options.served = Some(served);
     let follower = tokio::spawn(follow(
         client.clone(),
         hub,
         dataplane.clone(),
         options.static_layer.clone(),
+        serving,
     ));
     reconcile::run_with(client, settings, options, signal).await;
     follower.abort();
@@ -41,8 +45,9 @@ pub async fn run(
 }
 
 /// Applies every new version of the standalone IR with the material it names, and the same IR
-/// again when the static layer's files change (their Secrets may have, without the IR).
-async fn follow(client: Client, hub: Hub, dataplane: Dataplane, layer: Option<Layer>) {
+/// again when the static layer's files change (their Secrets may have, without the IR); tells
+/// `serving` each version it is done with.
+async fn follow(client: Client, hub: Hub, dataplane: Dataplane, layer: Option<Layer>, serving: Serving) {
     let mut seen = 0;
     let mut applied = None;
     let mut layer_changes = layer.as_ref().map(Layer::changes);
@@ -60,9 +65,12 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane, layer: Option<La
             } => true,
         };
         let Some(published) = hub.latest(STANDALONE) else {
+            // Nothing to serve: no pass waits for it.
+            serving.done(seen);
             continue;
         };
         if applied == Some(published.version) && !layer_changed {
+            serving.done(seen);
             continue;
         }
         applied = Some(published.version);
@@ -79,6 +87,8 @@ async fn follow(client: Client, hub: Hub, dataplane: Dataplane, layer: Option<La
             }
             Err(error) => tracing::error!(version = published.version, %error, "standalone IR rejected"),
         }
+        // Every version up to the one applied (or rejected: served no more by waiting) is done.
+        serving.done(seen.max(published.version));
     }
 }
 

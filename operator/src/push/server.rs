@@ -179,6 +179,11 @@ impl Hub {
         }
     }
 
+    /// The newest version published, of any proxy.
+    pub fn published(&self) -> u64 {
+        *self.latest.borrow()
+    }
+
     /// The current IR of Gateway (or `standalone`) proxy `id`.
     pub fn latest(&self, id: &str) -> Option<Arc<Published>> {
         let current = self.proxies.lock().unwrap_or_else(|p| p.into_inner());
