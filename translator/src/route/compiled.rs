@@ -152,6 +152,35 @@ fn compile_one(
     if !matches!(route.kind, RouteKind::Http | RouteKind::Grpc) {
         return (Entries::new(), false);
     }
+    let compile = |client_certificate: Option<&str>| {
+        let mut outcome = RouteOutcome::default();
+        let compiled = http::compile(route, backends, policies, regexes, client_certificate, &mut outcome);
+        Entry {
+            client_certificate: client_certificate.map(str::to_string),
+            compiled: Arc::new(compiled),
+            outcome: (outcome != RouteOutcome::default()).then(|| Arc::new(outcome)),
+            uses: 1,
+        }
+    };
+    let reused = |client_certificate: Option<&str>| {
+        cached.and_then(|c| c.iter().find(|e| e.client_certificate.as_deref() == client_certificate))
+    };
+    let mut served = attachments.iter().filter(|a| a.problem.is_none()).map(|a| a.gateway);
+    let Some(first) = served.next() else {
+        return (Entries::new(), cached.is_some_and(|c| c.is_empty()));
+    };
+    if served.all(|gi| gi == first) {
+        // One Gateway, as almost every route has (through one listener or several): its own
+        // certificate, whatever the mode, and one entry.
+        let client_certificate = gateways[first].client_certificate.as_deref();
+        return match reused(client_certificate) {
+            Some(e) => (
+                Entries::from_buf([Entry { uses: 1, ..e.clone() }]),
+                cached.is_some_and(|c| c.len() == 1),
+            ),
+            None => (Entries::from_buf([compile(client_certificate)]), false),
+        };
+    }
     let mut all_reused = true;
     let mut attached: smallvec::SmallVec<[usize; 2]> = attachments
         .iter()
@@ -174,19 +203,11 @@ fn compile_one(
             e.uses += 1;
             continue;
         }
-        let reused = cached.and_then(|c| c.iter().find(|e| e.client_certificate.as_deref() == client_certificate));
-        entries.push(match reused {
+        entries.push(match reused(client_certificate) {
             Some(e) => Entry { uses: 1, ..e.clone() },
             None => {
                 all_reused = false;
-                let mut outcome = RouteOutcome::default();
-                let compiled = http::compile(route, backends, policies, regexes, client_certificate, &mut outcome);
-                Entry {
-                    client_certificate: client_certificate.map(str::to_string),
-                    compiled: Arc::new(compiled),
-                    outcome: (outcome != RouteOutcome::default()).then(|| Arc::new(outcome)),
-                    uses: 1,
-                }
+                compile(client_certificate)
             }
         });
     }
