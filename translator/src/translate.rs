@@ -169,7 +169,7 @@ pub fn translate_on(
     let mut attached: Vec<(usize, smallvec::SmallVec<[usize; 2]>)> = Vec::new();
     let mut used: Vec<(usize, Arc<Compiled>)> = Vec::new();
     for (ri, route) in routes.iter().enumerate() {
-        ask_for_route(&routes, &all_attachments, &compiled_routes, ri);
+        ask_for_route(&all_attachments, &compiled_routes, ri);
         let attachments = &all_attachments[ri];
         if attachments.is_empty() {
             continue;
@@ -186,7 +186,7 @@ pub fn translate_on(
                 unsupported,
                 "The route's references are not resolved: it cannot be read",
             ));
-        } else if let Some(h) = route.hostnames.iter().find(|h| !hostname::is_valid(h, true)) {
+        } else if let Some(h) = invalid_hostname(route, &compiled_routes, ri) {
             // The proxy could not tell its requests apart.
             outcome.not_accepted = Some(gateway::Problem::new(
                 crate::status::condition::reason::UNSUPPORTED_VALUE,
@@ -418,29 +418,33 @@ pub fn translate_on(
 }
 
 /// Asks for what the loop over the routes reads of the routes ahead ([`crate::prefetch`]):
-/// the lines holding the attachments, hostnames and compiled rules of the route twice
+/// the lines holding the attachments and compiled rules of the route twice
 /// [`prefetch::AHEAD`] on, and what those lines point to for the route [`prefetch::AHEAD`]
-/// on, whose lines have arrived by then.
-fn ask_for_route(
-    routes: &[RouteModel<'_>],
-    attachments: &[route::Attachments],
+/// on, whose lines have arrived by then. (A route's hostnames are read only when it has no
+/// compiled rules: [`invalid_hostname`].)
+fn ask_for_route(attachments: &[route::Attachments], compiled: &route::compiled::CompiledRoutes, ri: usize) {
+    if let Some(attached) = attachments.get(ri + 2 * prefetch::AHEAD) {
+        prefetch::line(Arc::as_ptr(attached));
+        compiled.prefetch_rules(ri + 2 * prefetch::AHEAD);
+    }
+    if let Some(attached) = attachments.get(ri + prefetch::AHEAD) {
+        prefetch::line(attached.as_ptr());
+        compiled.prefetch_backends(ri + prefetch::AHEAD);
+    }
+}
+
+/// A hostname of route `ri` that is not one ([`hostname::is_valid`]), for its status. Its
+/// compiled rules know when there is none (they are kept with the route's object): only the
+/// routes without rules, and those with an invalid hostname, are checked again.
+fn invalid_hostname<'r>(
+    route: &'r RouteModel<'_>,
     compiled: &route::compiled::CompiledRoutes,
     ri: usize,
-) {
-    let far = ri + 2 * prefetch::AHEAD;
-    if let (Some(route), Some(attached)) = (routes.get(far), attachments.get(far)) {
-        prefetch::line(Arc::as_ptr(attached));
-        prefetch::line(route.hostnames.as_ptr());
-        compiled.prefetch_rules(far);
+) -> Option<&'r String> {
+    if compiled.valid_hostnames(ri) == Some(true) {
+        return None;
     }
-    let near = ri + prefetch::AHEAD;
-    if let (Some(route), Some(attached)) = (routes.get(near), attachments.get(near)) {
-        prefetch::line(attached.as_ptr());
-        if let Some(hostname) = route.hostnames.first() {
-            prefetch::line(hostname.as_ptr());
-        }
-        compiled.prefetch_backends(near);
-    }
+    route.hostnames.iter().find(|h| !hostname::is_valid(h, true))
 }
 
 /// The routes without duplicates (the first of each kind, namespace and name is kept), in

@@ -479,12 +479,16 @@ proptest! {
                 7 => remove!(some.listener_sets),
                 8 => remove!(some.namespaces),
                 _ => {
-                    // The same route, changed: a new object under the same name.
+                    // The same route, changed: a new object under the same name, in half the
+                    // cases with a hostname that is not one (its status says so on every pass,
+                    // reused or not).
                     if !some.http_routes.is_empty() {
-                        let i = index.index(some.http_routes.len());
-                        let mut changed = (*some.http_routes[i]).clone();
-                        changed.spec.hostnames = Some(vec!["changed.example.com".into()]);
-                        some.http_routes[i] = std::sync::Arc::new(changed);
+                        let n = some.http_routes.len();
+                        let pick = index.index(2 * n);
+                        let mut changed = (*some.http_routes[pick % n]).clone();
+                        let hostname = if pick < n { "changed.example.com" } else { "-changed.example.com" };
+                        changed.spec.hostnames = Some(vec![hostname.into()]);
+                        some.http_routes[pick % n] = std::sync::Arc::new(changed);
                     }
                 }
             }

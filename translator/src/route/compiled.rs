@@ -36,6 +36,9 @@ struct Entry {
     compiled: Arc<Compiled>,
     /// Its problems; none for almost every route, so nothing to copy or compare.
     outcome: Option<Arc<RouteOutcome>>,
+    /// Whether every hostname of the route is one ([`crate::hostname::is_valid`]): its object
+    /// alone decides, so it is kept with the rules instead of checked again each pass.
+    valid_hostnames: bool,
     /// Gateways that still take it.
     uses: usize,
 }
@@ -112,6 +115,11 @@ impl CompiledRoutes {
         }
     }
 
+    /// Whether every hostname of route `ri` is one, when its rules were compiled (or kept).
+    pub fn valid_hostnames(&self, ri: usize) -> Option<bool> {
+        self.first(ri).map(|e| e.valid_hostnames)
+    }
+
     fn first(&self, ri: usize) -> Option<&Entry> {
         self.0.get(ri).and_then(|(entries, _)| entries.first())
     }
@@ -159,6 +167,7 @@ fn compile_one(
             client_certificate: client_certificate.map(str::to_string),
             compiled: Arc::new(compiled),
             outcome: (outcome != RouteOutcome::default()).then(|| Arc::new(outcome)),
+            valid_hostnames: route.hostnames.iter().all(|h| crate::hostname::is_valid(h, true)),
             uses: 1,
         }
     };
