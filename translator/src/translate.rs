@@ -423,13 +423,15 @@ pub fn translate_on(
 /// on, whose lines have arrived by then. (A route's hostnames are read only when it has no
 /// compiled rules: [`invalid_hostname`].)
 fn ask_for_route(attachments: &[route::Attachments], compiled: &route::compiled::CompiledRoutes, ri: usize) {
-    if let Some(attached) = attachments.get(ri + 2 * prefetch::AHEAD) {
+    let far = ri + 2 * prefetch::AHEAD;
+    if let Some(attached) = attachments.get(far) {
         prefetch::line(Arc::as_ptr(attached));
-        compiled.prefetch_rules(ri + 2 * prefetch::AHEAD);
+        compiled.prefetch_rules(far);
     }
-    if let Some(attached) = attachments.get(ri + prefetch::AHEAD) {
+    let near = ri + prefetch::AHEAD;
+    if let Some(attached) = attachments.get(near) {
         prefetch::line(attached.as_ptr());
-        compiled.prefetch_backends(ri + prefetch::AHEAD);
+        compiled.prefetch_backends(near);
     }
 }
 

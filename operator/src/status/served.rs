@@ -1,10 +1,10 @@
 //! Status follows the data path: in standalone mode the proxy runs in the operator's process, on
 //! the same cores as the status writer and (often) the API server. A pass's status writes are
 //! API requests the server answers with its own work (a write, a watch event back to every
-//! watcher); made while the dataplane is still applying the pass's IR, they slowed its first
-//! requests (the upper quarter of `turna standalone`'s apply-to-first-200 went from 0.7 ms to
-//! 1.5-3.4 ms at 5,000 routes). So the writer waits until the dataplane serves the version the
-//! pass published, and a route's status then also says what is served, not what is about to be.
+//! watcher); at 5,000 routes the status pass of a new route began before the dataplane had
+//! applied its IR in half the samples, competing with it. So the writer waits until the
+//! dataplane serves the version the pass published, and a route's status then says what is
+//! served, not what is about to be.
 
 use std::time::Duration;
 
