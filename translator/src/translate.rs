@@ -116,8 +116,11 @@ pub fn translate_on(
     // Age rank of each route, oldest first: precedence between routes.
     let (by_age, age_rank) = age_ranks(&routes, last_order, carried.as_ref(), threads);
 
-    // Per Gateway: listener index -> contributions; the backends and policies they use.
-    let mut contributions: Vec<BTreeMap<usize, Vec<Contribution>>> = gateways.iter().map(|_| BTreeMap::new()).collect();
+    // Per Gateway, per listener (by position): the contributions; the backends and policies
+    // they use.
+    let mut contributions: Vec<Vec<Vec<Contribution>>> = (gateways.iter())
+        .map(|g| (0..g.listeners.len()).map(|_| Vec::new()).collect())
+        .collect();
     let mut seen_backends: Vec<foldhash::HashSet<*const ir::Backend>> =
         gateways.iter().map(|_| foldhash::HashSet::default()).collect();
     let mut gateway_backends: Vec<BTreeMap<ir::SmolStr, Arc<ir::Backend>>> =
@@ -229,7 +232,7 @@ pub fn translate_on(
                 }
             };
             for li in listeners.iter() {
-                contributions[*gi].entry(*li).or_default().push(Contribution {
+                contributions[*gi][*li].push(Contribution {
                     route: ri,
                     rules: compiled.clone(),
                     stream: (streams.as_ref())
@@ -245,10 +248,9 @@ pub fn translate_on(
             // contributions of the listeners it attached to).
             for (gi, listeners) in &attached {
                 for li in listeners {
-                    if let Some(list) = contributions[*gi].get_mut(li) {
-                        while list.last().is_some_and(|c| c.route == ri) {
-                            list.pop();
-                        }
+                    let list = &mut contributions[*gi][*li];
+                    while list.last().is_some_and(|c| c.route == ri) {
+                        list.pop();
                     }
                 }
             }
@@ -629,7 +631,7 @@ fn collect_routes<'a>(snapshot: &'a Snapshot, config: &Config, threads: usize) -
 fn add_listeners(
     proxy: &mut Proxy,
     gw: &GatewayModel<'_>,
-    contributions: &mut BTreeMap<usize, Vec<Contribution>>,
+    contributions: &mut [Vec<Contribution>],
     routes: &[RouteModel<'_>],
     age_rank: &[usize],
     config: &Config,
@@ -674,7 +676,7 @@ fn add_listeners(
             security: None,
             traffic: None,
         };
-        let list = contributions.remove(&li).unwrap_or_default();
+        let list = std::mem::take(&mut contributions[li]);
         match protocol {
             Protocol::Http | Protocol::Https => {
                 listener.tracing = tracing.clone();
